@@ -1,0 +1,3 @@
+from mmgate.cli import main
+
+raise SystemExit(main())

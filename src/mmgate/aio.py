@@ -1,0 +1,66 @@
+"""Small asyncio/aiohttp helpers shared by the gateway and the embedded engine."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import socket
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+JSON_CONTENT_TYPE = "application/json"
+
+
+def install_uvloop() -> bool:
+    """Use uvloop's event loop when it is installed (about half the per-request CPU of asyncio's)."""
+    try:
+        import uvloop
+    except ImportError:  # optional: the default loop works, only slower
+        return False
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    return True
+
+
+def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    """A JSON response serialised with orjson."""
+    return web.Response(
+        body=orjson.dumps(body), status=status, content_type=JSON_CONTENT_TYPE, headers=headers
+    )
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free a moment ago on ``host`` (for tests and embedded engines)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+async def start_app(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
+    """Start ``app`` on host:port (port 0: any free port); return the runner and the bound port."""
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, reuse_address=True, backlog=1024)
+    await site.start()
+    bound = port
+    server = site._server
+    if server is not None and getattr(server, "sockets", None):
+        bound = int(server.sockets[0].getsockname()[1])
+    return runner, bound
+
+
+async def serve_forever(start: Callable[[], Awaitable[Callable[[], Awaitable[None]]]]) -> None:
+    """Run ``start()`` (which returns an async ``stop``) until SIGINT/SIGTERM, then stop."""
+    stop_event = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop_event.set)
+    stop = await start()
+    try:
+        await stop_event.wait()
+    finally:
+        await stop()

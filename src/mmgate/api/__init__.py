@@ -1,0 +1,1 @@
+"""api component of mmgate (see DESIGN.md)."""

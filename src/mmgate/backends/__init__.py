@@ -1,0 +1,1 @@
+"""backends component of mmgate (see DESIGN.md)."""

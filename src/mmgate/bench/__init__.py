@@ -1,0 +1,1 @@
+"""bench component of mmgate (see DESIGN.md)."""

@@ -1,0 +1,174 @@
+"""The one exception tree of mmgate.
+
+Every error knows the HTTP status and the OpenAI error ``type``/``code`` it maps to, so the API
+layer turns any of them into a response in one place (``mmgate.api.responses.error_response``).
+Third-party exceptions (aiohttp, redis, Pillow) are translated at the module that calls them and
+never escape it.
+
+    MmgateError
+    ├── RequestError                  client's fault → 4xx
+    │   ├── InvalidRequestError       400: malformed body, bad part shape, bad uuid, too many images
+    │   ├── AuthenticationError       401: missing or unknown API key
+    │   ├── ModelNotFoundError        404: model no backend serves
+    │   └── MediaError                the image the client pointed at is unusable
+    │       ├── ForbiddenURLError     400: URL policy (SSRF) refused the destination
+    │       ├── ImageTooLargeError    400: over the byte or pixel limit
+    │       ├── UnsupportedImageError 415: not an image / format not allowed / truncated
+    │       ├── OriginError           400: origin answered 4xx/5xx, refused, DNS failure
+    │       └── OriginTimeoutError    408: origin too slow
+    │   └── UnknownUUIDError          400: cache-only reference nobody holds
+    ├── UpstreamError                 backend trouble → 5xx (or the backend's own 4xx)
+    │   ├── BackendStatusError        the backend's own status and message, passed through
+    │   ├── BackendConnectError       502
+    │   ├── BackendProtocolError      502
+    │   ├── BackendTimeoutError       504
+    │   └── NoBackendError            503
+    ├── CacheError                    shared-cache trouble: always swallowed (fail-open)
+    └── ConfigError                   bad setting: fails start-up, names the setting
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class MmgateError(Exception):
+    """Root of every mmgate error."""
+
+    status: int = 500
+    error_type: str = "internal_error"
+    code: str | None = None
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+
+    def to_body(self) -> dict[str, Any]:
+        """The OpenAI-style error body for this error."""
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.error_type,
+                "param": self.param,
+                "code": self.code if self.code is not None else self.status,
+            }
+        }
+
+
+class RequestError(MmgateError):
+    """The client's request is at fault (4xx)."""
+
+    status = 400
+    error_type = "invalid_request_error"
+
+
+class InvalidRequestError(RequestError):
+    """Malformed body or a request field that breaks the contract."""
+
+
+class AuthenticationError(RequestError):
+    status = 401
+    error_type = "authentication_error"
+    code = "invalid_api_key"
+
+
+class ModelNotFoundError(RequestError):
+    status = 404
+    error_type = "invalid_request_error"
+    code = "model_not_found"
+
+
+class MediaError(RequestError):
+    """An image the request points at cannot be used."""
+
+
+class ForbiddenURLError(MediaError):
+    code = "forbidden_url"
+
+
+class ImageTooLargeError(MediaError):
+    code = "image_too_large"
+
+
+class UnsupportedImageError(MediaError):
+    status = 415
+    code = "unsupported_image"
+
+
+class OriginError(MediaError):
+    """The image origin failed: HTTP error status, refused connection, DNS failure, bad redirect."""
+
+    code = "image_fetch_failed"
+
+
+class OriginTimeoutError(MediaError):
+    status = 408
+    code = "image_fetch_timeout"
+
+
+class UnknownUUIDError(RequestError):
+    """A cache-only reference to a uuid that neither the backend nor the gateway holds."""
+
+    code = "unknown_image_uuid"
+
+
+class UpstreamError(MmgateError):
+    """A backend failed."""
+
+    status = 502
+    error_type = "upstream_error"
+
+
+class BackendStatusError(UpstreamError):
+    """A backend answered with an error status; its status and message are passed through.
+
+    A backend 5xx becomes 502 (except 503/504, kept), a backend 4xx keeps its status.
+    """
+
+    def __init__(
+        self, message: str, *, backend_status: int, body: dict[str, Any] | None = None,
+        param: str | None = None,
+    ) -> None:
+        super().__init__(message, param=param)
+        self.backend_status = backend_status
+        self.body = body
+        if 400 <= backend_status < 500:
+            self.status = backend_status
+            self.error_type = "invalid_request_error"
+        elif backend_status in (503, 504):
+            self.status = backend_status
+        else:
+            self.status = 502
+
+
+class BackendConnectError(UpstreamError):
+    status = 502
+    code = "backend_unreachable"
+
+
+class BackendProtocolError(UpstreamError):
+    status = 502
+    code = "backend_protocol_error"
+
+
+class BackendTimeoutError(UpstreamError):
+    status = 504
+    code = "backend_timeout"
+
+
+class NoBackendError(UpstreamError):
+    status = 503
+    code = "no_backend_available"
+
+
+class CacheError(MmgateError):
+    """Shared-cache trouble. Never reaches a client: callers fail open."""
+
+
+class ConfigError(MmgateError):
+    """A setting is invalid; start-up fails with a message naming it."""
+
+    def __init__(self, setting: str, message: str) -> None:
+        super().__init__(f"{setting}: {message}", param=setting)
+        self.setting = setting

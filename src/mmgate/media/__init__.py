@@ -1,0 +1,1 @@
+"""media component of mmgate (see DESIGN.md)."""

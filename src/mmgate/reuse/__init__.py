@@ -1,0 +1,1 @@
+"""reuse component of mmgate (see DESIGN.md)."""

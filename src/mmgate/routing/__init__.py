@@ -1,0 +1,1 @@
+"""routing component of mmgate (see DESIGN.md)."""

@@ -1,0 +1,1 @@
+"""sim component of mmgate (see DESIGN.md)."""
