@@ -46,9 +46,9 @@ async def start_app(app: web.Application, host: str, port: int) -> tuple[web.App
     site = web.TCPSite(runner, host, port, reuse_address=True, backlog=1024)
     await site.start()
     bound = port
-    server = site._server
-    if server is not None and getattr(server, "sockets", None):
-        bound = int(server.sockets[0].getsockname()[1])
+    sockets = getattr(site._server, "sockets", None)
+    if sockets:
+        bound = int(sockets[0].getsockname()[1])
     return runner, bound
 
 
