@@ -109,7 +109,7 @@ class BackendSpec(_Frozen):
         if not sep:
             raise ConfigError("--backend", f"expected KIND=URL (kind vllm or openai), got {text!r}")
         try:
-            return cls(kind=kind.strip().lower(), url=url.strip())  # type: ignore[arg-type]
+            return cls(kind=kind.strip().lower(), url=url.strip())
         except ValidationError as exc:
             raise ConfigError("--backend", _first_error(exc)) from exc
 
