@@ -1,0 +1,204 @@
+"""The gateway's HTTP surface (aiohttp): /v1/chat/completions, /v1/models, /health, /metrics.
+
+``start_gateway(settings)`` builds everything from settings — the media loader and its tiers, the
+backends (embedded ``sim`` engines when none is configured), the router — and serves it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from mmgate.aio import json_response, start_app
+from mmgate.api.gateway import Gateway
+from mmgate.api.responses import error_frame, error_response, http_error_response
+from mmgate.backends.http import HTTPBackend
+from mmgate.config import GatewaySettings
+from mmgate.errors import MmgateError
+from mmgate.media.loader import MediaLoader
+from mmgate.metrics import GatewayMetrics
+from mmgate.routing.router import Router
+
+log = logging.getLogger(__name__)
+GATEWAY_KEY = web.AppKey("gateway", Gateway)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every failure becomes an OpenAI-style error body; nothing escapes as a bare 500."""
+    try:
+        return await handler(request)
+    except MmgateError as exc:
+        return error_response(exc)
+    except web.HTTPException as exc:
+        return http_error_response(exc)
+
+
+def build_app(gateway: Gateway) -> web.Application:
+    """The aiohttp application around ``gateway``."""
+    app = web.Application(middlewares=[_errors], client_max_size=gateway.settings.max_body_bytes)
+    app[GATEWAY_KEY] = gateway
+    app.router.add_post("/v1/chat/completions", _chat)
+    app.router.add_get("/v1/models", _models)
+    app.router.add_get("/health", _health)
+    app.router.add_get("/metrics", _metrics)
+    return app
+
+
+async def _chat(request: web.Request) -> web.StreamResponse:
+    gateway = request.app[GATEWAY_KEY]
+    metrics = gateway.metrics
+    started = time.perf_counter()
+    status = 500
+    try:
+        raw = await request.read()
+        outcome = await gateway.chat(raw, request.headers)
+        reply = outcome.reply
+        if reply.stream is None:
+            status = 200
+            return web.Response(
+                body=reply.body, status=200, content_type="application/json", headers=outcome.headers
+            )
+        response = web.StreamResponse(
+            status=200,
+            headers={
+                "Content-Type": "text/event-stream",
+                "Cache-Control": "no-cache",
+                "X-Accel-Buffering": "no",
+                **outcome.headers,
+            },
+        )
+        await response.prepare(request)
+        status = 200
+        first = True
+        try:
+            async for chunk in reply.stream:
+                if first:
+                    metrics.ttft_seconds.observe(time.perf_counter() - started)
+                    first = False
+                await response.write(chunk)
+        except MmgateError as exc:
+            # The stream has started: the status is sent, so the error travels as an SSE frame.
+            log.warning("backend stream failed: %s", exc.message)
+            with contextlib.suppress(ConnectionError):
+                await response.write(error_frame(exc))
+        except ConnectionError:
+            # The client went away; closing the backend stream (finally) tells the backend to stop.
+            return response
+        finally:
+            reply.release()
+        with contextlib.suppress(ConnectionError):
+            await response.write_eof()
+        return response
+    except MmgateError as exc:
+        status = exc.status
+        raise
+    except web.HTTPException as exc:
+        status = exc.status
+        raise
+    finally:
+        metrics.requests.labels("/v1/chat/completions", str(status)).inc()
+        metrics.request_seconds.labels("/v1/chat/completions").observe(time.perf_counter() - started)
+
+
+async def _models(request: web.Request) -> web.StreamResponse:
+    gateway = request.app[GATEWAY_KEY]
+    if not gateway.router.models:
+        await gateway.router.refresh_models()
+    data = [
+        {"id": model, "object": "model", "created": 0, "owned_by": "mmgate"} for model in gateway.router.models
+    ]
+    return json_response({"object": "list", "data": data})
+
+
+async def _health(request: web.Request) -> web.StreamResponse:
+    gateway = request.app[GATEWAY_KEY]
+    return json_response({"status": "ok", "backends": [b.name for b in gateway.router.backends]})
+
+
+async def _metrics(request: web.Request) -> web.StreamResponse:
+    gateway = request.app[GATEWAY_KEY]
+    return web.Response(body=generate_latest(gateway.metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+@dataclass
+class RunningGateway:
+    """A gateway serving on ``url``; ``stop()`` shuts it and its embedded engines down."""
+
+    gateway: Gateway
+    runner: web.AppRunner
+    port: int
+    host: str
+    _cleanups: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    async def stop(self) -> None:
+        await self.runner.cleanup()
+        await self.gateway.close()
+        for cleanup in self._cleanups:
+            with contextlib.suppress(Exception):
+                await cleanup()
+
+
+async def start_gateway(
+    settings: GatewaySettings, *, sim_settings: object | None = None, refresh_interval_s: float = 10.0
+) -> RunningGateway:
+    """Build and start a gateway from settings (embedded sim engines when no backend is set)."""
+    cleanups: list[Callable[[], Awaitable[None]]] = []
+    specs = list(settings.backends)
+    if not specs:
+        from mmgate.backends.embedded import start_embedded_engines
+
+        specs, stop_engines = await start_embedded_engines(settings.embedded_engines, sim_settings)
+        cleanups.append(stop_engines)
+    backends = [
+        HTTPBackend(
+            spec.name or f"{spec.kind}-{i}",
+            spec.kind,
+            spec.url,
+            connect_timeout_s=settings.backend_connect_timeout_s,
+            read_timeout_s=settings.backend_read_timeout_s,
+            max_connections=settings.backend_max_connections,
+        )
+        for i, spec in enumerate(specs)
+    ]
+    registry = CollectorRegistry()
+    metrics = GatewayMetrics(registry)
+    from mmgate.media.shared import build_shared_tier
+
+    shared = build_shared_tier(settings.cache, settings.media, registry)
+    loader = MediaLoader(settings.media, settings.cache, registry=registry, shared=shared)
+    router = Router(backends)
+    await router.refresh_models()
+    gateway = Gateway(settings, loader=loader, router=router, metrics=metrics)
+    app = build_app(gateway)
+    refresher = asyncio.create_task(_refresh_loop(router, refresh_interval_s))
+
+    async def stop_refresher() -> None:
+        refresher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await refresher
+
+    cleanups.insert(0, stop_refresher)
+    runner, port = await start_app(app, settings.host, settings.port)
+    return RunningGateway(gateway=gateway, runner=runner, port=port, host=settings.host, _cleanups=cleanups)
+
+
+async def _refresh_loop(router: Router, interval_s: float) -> None:
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            await router.refresh_models()
+        except Exception:  # a refresh failure must never kill the loop; the next one retries
+            log.exception("model refresh failed")

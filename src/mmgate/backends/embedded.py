@@ -1,0 +1,34 @@
+"""Embedded engines for the default run: ``mmgate serve`` with no ``--backend`` starts ``sim``
+engines (vLLM stand-ins, not models) on free loopback ports in its own process and reaches them
+over HTTP through the ``vllm`` backend, so the default run exercises the production path."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from mmgate.config import BackendSpec
+
+
+async def start_embedded_engines(
+    count: int, sim_settings: object | None = None
+) -> tuple[list[BackendSpec], Callable[[], Awaitable[None]]]:
+    """Start ``count`` sim engines; return their backend specs and a function that stops them."""
+    from mmgate.sim.config import SimSettings
+    from mmgate.sim.server import start_sim
+
+    base = sim_settings if isinstance(sim_settings, SimSettings) else SimSettings()
+    base = base.model_copy(update={"host": "127.0.0.1", "port": 0})
+    servers = []
+    try:
+        for _ in range(count):
+            servers.append(await start_sim(base))
+    except BaseException:
+        await asyncio.gather(*(s.stop() for s in servers), return_exceptions=True)
+        raise
+    specs = [BackendSpec(kind="vllm", url=s.url, name=f"sim-{i}") for i, s in enumerate(servers)]
+
+    async def stop() -> None:
+        await asyncio.gather(*(s.stop() for s in servers), return_exceptions=True)
+
+    return specs, stop

@@ -1,0 +1,144 @@
+"""HTTP client for OpenAI-compatible backends (``vllm`` and ``openai`` kinds).
+
+The two kinds speak the same HTTP; they differ in what the gateway puts in the body (uuids or not),
+which is decided before ``chat`` is called. aiohttp errors are translated here and nowhere else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import aiohttp
+import orjson
+
+from mmgate.backends.base import BackendKind, BackendReply, error_message
+from mmgate.errors import (
+    BackendConnectError,
+    BackendProtocolError,
+    BackendStatusError,
+    BackendTimeoutError,
+)
+
+_JSON_HEADERS = {"Content-Type": "application/json"}
+
+
+class HTTPBackend:
+    """An OpenAI-compatible server reached over HTTP."""
+
+    def __init__(
+        self,
+        name: str,
+        kind: BackendKind,
+        url: str,
+        *,
+        connect_timeout_s: float,
+        read_timeout_s: float,
+        max_connections: int = 1024,
+        api_key: str | None = None,
+    ) -> None:
+        self.name = name
+        self.kind: BackendKind = kind
+        self.url = url.rstrip("/")
+        self._chat_url = self.url + "/v1/chat/completions"
+        self._timeout = aiohttp.ClientTimeout(
+            total=None, connect=connect_timeout_s, sock_connect=connect_timeout_s, sock_read=read_timeout_s
+        )
+        self._probe_timeout = aiohttp.ClientTimeout(total=min(5.0, read_timeout_s), connect=connect_timeout_s)
+        self._headers = dict(_JSON_HEADERS)
+        if api_key:
+            self._headers["Authorization"] = f"Bearer {api_key}"
+        self._max_connections = max_connections
+        self._session: aiohttp.ClientSession | None = None
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(
+                limit=self._max_connections, ttl_dns_cache=60, enable_cleanup_closed=True
+            )
+            self._session = aiohttp.ClientSession(
+                connector=connector, timeout=self._timeout, json_serialize=lambda o: orjson.dumps(o).decode(),
+                auto_decompress=True,
+            )
+        return self._session
+
+    async def chat(self, body: bytes, *, stream: bool) -> BackendReply:
+        try:
+            resp = await self._client().post(self._chat_url, data=body, headers=self._headers)
+        except TimeoutError as exc:
+            raise BackendTimeoutError(f"backend {self.name} did not answer in time") from exc
+        except aiohttp.ClientConnectionError as exc:
+            raise BackendConnectError(f"backend {self.name} ({self.url}) is unreachable: {exc}") from exc
+        except aiohttp.ClientError as exc:
+            raise BackendProtocolError(f"backend {self.name} failed: {exc}") from exc
+        content_type = resp.headers.get("Content-Type", "application/json")
+        if resp.status != 200 or not stream or not content_type.startswith("text/event-stream"):
+            try:
+                data = await resp.read()
+            except TimeoutError as exc:
+                resp.close()
+                raise BackendTimeoutError(f"backend {self.name} stopped answering") from exc
+            except aiohttp.ClientError as exc:
+                resp.close()
+                raise BackendProtocolError(f"backend {self.name} broke its answer: {exc}") from exc
+            finally:
+                resp.release()
+            return BackendReply(status=resp.status, content_type=content_type, body=data)
+        return BackendReply(
+            status=200, content_type=content_type, stream=self._relay(resp), _release=resp.close
+        )
+
+    async def _relay(self, resp: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+        """Yield the SSE bytes as they arrive (no re-framing: frames pass through unchanged)."""
+        try:
+            async for chunk in resp.content.iter_any():
+                yield chunk
+        except TimeoutError as exc:
+            raise BackendTimeoutError(f"backend {self.name} stalled mid-stream") from exc
+        except aiohttp.ClientError as exc:
+            raise BackendProtocolError(f"backend {self.name} broke its stream: {exc}") from exc
+        finally:
+            resp.release()
+
+    async def models(self) -> list[str]:
+        try:
+            async with self._client().get(self.url + "/v1/models", timeout=self._probe_timeout) as resp:
+                if resp.status != 200:
+                    raise BackendStatusError(
+                        f"backend {self.name} /v1/models answered {resp.status}", backend_status=resp.status
+                    )
+                data = orjson.loads(await resp.read())
+        except TimeoutError as exc:
+            raise BackendTimeoutError(f"backend {self.name} /v1/models timed out") from exc
+        except aiohttp.ClientError as exc:
+            raise BackendConnectError(f"backend {self.name} is unreachable: {exc}") from exc
+        except orjson.JSONDecodeError as exc:
+            raise BackendProtocolError(f"backend {self.name} /v1/models is not JSON") from exc
+        items = data.get("data") if isinstance(data, dict) else None
+        return [str(m["id"]) for m in items or [] if isinstance(m, dict) and "id" in m]
+
+    async def healthy(self) -> bool:
+        path = "/health" if self.kind == "vllm" else "/v1/models"
+        try:
+            async with self._client().get(self.url + path, timeout=self._probe_timeout) as resp:
+                await resp.read()
+                return resp.status == 200
+        except (TimeoutError, aiohttp.ClientError):
+            # A failed probe is the answer itself: unhealthy.
+            return False
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+
+def status_error(backend: str, status: int, body: bytes) -> BackendStatusError:
+    """Map a backend error reply to the error the client sees (a backend 400 stays a 400)."""
+    try:
+        parsed = orjson.loads(body) if body else None
+    except orjson.JSONDecodeError:
+        parsed = None
+    text = body[:300].decode("utf-8", "replace") if body else ""
+    message = error_message(parsed, text or f"backend {backend} answered HTTP {status}")
+    if status >= 500:
+        message = f"backend {backend} answered HTTP {status}: {message}"
+    return BackendStatusError(message, backend_status=status, body=parsed if isinstance(parsed, dict) else None)

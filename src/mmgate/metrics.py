@@ -1,0 +1,44 @@
+"""Gateway-level Prometheus metrics (prefix ``mmgate_``), on a registry owned by one gateway.
+
+Components add their own metrics to the same registry (``mmgate.media.metrics``, the shared tier,
+reuse). Labels are bounded: routes, status codes, configured backend names, fixed outcomes — never
+a URL, uuid, session or key.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+_LATENCY_BUCKETS = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
+)
+
+
+class GatewayMetrics:
+    """Request, latency and backend metrics of one gateway."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.requests = Counter(
+            "mmgate_requests", "HTTP requests by route and status", ["route", "status"], registry=registry
+        )
+        self.request_seconds = Histogram(
+            "mmgate_request_duration_seconds", "Request latency (to the last byte)", ["route"],
+            buckets=_LATENCY_BUCKETS, registry=registry,
+        )
+        self.ttft_seconds = Histogram(
+            "mmgate_time_to_first_token_seconds", "Time to the first streamed chunk from the backend",
+            buckets=_LATENCY_BUCKETS, registry=registry,
+        )
+        self.backend_requests = Counter(
+            "mmgate_backend_requests", "Requests sent to backends by outcome", ["backend", "outcome"],
+            registry=registry,
+        )
+        self.backend_healthy = Gauge(
+            "mmgate_backend_healthy", "1 when the backend passes its health checks", ["backend"],
+            registry=registry,
+        )
+        self.images_forwarded = Counter(
+            "mmgate_images_forwarded", "Images sent to backends, by how (data or reference)", ["mode"],
+            registry=registry,
+        )

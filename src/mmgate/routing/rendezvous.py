@@ -1,0 +1,23 @@
+"""Rendezvous (highest-random-weight) hashing: every gateway process picks the same node for a key
+without coordination, and removing a node moves only the keys that node held."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+
+def rendezvous_score(key: str, node: str) -> int:
+    """A stable 64-bit score of (key, node)."""
+    digest = hashlib.blake2b(f"{node}\x00{key}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big")
+
+
+def rendezvous_pick(key: str, nodes: Sequence[str]) -> int:
+    """Index of the node with the highest score for ``key``; ``nodes`` must not be empty."""
+    best_index, best_score = 0, -1
+    for i, node in enumerate(nodes):
+        score = rendezvous_score(key, node)
+        if score > best_score:
+            best_index, best_score = i, score
+    return best_index
