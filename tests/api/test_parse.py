@@ -1,0 +1,119 @@
+"""Every accepted and rejected image-part shape of the client contract, at the parser (no I/O)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from mmgate.api.parse import parse_chat_request
+from mmgate.errors import InvalidRequestError
+
+URL = "https://images.example/cat.png"
+
+
+def body(*parts: Any, **extra: Any) -> bytes:
+    msg = {"role": "user", "content": [{"type": "text", "text": "hi"}, *parts]}
+    return orjson.dumps({"model": "m", "messages": [{"role": "system", "content": "s"}, msg], **extra})
+
+
+def parse(raw: bytes) -> Any:
+    return parse_chat_request(raw, max_images=4, max_uuid_length=256)
+
+
+@pytest.mark.parametrize(
+    ("part", "url", "uuid"),
+    [
+        ({"type": "image_url", "image_url": {"url": URL}}, URL, None),
+        ({"type": "image_url", "image_url": {"url": URL}, "uuid": "u1"}, URL, "u1"),
+        ({"type": "image_url", "image_url": None, "uuid": "u1"}, None, "u1"),
+        ({"type": "image_url", "image_url": {}, "uuid": "u1"}, None, "u1"),
+        ({"type": "image_url", "image_url": {"url": ""}, "uuid": "u1"}, None, "u1"),
+        ({"type": "image_url", "uuid": "u1"}, None, "u1"),
+        ({"type": "image_url", "image_url": {"url": URL, "uuid": "n1"}}, URL, "n1"),
+        ({"type": "image_url", "image_url": {"url": URL, "uuid": "u1"}, "uuid": "u1"}, URL, "u1"),
+        ({"type": "image_url", "image_url": {"url": URL}, "uuid": None}, URL, None),
+    ],
+)
+def test_accepted_image_shapes(part: dict[str, Any], url: str | None, uuid: str | None) -> None:
+    req = parse(body(part))
+    assert len(req.slots) == 1
+    slot = req.slots[0]
+    assert (slot.url, slot.uuid) == (url, uuid)
+    assert slot.is_cache_only == (url is None)
+    assert slot.param == "messages[1].content[1]"
+    assert slot.part is req.body["messages"][1]["content"][1]
+
+
+@pytest.mark.parametrize(
+    ("part", "fragment"),
+    [
+        ({"type": "image_url", "image_url": None}, "neither"),
+        ({"type": "image_url"}, "neither"),
+        ({"type": "image_url", "image_url": {"url": ""}}, "neither"),
+        ({"type": "image_url", "image_url": None, "uuid": ""}, "must not be empty"),
+        ({"type": "image_url", "image_url": None, "uuid": 7}, "must be a string"),
+        ({"type": "image_url", "image_url": None, "uuid": "x" * 257}, "longer than 256"),
+        ({"type": "image_url", "image_url": {"url": URL, "uuid": "a"}, "uuid": "b"}, "differ"),
+        ({"type": "image_url", "image_url": {"url": 5}}, "must be a string"),
+        ({"type": "image_url", "image_url": "http://x/y.png"}, "must be an object"),
+        ({"type": "input_audio", "input_audio": {"data": "AA==", "format": "wav"}, "uuid": "a"}, "images only"),
+        ({"type": "video_url", "video_url": {"url": URL}, "uuid": "v"}, "images only"),
+        ({"type": "audio_url", "audio_url": {"url": URL}, "uuid": "v"}, "images only"),
+    ],
+)
+def test_rejected_part_names_the_part(part: dict[str, Any], fragment: str) -> None:
+    with pytest.raises(InvalidRequestError) as info:
+        parse(body(part))
+    assert info.value.status == 400
+    assert info.value.param == "messages[1].content[1]"
+    assert fragment in info.value.message
+
+
+def test_audio_and_video_pass_through_untouched() -> None:
+    audio = {"type": "input_audio", "input_audio": {"data": "AA==", "format": "wav"}}
+    video = {"type": "video_url", "video_url": {"url": URL}}
+    req = parse(body(audio, video))
+    assert req.slots == []
+    assert req.body["messages"][1]["content"][1] == audio
+    assert req.body["messages"][1]["content"][2] == video
+
+
+def test_too_many_images_names_the_first_extra_part() -> None:
+    parts = [{"type": "image_url", "image_url": {"url": URL}} for _ in range(5)]
+    with pytest.raises(InvalidRequestError) as info:
+        parse(body(*parts))
+    assert info.value.param == "messages[1].content[5]"
+    assert "too many images" in info.value.message
+
+
+@pytest.mark.parametrize(
+    ("raw", "param"),
+    [
+        (b"{not json", None),
+        (b"[1,2]", None),
+        (b'{"messages": [{"role": "user", "content": "x"}]}', "model"),
+        (b'{"model": "m", "messages": []}', "messages"),
+        (b'{"model": "m", "messages": ["x"]}', "messages[0]"),
+        (b'{"model": "m", "messages": [{"role": "user", "content": 5}]}', "messages[0].content"),
+        (b'{"model": "m", "messages": [{"role": "user", "content": [5]}]}', "messages[0].content[0]"),
+        (b'{"model": "m", "stream": "yes", "messages": [{"role": "user", "content": "x"}]}', "stream"),
+    ],
+)
+def test_malformed_bodies(raw: bytes, param: str | None) -> None:
+    with pytest.raises(InvalidRequestError) as info:
+        parse(raw)
+    assert info.value.param == param
+
+
+def test_unknown_fields_are_kept_and_images_indexed_in_order() -> None:
+    raw = body(
+        {"type": "image_url", "image_url": {"url": URL}},
+        {"type": "image_url", "image_url": None, "uuid": "u2"},
+        top_k=5, mm_processor_kwargs={"fps": 1}, stream=True,
+    )
+    req = parse(raw)
+    assert req.body["top_k"] == 5 and req.body["mm_processor_kwargs"] == {"fps": 1}
+    assert req.stream is True
+    assert [s.index for s in req.slots] == [0, 1]
