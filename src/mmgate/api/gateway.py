@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,16 +16,37 @@ from typing import Any
 import orjson
 
 from mmgate.api.parse import ChatRequest, ImageSlot, parse_chat_request
-from mmgate.backends.base import Backend, BackendReply
+from mmgate.backends.base import Backend, BackendReply, is_cache_miss
 from mmgate.backends.http import status_error
 from mmgate.config import GatewaySettings
-from mmgate.errors import InvalidRequestError
+from mmgate.errors import InvalidRequestError, UnknownUUIDError
 from mmgate.media.loader import MediaLoader
 from mmgate.media.types import LoadedImage
 from mmgate.metrics import GatewayMetrics
 from mmgate.routing.router import Router
 
 log = logging.getLogger(__name__)
+_MISS_INDEX = re.compile(r"image at index (\d+)")
+
+
+def cache_miss_slot(reply: BackendReply, slots: list[ImageSlot]) -> ImageSlot | None:
+    """The slot a vLLM cache-miss answer is about, or None when the reply is something else."""
+    if reply.status != 400 or not reply.body or b"Cache miss" not in reply.body:
+        return None
+    try:
+        body = orjson.loads(reply.body)
+    except orjson.JSONDecodeError:
+        return None
+    if not is_cache_miss(reply.status, body):
+        return None
+    err = body.get("error") if isinstance(body.get("error"), dict) else body
+    found = _MISS_INDEX.search(str(err.get("message", "")))
+    index = int(found.group(1)) if found else -1
+    for slot in slots:
+        if slot.index == index:
+            return slot
+    cache_only = [s for s in slots if s.is_cache_only]
+    return cache_only[0] if cache_only else None
 
 
 @dataclass(slots=True)
@@ -72,6 +94,13 @@ class Gateway:
         reply = await backend.chat(body, stream=request.stream)
         if reply.status != 200:
             self.metrics.backend_requests.labels(backend.name, f"http_{reply.status}").inc()
+            miss = cache_miss_slot(reply, request.slots)
+            if miss is not None:
+                raise UnknownUUIDError(
+                    f"image uuid {miss.uuid!r} is not in the cache of backend {backend.name} and the "
+                    "request carries no data for it: send the image again with its url and uuid",
+                    param=miss.param,
+                )
             raise status_error(backend.name, reply.status, reply.body or b"")
         self.metrics.backend_requests.labels(backend.name, "ok").inc()
         return ChatOutcome(reply=reply, backend=backend, headers={"x-mmgate-backend": backend.name})

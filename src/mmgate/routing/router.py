@@ -12,7 +12,7 @@ import logging
 from collections.abc import Sequence
 
 from mmgate.backends.base import Backend
-from mmgate.errors import MmgateError, ModelNotFoundError, NoBackendError
+from mmgate.errors import MmgateError, ModelNotFoundError
 from mmgate.routing.rendezvous import rendezvous_pick
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,8 @@ class Router:
         if found:
             return found
         if not self._answered:
-            raise NoBackendError("no backend has answered yet: cannot serve any model")
+            # No backend has ever answered: send it on, so the client sees the real failure (502/504).
+            return self.backends
         raise ModelNotFoundError(f"The model `{model}` does not exist.", param="model")
 
     def pick(self, model: str, session_id: str | None) -> Backend:

@@ -1,0 +1,143 @@
+"""What the gateway adds: one client, one sim backend, direct versus through mmgate.
+
+Runs a sim engine (zero modelled latency) and a gateway as separate processes on loopback, then
+sends the same requests one at a time (low load), alternating direct and gateway, for:
+text-only streaming, text-only non-streaming, and streaming with one ~1 MiB image (same image each
+time, with a uuid, as a multi-turn client would resend it).
+Reports p50/p99 latency of each path, the added p50/p99, and the gateway process's CPU time per
+request (from /proc, so the client's and the sim's CPU do not count).
+
+    .venv/bin/python benchmarks/gateway_overhead.py --requests 2000 --image-requests 300
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import io
+import json
+import os
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import aiohttp
+from PIL import Image
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _procs import cpu_seconds, free_port, start, stop
+
+MODEL = "mmgate-sim-vl"
+
+
+def one_mib_jpeg() -> bytes:
+    """A noisy JPEG of about 1 MiB (noise does not compress)."""
+    rng = random.Random(7)
+    side = 900
+    img = Image.frombytes("RGB", (side, side), bytes(rng.getrandbits(8) for _ in range(side * side * 3)))
+    for quality in (95, 90, 85, 80, 70):
+        buf = io.BytesIO()
+        img.save(buf, "JPEG", quality=quality)
+        if buf.tell() <= 1.1 * 1024 * 1024:
+            break
+    return buf.getvalue()
+
+
+def bodies(image_bytes: bytes) -> dict[str, bytes]:
+    text = {"role": "user", "content": "Summarise the plot of a short story about a lighthouse keeper."}
+    data_url = "data:image/jpeg;base64," + base64.b64encode(image_bytes).decode()
+    image_msg = {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "What is in this image?"},
+            {"type": "image_url", "image_url": {"url": data_url}, "uuid": "bench-image-1"},
+        ],
+    }
+    common = {"model": MODEL, "max_tokens": 16}
+    return {
+        "text_stream": json.dumps({**common, "messages": [text], "stream": True}).encode(),
+        "text_nonstream": json.dumps({**common, "messages": [text]}).encode(),
+        "image_stream": json.dumps({**common, "messages": [image_msg], "stream": True}).encode(),
+    }
+
+
+async def one(session: aiohttp.ClientSession, url: str, body: bytes) -> float:
+    t0 = time.perf_counter_ns()
+    async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as r:
+        await r.read()
+        if r.status != 200:
+            raise RuntimeError(f"{url}: HTTP {r.status}")
+    return (time.perf_counter_ns() - t0) / 1e6
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))]
+
+
+async def measure(direct: str, gateway: str, gw_pid: int, body: bytes, n: int) -> dict[str, float]:
+    lat: dict[str, list[float]] = {"direct": [], "gateway": []}
+    gw_cpu = 0.0
+    conn = aiohttp.TCPConnector(limit=4)
+    async with aiohttp.ClientSession(connector=conn) as session:
+        for _ in range(max(20, n // 10)):  # warm-up: connections, caches, JIT-free but lazy imports
+            await one(session, direct, body)
+            await one(session, gateway, body)
+        for _ in range(n):
+            lat["direct"].append(await one(session, direct, body))
+            c0 = cpu_seconds(gw_pid)
+            lat["gateway"].append(await one(session, gateway, body))
+            gw_cpu += cpu_seconds(gw_pid) - c0
+    d50, d99 = pct(lat["direct"], 50), pct(lat["direct"], 99)
+    g50, g99 = pct(lat["gateway"], 50), pct(lat["gateway"], 99)
+    return {
+        "requests": n,
+        "direct_p50_ms": d50, "direct_p99_ms": d99,
+        "gateway_p50_ms": g50, "gateway_p99_ms": g99,
+        "added_p50_ms": g50 - d50, "added_p99_ms": g99 - d99,
+        "added_mean_ms": statistics.fmean(lat["gateway"]) - statistics.fmean(lat["direct"]),
+        "gateway_cpu_ms_per_request": 1000 * gw_cpu / n,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--requests", type=int, default=2000, help="requests per text scenario and path")
+    parser.add_argument("--image-requests", type=int, default=300, help="requests per image scenario and path")
+    parser.add_argument("--out", default="results/gateway_overhead.json")
+    args = parser.parse_args()
+
+    sim_port, gw_port = free_port(), free_port()
+    sim = start(["sim", "--port", str(sim_port), "--speedup", "1000000"], sim_port)
+    gw = start(["serve", "--port", str(gw_port), "--backend", f"vllm=http://127.0.0.1:{sim_port}",
+                "--log-level", "warning"], gw_port)
+    try:
+        image = one_mib_jpeg()
+        direct = f"http://127.0.0.1:{sim_port}/v1/chat/completions"
+        via = f"http://127.0.0.1:{gw_port}/v1/chat/completions"
+        results = {}
+        for name, body in bodies(image).items():
+            n = args.image_requests if name.startswith("image") else args.requests
+            results[name] = asyncio.run(measure(direct, via, gw.pid, body, n))
+    finally:
+        stop(gw)
+        stop(sim)
+
+    header = f"{'scenario':<16}{'direct p50':>11}{'gw p50':>9}{'added p50':>11}{'added p99':>11}{'gw CPU/req':>12}"
+    print(f"image bytes: {len(image):,}; requests alternate direct/gateway, one at a time")
+    print(header)
+    for name, r in results.items():
+        print(f"{name:<16}{r['direct_p50_ms']:>9.3f}ms{r['gateway_p50_ms']:>7.3f}ms{r['added_p50_ms']:>9.3f}ms"
+              f"{r['added_p99_ms']:>9.3f}ms{r['gateway_cpu_ms_per_request']:>10.3f}ms")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"image_bytes": len(image), "cpu_count": os.cpu_count(), "results": results},
+                              indent=2))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
