@@ -1,1 +1,7 @@
-"""sim component of mmgate (see DESIGN.md)."""
+"""The embedded vLLM-like engine (``mmgate sim``): a stand-in for vLLM, not a model.
+
+It behaves like vLLM where mmgate cares — the multimodal processor cache keyed by uuid or content
+hash, UUID-only references and vLLM's cache-miss error, real per-image processing on a miss, a
+token-timing model, OpenAI response format, Prometheus counters — so the gateway, its tests and
+the benchmark can run without a GPU. Start one with ``start_sim(SimSettings(...))``.
+"""

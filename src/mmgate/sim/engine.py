@@ -1,0 +1,208 @@
+"""The sim's engine: admits a chat request the way vLLM's front end does.
+
+Order of work, as in vLLM: load every image's bytes (decode ``data:`` URLs, fetch http(s) URLs),
+key each image by its uuid or content hash, query the processor cache for all of them, fail with
+vLLM's cache-miss error at the first cache-only reference that is not cached, then run the
+processor (decode, resize, normalise) on the misses and cache the results. Like vLLM, a cache-only
+reference is checked against the cache *before* this request's own images are inserted, so
+``[{url, uuid:u}, {uuid:u}]`` in one request fails when ``u`` was not cached before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import aiohttp
+import orjson
+
+from mmgate.errors import InvalidRequestError
+from mmgate.sim.cache import ProcessedImage, ProcessorCache
+from mmgate.sim.config import SimSettings
+from mmgate.sim.generation import (
+    GenerationPlan,
+    count_prompt_text_tokens,
+    decode_seconds_per_token,
+    plan_generation,
+    prefill_seconds,
+    prompt_seed,
+)
+from mmgate.sim.media import data_url_payload, fetch_image
+from mmgate.sim.metrics import SimMetrics
+from mmgate.sim.processor import content_hash, decode_image, process_image
+from mmgate.sim.request import ChatRequest, ImageRef, parse_chat_request
+
+T = TypeVar("T")
+
+# data: URLs longer than this are decoded (and hashed) in the thread pool, not on the loop.
+INLINE_DECODE_LIMIT = 256 * 1024
+
+
+def cache_miss_error(index: int) -> InvalidRequestError:
+    """vLLM's error for a cache-only reference that is not cached (``index`` counts images)."""
+    return InvalidRequestError(f"Cache miss for image at index {index} but data is not provided.")
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedImage:
+    """One image of the request with its cache key; ``data`` None for a cache-only reference."""
+
+    ref: ImageRef
+    data: bytes | None
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """A validated request with its token counts, its answer and its modelled timings."""
+
+    request: ChatRequest
+    text_tokens: int
+    image_tokens: int
+    max_tokens: int
+    plan: GenerationPlan
+    prefill_s: float
+    decode_s: float
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self.text_tokens + self.image_tokens
+
+    @property
+    def completion_tokens(self) -> int:
+        return len(self.plan.tokens)
+
+
+class SimEngine:
+    """One vLLM-like engine: processor cache, thread pool, HTTP client for image URLs, counters."""
+
+    def __init__(self, settings: SimSettings) -> None:
+        self.settings = settings
+        self.cache = ProcessorCache(settings.cache_capacity_bytes)
+        self.metrics = SimMetrics(settings.model)
+        self._executor = ThreadPoolExecutor(
+            max_workers=settings.processor_workers, thread_name_prefix="mmgate-sim"
+        )
+        self._session: aiohttp.ClientSession | None = None
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, functools.partial(fn, *args))
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=64),
+                timeout=aiohttp.ClientTimeout(total=self.settings.fetch_timeout_s),
+            )
+        return self._session
+
+    async def admit(self, raw_body: bytes) -> Admitted:
+        """Parse, validate and preprocess a request; raise mmgate errors (4xx) for bad input."""
+        try:
+            body = orjson.loads(raw_body)
+        except orjson.JSONDecodeError as exc:
+            raise InvalidRequestError(f"Invalid JSON in request body: {exc}.") from exc
+        request = parse_chat_request(body, self.settings)
+        loaded = [await self._load(ref) for ref in request.images]
+        processed = await self._preprocess(loaded)
+        return self._plan(request, loaded, processed)
+
+    async def _load(self, ref: ImageRef) -> LoadedImage:
+        if ref.url is None:
+            assert ref.uuid is not None  # parse_chat_request guarantees url or uuid
+            return LoadedImage(ref=ref, data=None, key=ref.uuid)
+        max_bytes = self.settings.max_image_bytes
+        if ref.url[:5].lower() == "data:":
+            if len(ref.url) > INLINE_DECODE_LIMIT:
+                data = await self._run(data_url_payload, ref.url, max_bytes)
+            else:
+                data = data_url_payload(ref.url, max_bytes)
+        else:
+            data = await fetch_image(self._http(), ref.url, max_bytes=max_bytes,
+                                     timeout_s=self.settings.fetch_timeout_s)
+        self.metrics.image_received(len(data))
+        if ref.uuid is not None:
+            key = ref.uuid
+        elif len(data) > INLINE_DECODE_LIMIT:
+            key = await self._run(content_hash, data)
+        else:
+            key = content_hash(data)
+        return LoadedImage(ref=ref, data=data, key=key)
+
+    async def _preprocess(self, loaded: list[LoadedImage]) -> list[ProcessedImage]:
+        cache = self.cache
+        enabled = cache.capacity_bytes > 0
+        found: list[ProcessedImage | None] = []
+        for item in loaded:  # query every item first, as vLLM does
+            entry = cache.get(item.key) if enabled else None
+            if enabled:
+                self.metrics.cache_query(entry is not None)
+            found.append(entry)
+        for item, entry in zip(loaded, found, strict=True):
+            if entry is None and item.data is None:
+                raise cache_miss_error(item.ref.index)
+        results: list[ProcessedImage] = []
+        misses: list[tuple[str, ProcessedImage]] = []
+        for item, entry in zip(loaded, found, strict=True):
+            if entry is None:
+                assert item.data is not None  # checked above
+                entry = await self._run(process_image, item.data, self.settings)
+                self.metrics.image_processed()
+                misses.append((item.key, entry))
+            elif item.data is not None and self.settings.decode_on_hit:
+                await self._run(decode_image, item.data, self.settings)
+                self.metrics.image_decoded_on_hit()
+            results.append(entry)
+        if enabled:
+            for key, entry in misses:
+                cache.put(key, entry)
+            self.metrics.cache_state(cache.num_cached_bytes, len(cache), cache.num_evictions)
+        return results
+
+    def _plan(self, request: ChatRequest, loaded: list[LoadedImage],
+              processed: list[ProcessedImage]) -> Admitted:
+        s = self.settings
+        text_tokens = count_prompt_text_tokens(request.texts, request.num_messages)
+        image_tokens = sum(p.num_tokens for p in processed)
+        prompt_tokens = text_tokens + image_tokens
+        if prompt_tokens >= s.max_model_len:
+            raise InvalidRequestError(
+                f"This model's maximum context length is {s.max_model_len} tokens. However, your "
+                f"request has {prompt_tokens} input tokens. Please reduce the length of the input "
+                "messages.",
+                param="messages",
+            )
+        max_tokens = request.max_tokens
+        if max_tokens is None:
+            max_tokens = min(s.default_max_tokens, s.max_model_len - prompt_tokens)
+        elif prompt_tokens + max_tokens > s.max_model_len:
+            raise InvalidRequestError(
+                f"This model's maximum context length is {s.max_model_len} tokens. However, you "
+                f"requested {prompt_tokens + max_tokens} tokens ({prompt_tokens} in the messages, "
+                f"{max_tokens} in the completion). Please reduce the length of the messages or "
+                "completion.",
+                param="max_tokens",
+            )
+        seed = prompt_seed(request.texts, (item.key for item in loaded))
+        plan = plan_generation(seed, max_tokens=max_tokens, min_tokens=min(request.min_tokens, max_tokens),
+                               ignore_eos=request.ignore_eos)
+        return Admitted(
+            request=request,
+            text_tokens=text_tokens,
+            image_tokens=image_tokens,
+            max_tokens=max_tokens,
+            plan=plan,
+            prefill_s=prefill_seconds(text_tokens, image_tokens, s),
+            decode_s=decode_seconds_per_token(s),
+        )

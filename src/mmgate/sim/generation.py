@@ -1,0 +1,97 @@
+"""Token counting, deterministic text and the timing model of the sim (pure logic).
+
+Nothing here is a language model: prompt tokens are estimated (about four characters a token,
+plus a few per message for the chat template), and the "generated" words are drawn from a fixed
+vocabulary by a generator seeded with a hash of the prompt, so the same request always gets the
+same answer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from mmgate.sim.config import SimSettings
+
+# Chat-template tokens: "<|im_start|>role\n" … "<|im_end|>\n" per message, and the assistant prime.
+MESSAGE_OVERHEAD_TOKENS = 3
+GENERATION_PROMPT_TOKENS = 3
+CHARS_PER_TOKEN = 4
+
+VOCAB: tuple[str, ...] = (
+    "the", "image", "shows", "a", "window", "with", "button", "text", "field", "menu", "on", "left",
+    "right", "top", "bottom", "of", "screen", "and", "an", "icon", "next", "to", "label", "click",
+    "open", "panel", "list", "item", "blue", "red", "green", "dark", "light", "small", "large",
+    "table", "row", "column", "chart", "title", "header", "footer", "dialog", "tab", "page", "link",
+    "scroll", "down", "up", "cursor", "near", "center", "corner", "view", "toolbar", "search", "box",
+    "form", "input", "select", "option", "card", "grid", "logo",
+)
+
+
+def count_text_tokens(text: str) -> int:
+    """Tokens of one text segment: ceil(characters / 4)."""
+    return (len(text) + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN
+
+
+def count_prompt_text_tokens(texts: Iterable[str], num_messages: int) -> int:
+    """Text tokens of a chat prompt, chat-template overhead included."""
+    body = sum(count_text_tokens(t) for t in texts)
+    return body + MESSAGE_OVERHEAD_TOKENS * num_messages + GENERATION_PROMPT_TOKENS
+
+
+def prompt_seed(texts: Iterable[str], image_keys: Iterable[str]) -> int:
+    """A stable seed from everything the prompt contains (texts and image keys, in order)."""
+    h = hashlib.sha256()
+    for t in texts:
+        h.update(b"t")
+        h.update(len(t).to_bytes(8, "little"))
+        h.update(t.encode("utf-8", "surrogatepass"))
+    for k in image_keys:
+        h.update(b"i")
+        h.update(k.encode("utf-8", "surrogatepass"))
+        h.update(b"\0")
+    return int.from_bytes(h.digest()[:8], "little")
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationPlan:
+    """The tokens to emit (each a piece of text) and why generation ends."""
+
+    tokens: tuple[str, ...]
+    finish_reason: str  # "stop" (the modelled EOS) or "length" (max_tokens reached)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.tokens)
+
+
+def natural_length(seed: int) -> int:
+    """Where the modelled EOS falls for this prompt: 8..255 tokens."""
+    return 8 + (seed >> 17) % 248
+
+
+def plan_generation(seed: int, *, max_tokens: int, min_tokens: int, ignore_eos: bool) -> GenerationPlan:
+    """Honour max_tokens, min_tokens and ignore_eos like vLLM's sampler would."""
+    eos_at = max(natural_length(seed), min_tokens)
+    if ignore_eos or eos_at >= max_tokens:
+        count, reason = max_tokens, "length"
+    else:
+        count, reason = eos_at, "stop"
+    rng = random.Random(seed)
+    words = rng.choices(VOCAB, k=count)
+    tokens = tuple(w if i == 0 else " " + w for i, w in enumerate(words))
+    return GenerationPlan(tokens=tokens, finish_reason=reason)
+
+
+def prefill_seconds(text_tokens: int, image_tokens: int, settings: SimSettings) -> float:
+    """Modelled time from admission to the first token."""
+    micros = text_tokens * settings.prefill_us_per_text_token
+    micros += image_tokens * settings.prefill_us_per_image_token
+    return micros / 1e6 / settings.speedup
+
+
+def decode_seconds_per_token(settings: SimSettings) -> float:
+    """Modelled time between two generated tokens."""
+    return settings.decode_ms_per_token / 1e3 / settings.speedup

@@ -1,0 +1,200 @@
+"""Parse and validate a Chat Completions request the way vLLM's OpenAI server does (pure logic).
+
+Unknown fields are ignored (sampling knobs such as ``temperature`` have no effect on the sim).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from mmgate.errors import InvalidRequestError, ModelNotFoundError
+from mmgate.sim.config import SimSettings
+
+TEXT_PART_TYPES = frozenset({"text", "input_text", "refusal"})
+IMAGE_PART_TYPES = frozenset({"image_url", "input_image"})
+ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+
+
+@dataclass(frozen=True, slots=True)
+class ImageRef:
+    """One image of the request, in order. ``url`` None: a cache-only reference to ``uuid``."""
+
+    index: int
+    url: str | None
+    uuid: str | None
+    param: str
+
+    @property
+    def is_cache_only(self) -> bool:
+        return self.url is None
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRequest:
+    """The parts of a chat request the sim acts on."""
+
+    model: str
+    texts: tuple[str, ...]
+    num_messages: int
+    images: tuple[ImageRef, ...]
+    stream: bool
+    include_usage: bool
+    continuous_usage_stats: bool
+    max_tokens: int | None
+    min_tokens: int
+    ignore_eos: bool
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def not_found(model: str) -> ModelNotFoundError:
+    return ModelNotFoundError(f"The model `{model}` does not exist.")
+
+
+def parse_chat_request(body: Any, settings: SimSettings) -> ChatRequest:
+    """Validate a decoded JSON body; raise InvalidRequestError / ModelNotFoundError."""
+    if not isinstance(body, dict):
+        raise InvalidRequestError("The request body must be a JSON object.")
+    model = body.get("model")
+    if model is None:
+        model = settings.model
+    if not isinstance(model, str):
+        raise InvalidRequestError("'model' must be a string.", param="model")
+    if model != settings.model:
+        raise not_found(model)
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise InvalidRequestError("'messages' must be a non-empty list.", param="messages")
+    texts: list[str] = []
+    images: list[ImageRef] = []
+    for m_idx, message in enumerate(messages):
+        _parse_message(message, m_idx, texts, images)
+    if len(images) > settings.max_images_per_request:
+        raise InvalidRequestError(
+            f"At most {settings.max_images_per_request} image(s) may be provided in one prompt.",
+            param="messages",
+        )
+    n = body.get("n", 1)
+    if n not in (None, 1):
+        raise InvalidRequestError("The sim only supports n=1.", param="n")
+    stream = _opt_bool(body, "stream")
+    options = body.get("stream_options") or {}
+    if not isinstance(options, dict):
+        raise InvalidRequestError("'stream_options' must be an object.", param="stream_options")
+    if options and not stream:
+        raise InvalidRequestError("Stream options can only be defined when `stream=True`.",
+                                  param="stream_options")
+    max_tokens = _opt_int(body, "max_completion_tokens")
+    if max_tokens is None:
+        max_tokens = _opt_int(body, "max_tokens")
+    if max_tokens is not None and max_tokens < 1:
+        raise InvalidRequestError(f"max_tokens must be at least 1, got {max_tokens}.", param="max_tokens")
+    min_tokens = _opt_int(body, "min_tokens") or 0
+    if min_tokens < 0:
+        raise InvalidRequestError(f"min_tokens must be greater than or equal to 0, got {min_tokens}.",
+                                  param="min_tokens")
+    if max_tokens is not None and min_tokens > max_tokens:
+        raise InvalidRequestError(
+            f"min_tokens must be less than or equal to max_tokens={max_tokens}, got {min_tokens}.",
+            param="min_tokens",
+        )
+    return ChatRequest(
+        model=model,
+        texts=tuple(texts),
+        num_messages=len(messages),
+        images=tuple(images),
+        stream=stream,
+        include_usage=bool(options.get("include_usage")),
+        continuous_usage_stats=bool(options.get("continuous_usage_stats")),
+        max_tokens=max_tokens,
+        min_tokens=min_tokens,
+        ignore_eos=_opt_bool(body, "ignore_eos"),
+    )
+
+
+def _parse_message(message: Any, m_idx: int, texts: list[str], images: list[ImageRef]) -> None:
+    where = f"messages[{m_idx}]"
+    if not isinstance(message, dict):
+        raise InvalidRequestError(f"{where} must be an object.", param=where)
+    role = message.get("role")
+    if role not in ROLES:
+        raise InvalidRequestError(f"{where}.role must be one of {sorted(ROLES)}, got {role!r}.",
+                                  param=f"{where}.role")
+    content = message.get("content")
+    if content is None:
+        return  # an assistant turn with tool_calls only
+    if isinstance(content, str):
+        texts.append(content)
+        return
+    if not isinstance(content, list):
+        raise InvalidRequestError(f"{where}.content must be a string or a list of parts.",
+                                  param=f"{where}.content")
+    for p_idx, part in enumerate(content):
+        _parse_part(part, f"{where}.content[{p_idx}]", texts, images)
+
+
+def _parse_part(part: Any, where: str, texts: list[str], images: list[ImageRef]) -> None:
+    if isinstance(part, str):
+        texts.append(part)
+        return
+    if not isinstance(part, dict):
+        raise InvalidRequestError(f"{where} must be an object.", param=where)
+    kind = part.get("type")
+    if kind in TEXT_PART_TYPES:
+        text = part.get(kind if kind != "input_text" else "text")
+        if not isinstance(text, str):
+            raise InvalidRequestError(f"{where}.{kind} must be a string.", param=where)
+        texts.append(text)
+        return
+    if kind in IMAGE_PART_TYPES:
+        images.append(_parse_image(part, where, len(images)))
+        return
+    raise InvalidRequestError(
+        f"Unsupported content part type {kind!r}: the sim (a vLLM stand-in serving a "
+        "vision-language model) accepts text and image_url parts.",
+        param=where,
+    )
+
+
+def _parse_image(part: dict[str, Any], where: str, index: int) -> ImageRef:
+    raw = part.get("image_url")
+    url: str | None = None
+    nested_uuid: Any = None
+    if isinstance(raw, str):
+        url = raw
+    elif isinstance(raw, dict):
+        value = raw.get("url")
+        if value is not None and not isinstance(value, str):
+            raise InvalidRequestError(f"{where}.image_url.url must be a string.", param=where)
+        url = value
+        nested_uuid = raw.get("uuid")
+    elif raw is not None:
+        raise InvalidRequestError(f"{where}.image_url must be an object.", param=where)
+    uuid = part.get("uuid")
+    if uuid is None:
+        uuid = nested_uuid
+    if uuid is not None and (not isinstance(uuid, str) or not uuid):
+        raise InvalidRequestError(f"{where}.uuid must be a non-empty string.", param=where)
+    if not url:
+        url = None
+        if uuid is None:
+            raise InvalidRequestError(f"{where} has neither an image URL nor a uuid.", param=where)
+    return ImageRef(index=index, url=url, uuid=uuid, param=where)
+
+
+def _opt_bool(body: dict[str, Any], name: str) -> bool:
+    value = body.get(name)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise InvalidRequestError(f"'{name}' must be a boolean.", param=name)
+    return value
+
+
+def _opt_int(body: dict[str, Any], name: str) -> int | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidRequestError(f"'{name}' must be an integer.", param=name)
+    return value

@@ -1,0 +1,190 @@
+"""HTTP front of the sim, a stand-in for vLLM's OpenAI-compatible server (not a model).
+
+Routes: ``POST /v1/chat/completions`` (SSE streaming and not), ``GET /v1/models``, ``GET /health``,
+``GET /metrics``. No module state: every app owns its engine, cache and Prometheus registry, so
+``mmgate serve`` can run several engines in one process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from dataclasses import dataclass
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from mmgate.aio import json_response, start_app
+from mmgate.errors import MmgateError
+from mmgate.sim import responses
+from mmgate.sim.config import SimSettings
+from mmgate.sim.engine import Admitted, SimEngine
+from mmgate.sim.metrics import SimStats
+
+ENGINE_KEY = web.AppKey("mmgate_sim_engine", SimEngine)
+
+
+def build_app(settings: SimSettings) -> web.Application:
+    """An aiohttp app serving one sim engine; the engine closes with the app."""
+    engine = SimEngine(settings)
+    app = web.Application(client_max_size=settings.max_body_bytes)
+    app[ENGINE_KEY] = engine
+    app.router.add_post("/v1/chat/completions", _chat)
+    app.router.add_get("/v1/models", _models)
+    app.router.add_get("/health", _health)
+    app.router.add_get("/metrics", _metrics)
+
+    async def _close(_: web.Application) -> None:
+        await engine.close()
+
+    app.on_cleanup.append(_close)
+    return app
+
+
+@dataclass
+class SimServer:
+    """A running sim engine on a loopback (or configured) port."""
+
+    app: web.Application
+    runner: web.AppRunner
+    port: int
+    host: str
+
+    @property
+    def url(self) -> str:
+        host = "127.0.0.1" if self.host in ("", "0.0.0.0", "::") else self.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def engine(self) -> SimEngine:
+        return self.app[ENGINE_KEY]
+
+    @property
+    def stats(self) -> SimStats:
+        return self.engine.metrics.stats
+
+    async def stop(self) -> None:
+        await self.runner.cleanup()
+
+
+async def start_sim(settings: SimSettings) -> SimServer:
+    """Start an engine (port 0: any free port) and return it running."""
+    app = build_app(settings)
+    runner, port = await start_app(app, settings.host, settings.port)
+    return SimServer(app=app, runner=runner, port=port, host=settings.host)
+
+
+def _error(engine: SimEngine, exc: MmgateError) -> web.Response:
+    status, body = responses.error_from_exception(exc)
+    engine.metrics.request(status)
+    return json_response(body, status=status)
+
+
+async def _chat(request: web.Request) -> web.StreamResponse:
+    engine = request.app[ENGINE_KEY]
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        engine.metrics.request(413)
+        body = responses.error_body(413, f"Request body exceeds {engine.settings.max_body_bytes} bytes.")
+        return json_response(body, status=413)
+    try:
+        admitted = await engine.admit(raw)
+    except MmgateError as exc:
+        return _error(engine, exc)
+    engine.metrics.tokens(admitted.prompt_tokens, 0)
+    engine.metrics.running(+1)
+    try:
+        if admitted.request.stream:
+            return await _stream(request, engine, admitted)
+        return await _complete(engine, admitted)
+    finally:
+        engine.metrics.running(-1)
+
+
+async def _sleep_until(deadline: float) -> None:
+    delay = deadline - asyncio.get_running_loop().time()
+    if delay > 0:
+        await asyncio.sleep(delay)
+
+
+def _ids() -> tuple[str, int]:
+    return f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+
+
+async def _complete(engine: SimEngine, admitted: Admitted) -> web.Response:
+    loop = asyncio.get_running_loop()
+    n = admitted.completion_tokens
+    await _sleep_until(loop.time() + admitted.prefill_s + max(0, n - 1) * admitted.decode_s)
+    request_id, created = _ids()
+    body = responses.completion(
+        request_id=request_id, created=created, model=admitted.request.model,
+        content=admitted.plan.text, finish_reason=admitted.plan.finish_reason,
+        prompt_tokens=admitted.prompt_tokens, completion_tokens=n,
+    )
+    engine.metrics.tokens(0, n)
+    engine.metrics.success(admitted.plan.finish_reason)
+    engine.metrics.request(200)
+    return json_response(body)
+
+
+async def _stream(request: web.Request, engine: SimEngine, admitted: Admitted) -> web.StreamResponse:
+    loop = asyncio.get_running_loop()
+    first_token_at = loop.time() + admitted.prefill_s
+    request_id, created = _ids()
+    writer = responses.ChunkWriter(
+        request_id=request_id, created=created, model=admitted.request.model,
+        prompt_tokens=admitted.prompt_tokens, include_usage=admitted.request.include_usage,
+        continuous_usage_stats=admitted.request.continuous_usage_stats,
+    )
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await resp.prepare(request)
+    tokens = admitted.plan.tokens
+    sent = 0
+    try:
+        await _sleep_until(first_token_at)
+        await resp.write(writer.role())
+        for i, text in enumerate(tokens):
+            await _sleep_until(first_token_at + i * admitted.decode_s)
+            last = i == len(tokens) - 1
+            await resp.write(writer.token(text, i + 1, admitted.plan.finish_reason if last else None))
+            sent = i + 1
+        final = writer.final_usage(sent)
+        if final is not None:
+            await resp.write(final)
+        await resp.write(responses.SSE_DONE)
+        await resp.write_eof()
+    except ConnectionResetError:  # the client went away mid-stream: stop generating
+        engine.metrics.tokens(0, sent)
+        engine.metrics.request("disconnected")
+        return resp
+    engine.metrics.tokens(0, sent)
+    engine.metrics.success(admitted.plan.finish_reason)
+    engine.metrics.request(200)
+    return resp
+
+
+async def _models(request: web.Request) -> web.Response:
+    s = request.app[ENGINE_KEY].settings
+    return json_response({
+        "object": "list",
+        "data": [{
+            "id": s.model,
+            "object": "model",
+            "created": int(time.time()),
+            "owned_by": "mmgate-sim",
+            "root": s.model,
+            "parent": None,
+            "max_model_len": s.max_model_len,
+        }],
+    })
+
+
+async def _health(_: web.Request) -> web.Response:
+    return web.Response(status=200)
+
+
+async def _metrics(request: web.Request) -> web.Response:
+    engine = request.app[ENGINE_KEY]
+    return web.Response(body=engine.metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})

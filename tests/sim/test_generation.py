@@ -1,0 +1,52 @@
+"""Token counting, deterministic text and the timing model (pure)."""
+
+from __future__ import annotations
+
+from mmgate.sim.config import SimSettings
+from mmgate.sim.generation import (
+    count_prompt_text_tokens,
+    count_text_tokens,
+    decode_seconds_per_token,
+    natural_length,
+    plan_generation,
+    prefill_seconds,
+    prompt_seed,
+)
+
+
+def test_text_tokens_are_about_four_characters() -> None:
+    assert count_text_tokens("") == 0
+    assert count_text_tokens("abcd") == 1
+    assert count_text_tokens("abcde") == 2
+    assert count_prompt_text_tokens(["abcd", "abcd"], num_messages=2) == 2 + 3 * 2 + 3
+
+
+def test_seed_depends_on_text_and_images() -> None:
+    base = prompt_seed(["hello"], ["k1"])
+    assert base == prompt_seed(["hello"], ["k1"])
+    assert base != prompt_seed(["hello"], ["k2"])
+    assert base != prompt_seed(["hello!"], ["k1"])
+    assert prompt_seed(["ab", "c"], []) != prompt_seed(["a", "bc"], [])
+
+
+def test_plan_honours_max_min_and_ignore_eos() -> None:
+    seed = prompt_seed(["x"], [])
+    eos = natural_length(seed)
+    short = plan_generation(seed, max_tokens=eos - 1, min_tokens=0, ignore_eos=False)
+    assert len(short.tokens) == eos - 1 and short.finish_reason == "length"
+    natural = plan_generation(seed, max_tokens=eos + 50, min_tokens=0, ignore_eos=False)
+    assert len(natural.tokens) == eos and natural.finish_reason == "stop"
+    forced = plan_generation(seed, max_tokens=eos + 50, min_tokens=0, ignore_eos=True)
+    assert len(forced.tokens) == eos + 50 and forced.finish_reason == "length"
+    longer = plan_generation(seed, max_tokens=eos + 50, min_tokens=eos + 10, ignore_eos=False)
+    assert len(longer.tokens) == eos + 10 and longer.finish_reason == "stop"
+    assert natural.tokens == forced.tokens[:eos]  # same prompt, same words
+
+
+def test_timing_model_scales_with_speedup() -> None:
+    slow = SimSettings(prefill_us_per_text_token=100, prefill_us_per_image_token=200, decode_ms_per_token=20)
+    fast = slow.model_copy(update={"speedup": 10.0})
+    assert prefill_seconds(1000, 500, slow) == 0.1 + 0.1
+    assert abs(prefill_seconds(1000, 500, fast) - 0.02) < 1e-12
+    assert decode_seconds_per_token(slow) == 0.02
+    assert abs(decode_seconds_per_token(fast) - 0.002) < 1e-12
