@@ -26,6 +26,11 @@ class LoadedImage:
     def num_bytes(self) -> int:
         return len(self.data)
 
+    @property
+    def footprint_bytes(self) -> int:
+        """Memory this image may hold: its bytes plus its data URL once built (what caches count)."""
+        return len(self.data) + 4 * ((len(self.data) + 2) // 3) + len(self.mime) + 13
+
     def data_url(self) -> str:
         if self._data_url is None:
             self._data_url = f"data:{self.mime};base64," + base64.b64encode(self.data).decode("ascii")
