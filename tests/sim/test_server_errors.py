@@ -76,6 +76,14 @@ async def test_limits(http: aiohttp.ClientSession, make_sim: SimFactory) -> None
     assert status == 400 and "exceeds the limit" in out["error"]["message"]
 
 
+async def test_oversized_body_is_413(http: aiohttp.ClientSession, make_sim: SimFactory) -> None:
+    sim = await make_sim(max_body_bytes=4096)
+    status, out = await post_chat(http, sim, chat_body(text="x" * 10_000))
+    assert status == 413 and out["error"]["code"] == 413
+    status, _ = await post_chat(http, sim, chat_body(text="x" * 100))
+    assert status == 200
+
+
 async def test_metrics_expose_vllm_and_sim_counters(http: aiohttp.ClientSession, sim: SimServer) -> None:
     img = data_url(image_bytes(seed=9))
     await post_chat(http, sim, chat_body(image_part(img, uuid="m1"), max_tokens=3))

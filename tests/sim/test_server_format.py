@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import aiohttp
@@ -133,3 +134,22 @@ async def test_models_health_and_extra_fields(http: aiohttp.ClientSession, sim: 
     del body["model"]  # optional, as in vLLM: the served model
     status, out = await post_chat(http, sim, body)
     assert status == 200 and out["usage"]["completion_tokens"] == 2
+
+
+async def test_client_disconnect_stops_the_stream(http: aiohttp.ClientSession, make_sim: Any) -> None:
+    sim = await make_sim(speedup=1.0, decode_ms_per_token=20.0, prefill_us_per_text_token=0.0)
+    body = chat_body(max_tokens=500, ignore_eos=True, stream=True)
+    async with http.post(f"{sim.url}/v1/chat/completions", json=body) as resp:
+        assert resp.status == 200
+        await resp.content.readuntil(b"\n\n")  # the role chunk
+        resp.close()  # drop the connection mid-stream
+    for _ in range(200):  # bounded wait for the server to notice (each step 50 ms)
+        if sim.engine.metrics.stats.requests:
+            break
+        await asyncio.sleep(0.05)
+    assert sim.stats.requests == 1
+    assert 0 < sim.stats.generation_tokens < 500
+    async with http.get(f"{sim.url}/metrics") as m:
+        text = await m.text()
+    assert 'mmgate_sim_requests_total{status="disconnected"} 1.0' in text
+    assert 'vllm:num_requests_running{engine="0",model_name="mmgate-sim-vl"} 0.0' in text

@@ -26,7 +26,7 @@ MMGATE_<FLAG> from the environment.
 """
 
 # (flag, field, type, help)
-_FLAGS: list[tuple[str, str, type, str]] = [
+_FLAGS: tuple[tuple[str, str, type, str], ...] = (
     ("--host", "host", str, "address to bind (default 127.0.0.1)"),
     ("--port", "port", int, "port to bind; 0 picks a free port (default 8001)"),
     ("--model", "model", str, "served model name, like vLLM's --served-model-name (default mmgate-sim-vl)"),
@@ -48,7 +48,7 @@ _FLAGS: list[tuple[str, str, type, str]] = [
      "most images in one request, like vLLM's --limit-mm-per-prompt (default 64)"),
     ("--fetch-timeout-s", "fetch_timeout_s", float, "timeout for http(s) image URLs, seconds (default 10)"),
     ("--processor-workers", "processor_workers", int, "threads for image decode and processing (default 2)"),
-]
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
