@@ -132,6 +132,20 @@ class GatewaySettings(_Frozen):
     backend_max_connections: int = Field(1024, ge=1)
     # Number of embedded sim engines started when no --backend is given.
     embedded_engines: int = Field(2, ge=1, le=16)
+    # Gateway-managed reuse: repeats sent to a vllm backend as cache-only references.
+    reuse: Literal["auto", "off"] = "auto"
+    # What the gateway assumes each vllm backend's processor cache holds (vLLM's default: 4 GiB).
+    reuse_backend_cache_gb: float = Field(4.0, ge=0)
+    # UUID store (uuid -> bytes, for healing and openai backends): local bytes and TTL.
+    uuid_store_bytes: int = Field(256 * MiB, ge=0)
+    uuid_ttl_s: int = Field(3600, gt=0)
+    # API keys -> tenants (file: JSON object or 'KEY TENANT' lines); None: no tenants, no auth.
+    api_keys_file: str | None = None
+    # Routing: active probe period and per-probe timeout, passive ejection, minimum time out.
+    health_interval_s: float = Field(5.0, gt=0)
+    health_timeout_s: float = Field(2.0, gt=0)
+    eject_after_failures: int = Field(1, ge=1)
+    readmit_after_s: float = Field(5.0, ge=0)
 
     @field_validator("session_headers")
     @classmethod
@@ -144,17 +158,17 @@ def _first_error(exc: ValidationError) -> str:
     return str(err.get("msg", exc))
 
 
-def build(model: type[_Frozen], setting_names: dict[str, str] | None = None, **values: object) -> _Frozen:
+def build(model_cls: type[_Frozen], setting_names: dict[str, str] | None = None, **values: object) -> _Frozen:
     """Build a settings model, turning a validation error into ``ConfigError`` naming the setting.
 
     ``setting_names`` maps a field name to the flag the user typed (``max_image_bytes`` →
     ``--max-image-bytes``) so the message names what the user can change.
     """
     try:
-        return model(**values)
+        return model_cls(**values)
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = ".".join(str(p) for p in err.get("loc", ()))
-        field = loc.split(".")[0] if loc else model.__name__
+        field = loc.split(".")[0] if loc else model_cls.__name__
         name = (setting_names or {}).get(field, "--" + field.replace("_", "-"))
         raise ConfigError(name, str(err.get("msg", exc))) from exc

@@ -38,7 +38,25 @@ class GatewayMetrics:
             "mmgate_backend_healthy", "1 when the backend passes its health checks", ["backend"],
             registry=registry,
         )
+        self.backend_outstanding = Gauge(
+            "mmgate_backend_outstanding", "Requests in flight to the backend (streams included)", ["backend"],
+            registry=registry,
+        )
+        self.backend_ejections = Counter(
+            "mmgate_backend_ejections", "Times the backend was taken out of rotation", ["backend"],
+            registry=registry,
+        )
         self.images_forwarded = Counter(
-            "mmgate_images_forwarded", "Images sent to backends, by how (data or reference)", ["mode"],
+            "mmgate_images_forwarded",
+            "Images sent to backends by mode: data, reference (client cache-only), stripped (a repeat "
+            "the gateway sent as a reference)",
+            ["mode"], registry=registry,
+        )
+        self.reuse_bytes_not_sent = Counter(
+            "mmgate_reuse_bytes_not_sent", "Encoded image bytes not sent to backends thanks to strips",
+            registry=registry,
+        )
+        self.reuse_heals = Counter(
+            "mmgate_reuse_heals", "Backend cache misses healed by re-sending bytes from the gateway",
             registry=registry,
         )

@@ -24,6 +24,8 @@ from mmgate.config import GatewaySettings
 from mmgate.errors import MmgateError
 from mmgate.media.loader import MediaLoader
 from mmgate.metrics import GatewayMetrics
+from mmgate.reuse.store import UUIDStore
+from mmgate.reuse.tenants import TenantKeys
 from mmgate.routing.router import Router
 
 log = logging.getLogger(__name__)
@@ -181,7 +183,9 @@ async def start_gateway(
     loader = MediaLoader(settings.media, settings.cache, registry=registry, shared=shared)
     router = Router(backends)
     await router.refresh_models()
-    gateway = Gateway(settings, loader=loader, router=router, metrics=metrics)
+    store = UUIDStore(settings.uuid_store_bytes, settings.uuid_ttl_s, shared)
+    tenants = TenantKeys.from_file(settings.api_keys_file) if settings.api_keys_file else None
+    gateway = Gateway(settings, loader=loader, router=router, metrics=metrics, store=store, tenants=tenants)
     app = build_app(gateway)
     refresher = asyncio.create_task(_refresh_loop(router, refresh_interval_s))
 

@@ -1,0 +1,89 @@
+"""Per-request reuse plan: which image goes to the backend as data, which as a cache-only reference.
+
+Pure logic over the parsed request (no I/O): the gateway loads images and the store first, then
+renders the body through ``render``. Rules for a ``vllm`` backend:
+
+* an image the client sent (URL or data) goes with its bytes and its backend uuid ``K`` — unless
+  reuse is ``auto`` and this backend was already sent ``K`` with data: then a cache-only reference
+  (a *strip*);
+* a client cache-only reference goes as ``image_url: null`` + ``K``;
+* ``force_data`` (healing) sends every slot that has bytes with its bytes.
+
+An ``openai`` backend never sees a uuid: every slot must have bytes by the time it is rendered.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from mmgate.api.parse import ImageSlot
+from mmgate.media.types import LoadedImage
+
+
+@dataclass(slots=True)
+class SlotPlan:
+    """One image slot: its backend uuid and, when known, its bytes."""
+
+    slot: ImageSlot
+    key: str
+    image: LoadedImage | None
+    from_client: bool  # the client sent the bytes in this request (not resolved from the store)
+    sent_data: bool = False
+
+
+@dataclass(slots=True)
+class ReuseCounts:
+    """What one request did: images sent with data, stripped to references, healed."""
+
+    sent: int = 0
+    stripped: int = 0
+    references: int = 0
+    healed: int = 0
+    bytes_not_sent: int = 0
+    detail: dict[str, int] = field(default_factory=dict)
+
+    def header(self) -> str:
+        return f"sent={self.sent}; stripped={self.stripped}; referenced={self.references}; healed={self.healed}"
+
+
+def render(
+    plans: list[SlotPlan],
+    *,
+    with_uuid: bool,
+    already_sent: set[str],
+    force_data: bool = False,
+) -> ReuseCounts:
+    """Rewrite each slot's part in place for the backend; return the counts.
+
+    ``already_sent`` holds the keys this backend is believed to hold (empty when reuse is off).
+    """
+    counts = ReuseCounts()
+    for plan in plans:
+        part = plan.slot.part
+        image = plan.image
+        strip = (
+            with_uuid and image is not None and not force_data and plan.from_client and plan.key in already_sent
+        )
+        if image is None or strip:
+            part["image_url"] = None
+            part["uuid"] = plan.key
+            plan.sent_data = False
+            if strip and image is not None:
+                counts.stripped += 1
+                counts.bytes_not_sent += image.num_bytes
+            else:
+                counts.references += 1
+            continue
+        image_url: dict[str, Any] = {"url": image.data_url()}
+        original = part.get("image_url")
+        if isinstance(original, dict) and "detail" in original:
+            image_url["detail"] = original["detail"]
+        part["image_url"] = image_url
+        if with_uuid:
+            part["uuid"] = plan.key
+        else:
+            part.pop("uuid", None)
+        plan.sent_data = True
+        counts.sent += 1
+    return counts
