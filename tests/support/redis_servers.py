@@ -71,7 +71,7 @@ class RedisServer:
                 "--protected-mode", "no"]
         if self.cluster:
             args += ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                     "--cluster-port", str(self.cluster_port), "--cluster-node-timeout", "3000"]
+                     "--cluster-port", str(self.cluster_port), "--cluster-node-timeout", "5000"]
         if self.password:
             args += ["--requirepass", self.password]
         return args + list(self.extra_args)
@@ -163,9 +163,11 @@ class RedisClusterServers:
             last = _CLUSTER_SLOTS - 1 if i == len(self.nodes) - 1 else first + per_node - 1
             with node.client() as c:
                 c.execute_command("CLUSTER", "ADDSLOTSRANGE", first, last)
-        with self.nodes[0].client() as c:
-            for node in self.nodes[1:]:
-                c.execute_command("CLUSTER", "MEET", "127.0.0.1", node.port, node.cluster_port)
+        # Every pair meets directly: no waiting for gossip to spread the news.
+        for i, node in enumerate(self.nodes):
+            with node.client() as c:
+                for other in self.nodes[i + 1 :]:
+                    c.execute_command("CLUSTER", "MEET", "127.0.0.1", other.port, other.cluster_port)
 
     def wait_ready(self, timeout_s: float = 20.0) -> None:
         """Until every node reports cluster_state:ok and knows all nodes and slots."""
