@@ -1,5 +1,6 @@
 """Rendezvous (highest-random-weight) hashing: every gateway process picks the same node for a key
-without coordination, and removing a node moves only the keys that node held."""
+without coordination, and removing a node moves only the keys that node held (they come back when
+it returns)."""
 
 from __future__ import annotations
 
@@ -8,16 +9,26 @@ from collections.abc import Sequence
 
 
 def rendezvous_score(key: str, node: str) -> int:
-    """A stable 64-bit score of (key, node)."""
+    """A stable 64-bit score of (key, node), the same in every process and on every run."""
     digest = hashlib.blake2b(f"{node}\x00{key}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big")
 
 
 def rendezvous_pick(key: str, nodes: Sequence[str]) -> int:
     """Index of the node with the highest score for ``key``; ``nodes`` must not be empty."""
+    if not nodes:
+        raise ValueError("rendezvous_pick needs at least one node")
     best_index, best_score = 0, -1
     for i, node in enumerate(nodes):
         score = rendezvous_score(key, node)
         if score > best_score:
             best_index, best_score = i, score
     return best_index
+
+
+def rendezvous_rank(key: str, nodes: Sequence[str]) -> list[int]:
+    """Indexes of ``nodes`` from most to least preferred for ``key`` (first == ``rendezvous_pick``).
+
+    Ties (two nodes of the same name) keep their input order.
+    """
+    return sorted(range(len(nodes)), key=lambda i: -rendezvous_score(key, nodes[i]))

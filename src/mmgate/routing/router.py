@@ -1,36 +1,110 @@
-"""Backend choice: session affinity by rendezvous hash, round robin otherwise.
+"""Backend choice: session affinity by rendezvous hash over healthy backends, least outstanding
+requests (power of two choices) otherwise; passive ejection and active health probes.
 
-Backends are grouped by the models they serve (learnt from their ``/v1/models``). Client uuids are
-never routing keys.
+Backends are grouped by the models they serve, learnt from their ``/v1/models``; ``Router.models``
+is the union the gateway's own ``/v1/models`` shows. For one request:
+
+* candidates: the backends serving the model that are healthy;
+* with a session id: the rendezvous winner of the candidates' names — every gateway process agrees
+  without coordination; when a backend is ejected only its sessions move, and they come back when
+  it is re-admitted;
+* without: the less loaded (requests in flight, see ``track``) of two random candidates.
+
+Only the session id and configured backend names are routing keys. Client image uuids never are:
+they are client-chosen, unbounded and per image, and the gateway heals a cache miss on any backend
+(it re-sends the bytes), so pinning by uuid would buy nothing and let a client steer load.
+
+Health: ``report_failure`` (the gateway, on a connect error or a timeout) ejects a backend after
+``eject_after_failures`` consecutive failures; ``start()`` runs one background task that probes every
+backend each ``health_interval_s`` and re-admits ejected ones that answer (no sooner than
+``readmit_after_s`` after their ejection), then refreshes the model lists. See ``health``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
+import contextlib
 import logging
-from collections.abc import Sequence
+import random
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
 
 from mmgate.backends.base import Backend
+from mmgate.config import GatewaySettings
 from mmgate.errors import MmgateError, ModelNotFoundError
-from mmgate.routing.rendezvous import rendezvous_pick
+from mmgate.metrics import GatewayMetrics
+from mmgate.routing.balance import p2c_pick, p2c_rank
+from mmgate.routing.health import BackendHealth
+from mmgate.routing.rendezvous import rendezvous_pick, rendezvous_rank
 
 log = logging.getLogger(__name__)
 
 
 class Router:
-    """Picks a backend for (model, session)."""
+    """Picks a backend for (model, session) and keeps each backend's health and load.
 
-    def __init__(self, backends: Sequence[Backend]) -> None:
+    When every candidate of a model is ejected the router fails open: it routes over all of them
+    with the same rule (same session → same backend) instead of refusing with 503, because the
+    health view may be stale (the backends may be back before the next probe) and a real attempt
+    gives the client the real error (502/504) at worst.
+    """
+
+    def __init__(
+        self,
+        backends: Sequence[Backend],
+        *,
+        metrics: GatewayMetrics | None = None,
+        health_interval_s: float = 5.0,
+        health_timeout_s: float = 2.0,
+        eject_after_failures: int = 1,
+        readmit_after_s: float = 5.0,
+        rng: random.Random | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if not backends:
             raise ValueError("at least one backend is required")
+        names = [b.name for b in backends]
+        if len(set(names)) != len(names):
+            raise ValueError(f"backend names must be unique (they are hash keys and labels): {names}")
+        if health_interval_s <= 0 or health_timeout_s <= 0:
+            raise ValueError("health_interval_s and health_timeout_s must be positive")
         self.backends = list(backends)
+        self._metrics = metrics
+        self._health_interval_s = health_interval_s
+        self._health_timeout_s = health_timeout_s
+        self._rng = rng if rng is not None else random.Random()
+        self._clock = clock
+        self._health = {
+            b.name: BackendHealth(eject_after_failures=eject_after_failures, readmit_after_s=readmit_after_s)
+            for b in self.backends
+        }
+        self._outstanding = dict.fromkeys(names, 0)
         self._models: dict[str, list[Backend]] = {}
         self._answered = False
-        self._rr = itertools.count()
+        self._prober: asyncio.Task[None] | None = None
+        for backend in self.backends:
+            self._publish_health(backend)
+            self._publish_outstanding(backend)
+
+    @classmethod
+    def from_settings(
+        cls, backends: Sequence[Backend], settings: GatewaySettings, *, metrics: GatewayMetrics | None = None
+    ) -> Router:
+        """A router configured by the gateway's settings (``health_*``, ``eject_*``, ``readmit_*``)."""
+        return cls(
+            backends,
+            metrics=metrics,
+            health_interval_s=settings.health_interval_s,
+            health_timeout_s=settings.health_timeout_s,
+            eject_after_failures=settings.eject_after_failures,
+            readmit_after_s=settings.readmit_after_s,
+        )
+
+    # Models -----------------------------------------------------------------------------------
 
     @property
     def models(self) -> list[str]:
+        """Every model some backend serves (or served when it last answered), sorted."""
         return sorted(self._models)
 
     async def refresh_models(self) -> None:
@@ -52,6 +126,7 @@ class Router:
         self._models = models
 
     def candidates(self, model: str) -> list[Backend]:
+        """Every backend serving ``model``, healthy or not (all backends while none ever answered)."""
         found = self._models.get(model)
         if found:
             return found
@@ -60,13 +135,137 @@ class Router:
             return self.backends
         raise ModelNotFoundError(f"The model `{model}` does not exist.", param="model")
 
+    # Choice -----------------------------------------------------------------------------------
+
     def pick(self, model: str, session_id: str | None) -> Backend:
+        """The backend for one request; raises ``ModelNotFoundError`` (404) for an unknown model."""
         candidates = self.candidates(model)
-        if len(candidates) == 1:
-            return candidates[0]
+        pool = [b for b in candidates if self.is_healthy(b)] or candidates  # fail-open: see class doc
+        if len(pool) == 1:
+            return pool[0]
         if session_id is not None:
-            return candidates[rendezvous_pick(session_id, [b.name for b in candidates])]
-        return candidates[next(self._rr) % len(candidates)]
+            return pool[rendezvous_pick(session_id, [b.name for b in pool])]
+        return pool[p2c_pick([self._outstanding[b.name] for b in pool], self._rng)]
+
+    def ranked(self, model: str, session_id: str | None) -> list[Backend]:
+        """Every candidate in the order to try them: healthy ones by the ``pick`` rule, then the
+        ejected ones by the same rule. The first is what ``pick`` would answer (for failover)."""
+        candidates = self.candidates(model)
+        healthy = [b for b in candidates if self.is_healthy(b)]
+        ejected = [b for b in candidates if not self.is_healthy(b)]
+        return self._order(healthy, session_id) + self._order(ejected, session_id)
+
+    def _order(self, pool: list[Backend], session_id: str | None) -> list[Backend]:
+        if session_id is not None:
+            return [pool[i] for i in rendezvous_rank(session_id, [b.name for b in pool])]
+        return [pool[i] for i in p2c_rank([self._outstanding[b.name] for b in pool], self._rng)]
+
+    # Load -------------------------------------------------------------------------------------
+
+    def outstanding(self, backend: Backend) -> int:
+        """Requests in flight to ``backend`` (between ``begin`` and ``end``)."""
+        return self._outstanding[backend.name]
+
+    def begin(self, backend: Backend) -> None:
+        """One more request in flight to ``backend``; pair every call with ``end``."""
+        self._outstanding[backend.name] += 1
+        self._publish_outstanding(backend)
+
+    def end(self, backend: Backend) -> None:
+        """One request to ``backend`` finished (its stream included); never goes below zero."""
+        self._outstanding[backend.name] = max(0, self._outstanding[backend.name] - 1)
+        self._publish_outstanding(backend)
+
+    @contextlib.asynccontextmanager
+    async def track(self, backend: Backend) -> AsyncIterator[None]:
+        """``begin``/``end`` around a block (wrap the whole call, stream relay included).
+
+        Only counts; health is reported separately (``report_failure``/``report_success``) because
+        which outcomes mean "backend down" is the caller's decision.
+        """
+        self.begin(backend)
+        try:
+            yield
+        finally:
+            self.end(backend)
+
+    # Health -----------------------------------------------------------------------------------
+
+    def is_healthy(self, backend: Backend) -> bool:
+        return self._health[backend.name].is_healthy
+
+    @property
+    def healthy_backends(self) -> list[Backend]:
+        return [b for b in self.backends if self.is_healthy(b)]
+
+    def report_failure(self, backend: Backend) -> None:
+        """A request to ``backend`` failed in a way that says it is down (connect error, timeout)."""
+        if self._health[backend.name].record_failure(self._clock()):
+            log.warning("backend %s ejected after %d consecutive failure(s)", backend.name,
+                        self._health[backend.name].consecutive_failures)
+            if self._metrics is not None:
+                self._metrics.backend_ejections.labels(backend.name).inc()
+            self._publish_health(backend)
+
+    def report_success(self, backend: Backend) -> None:
+        """``backend`` answered (any HTTP status): resets its failures, may re-admit it."""
+        if self._health[backend.name].record_success(self._clock()):
+            log.info("backend %s re-admitted", backend.name)
+            self._publish_health(backend)
+
+    async def probe_once(self) -> None:
+        """One round of active checks: probe every backend concurrently, then refresh the models."""
+        results = await asyncio.gather(*(self._probe(b) for b in self.backends))
+        for backend, ok in zip(self.backends, results, strict=True):
+            if ok:
+                self.report_success(backend)
+            else:
+                self.report_failure(backend)
+        await self.refresh_models()
+
+    async def _probe(self, backend: Backend) -> bool:
+        try:
+            async with asyncio.timeout(self._health_timeout_s):
+                return await backend.healthy()
+        except (TimeoutError, MmgateError):
+            # No answer in time, or a backend error: the probe failed, which is its answer.
+            return False
+        except Exception:
+            # A bug in a backend's probe must not stop the others: count it as failed and say so.
+            log.exception("health probe of %s raised", backend.name)
+            return False
+
+    async def start(self) -> None:
+        """Start the background probe task (idempotent); ``close()`` stops it."""
+        if self._prober is None or self._prober.done():
+            self._prober = asyncio.create_task(self._probe_loop(), name="mmgate-router-probes")
+
+    async def _probe_loop(self) -> None:
+        while True:
+            try:
+                await self.probe_once()
+            except Exception:
+                # A failed round must never kill the loop: the next round retries.
+                log.exception("health probe round failed")
+            await asyncio.sleep(self._health_interval_s)
+
+    async def stop(self) -> None:
+        """Stop the probe task; the backends stay open."""
+        prober, self._prober = self._prober, None
+        if prober is not None:
+            prober.cancel()
+            # wait() neither raises the task's CancelledError nor swallows a cancellation of ours.
+            await asyncio.wait([prober])
 
     async def close(self) -> None:
+        """Stop probing and close every backend."""
+        await self.stop()
         await asyncio.gather(*(b.close() for b in self.backends), return_exceptions=True)
+
+    def _publish_health(self, backend: Backend) -> None:
+        if self._metrics is not None:
+            self._metrics.backend_healthy.labels(backend.name).set(1 if self.is_healthy(backend) else 0)
+
+    def _publish_outstanding(self, backend: Backend) -> None:
+        if self._metrics is not None:
+            self._metrics.backend_outstanding.labels(backend.name).set(self._outstanding[backend.name])

@@ -1,0 +1,63 @@
+"""The health state machine of one backend. Pure: the caller passes the (monotonic) time.
+
+    HEALTHY ──(eject_after_failures consecutive failures)──▶ EJECTED
+    EJECTED ──(a success at least readmit_after_s after the ejection)──▶ HEALTHY
+
+A failure is a failed request the gateway reports (connect error, timeout) or a failed active probe;
+a success is a request that reached the backend or a probe it answered. Successes reset the failure
+count. ``readmit_after_s`` is a minimum time out: the replies of requests that were already in flight
+when the backend was ejected, or one lucky probe right after, do not bring a failing backend back
+at once (no flapping).
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class HealthStatus(enum.Enum):
+    """Where a backend stands in the state machine."""
+
+    HEALTHY = "healthy"
+    EJECTED = "ejected"
+
+
+class BackendHealth:
+    """Consecutive-failure ejection with time-gated re-admission, for one backend."""
+
+    __slots__ = ("consecutive_failures", "eject_after_failures", "ejected_at", "readmit_after_s", "status")
+
+    def __init__(self, *, eject_after_failures: int = 1, readmit_after_s: float = 0.0) -> None:
+        if eject_after_failures < 1:
+            raise ValueError("eject_after_failures must be at least 1")
+        if readmit_after_s < 0:
+            raise ValueError("readmit_after_s must not be negative")
+        self.eject_after_failures = eject_after_failures
+        self.readmit_after_s = readmit_after_s
+        self.status = HealthStatus.HEALTHY
+        self.consecutive_failures = 0
+        self.ejected_at: float | None = None
+
+    @property
+    def is_healthy(self) -> bool:
+        return self.status is HealthStatus.HEALTHY
+
+    def record_failure(self, now: float) -> bool:
+        """Count one failure; True when this failure ejected the backend."""
+        self.consecutive_failures += 1
+        if self.status is HealthStatus.HEALTHY and self.consecutive_failures >= self.eject_after_failures:
+            self.status = HealthStatus.EJECTED
+            self.ejected_at = now
+            return True
+        return False
+
+    def record_success(self, now: float) -> bool:
+        """Count one success; True when it re-admitted an ejected backend."""
+        self.consecutive_failures = 0
+        if self.status is HealthStatus.HEALTHY:
+            return False
+        if self.ejected_at is not None and now - self.ejected_at < self.readmit_after_s:
+            return False
+        self.status = HealthStatus.HEALTHY
+        self.ejected_at = None
+        return True

@@ -1,0 +1,213 @@
+"""Router decisions (candidates, affinity, P2C, fail-open, accounting, metrics) without sockets.
+
+``StaticBackend`` is an in-memory stand-in whose only job is to have a name and a model list: these
+tests check choices, not I/O. Every I/O path (probes, refresh, stop and restart) is exercised
+against real sim engines in ``test_router_sims.py``.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from mmgate.backends.base import BackendKind, BackendReply
+from mmgate.config import GatewaySettings
+from mmgate.errors import BackendConnectError, ModelNotFoundError
+from mmgate.metrics import GatewayMetrics
+from mmgate.routing.router import Router
+
+MODEL = "m"
+
+
+class StaticBackend:
+    """Name + model list + a health answer; ``chat`` is never called here."""
+
+    kind: BackendKind = "vllm"
+
+    def __init__(self, name: str, models: list[str] | None = None, *, up: bool = True) -> None:
+        self.name = name
+        self.url = f"http://{name}.invalid"
+        self.served = models if models is not None else [MODEL]
+        self.up = up
+
+    async def chat(self, body: bytes, *, stream: bool) -> BackendReply:
+        raise AssertionError("not used")
+
+    async def models(self) -> list[str]:
+        if not self.up:
+            raise BackendConnectError(f"{self.name} down")
+        return self.served
+
+    async def healthy(self) -> bool:
+        return self.up
+
+    async def close(self) -> None:
+        return None
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def make(count: int = 3, **kwargs: object) -> tuple[Router, list[StaticBackend]]:
+    backends = [StaticBackend(f"b{i}") for i in range(count)]
+    router = Router(backends, rng=random.Random(7), **kwargs)  # type: ignore[arg-type]
+    await router.refresh_models()
+    return router, backends
+
+
+async def test_session_sticks_and_moves_only_when_its_backend_is_ejected() -> None:
+    router, backends = await make(3, readmit_after_s=0.0)
+    sessions = [f"s{i}" for i in range(300)]
+    before = {s: router.pick(MODEL, s).name for s in sessions}
+    assert len(set(before.values())) == 3
+    router.report_failure(backends[1])
+    after = {s: router.pick(MODEL, s).name for s in sessions}
+    assert all(after[s] != "b1" for s in sessions)
+    assert {s for s in sessions if after[s] != before[s]} == {s for s in sessions if before[s] == "b1"}
+    router.report_success(backends[1])
+    assert {s: router.pick(MODEL, s).name for s in sessions} == before
+
+
+async def test_without_session_least_outstanding_of_two() -> None:
+    router, backends = await make(2)
+    router.begin(backends[0])
+    assert {router.pick(MODEL, None).name for _ in range(50)} == {"b1"}
+    router.begin(backends[1])
+    router.begin(backends[1])
+    assert {router.pick(MODEL, None).name for _ in range(50)} == {"b0"}
+    router.end(backends[1])
+    router.end(backends[1])
+    router.end(backends[1])  # one too many: clamps at zero
+    assert router.outstanding(backends[1]) == 0
+
+
+async def test_track_counts_even_when_the_block_raises() -> None:
+    router, backends = await make(2)
+    async with router.track(backends[0]):
+        assert router.outstanding(backends[0]) == 1
+    assert router.outstanding(backends[0]) == 0
+    with pytest.raises(RuntimeError):
+        async with router.track(backends[0]):
+            raise RuntimeError("boom")
+    assert router.outstanding(backends[0]) == 0
+
+
+async def test_ejected_backends_get_no_traffic_without_session() -> None:
+    router, backends = await make(3)
+    router.report_failure(backends[0])
+    assert "b0" not in {router.pick(MODEL, None).name for _ in range(100)}
+
+
+async def test_all_ejected_fails_open_with_the_same_affinity() -> None:
+    router, backends = await make(3)
+    sessions = [f"s{i}" for i in range(100)]
+    before = {s: router.pick(MODEL, s).name for s in sessions}
+    for b in backends:
+        router.report_failure(b)
+    assert router.healthy_backends == []
+    assert {s: router.pick(MODEL, s).name for s in sessions} == before
+    assert router.pick(MODEL, None) in backends
+
+
+async def test_ranked_healthy_first_then_ejected_and_first_is_pick() -> None:
+    router, backends = await make(4)
+    router.report_failure(backends[2])
+    for s in ("a", "b", "c", None):
+        order = router.ranked(MODEL, s)
+        assert sorted(b.name for b in order) == ["b0", "b1", "b2", "b3"]
+        assert order[-1].name == "b2"
+        if s is not None:
+            assert order[0] is router.pick(MODEL, s)
+
+
+async def test_readmission_waits_for_the_minimum_time_out() -> None:
+    clock = Clock()
+    router, backends = await make(2, readmit_after_s=5.0, clock=clock)
+    router.report_failure(backends[0])
+    clock.now = 4.0
+    router.report_success(backends[0])
+    assert not router.is_healthy(backends[0])
+    clock.now = 5.0
+    router.report_success(backends[0])
+    assert router.is_healthy(backends[0])
+
+
+async def test_models_union_and_per_model_candidates() -> None:
+    a, b = StaticBackend("a", ["m1"]), StaticBackend("b", ["m2", "m1"])
+    router = Router([a, b])
+    await router.refresh_models()
+    assert router.models == ["m1", "m2"]
+    assert {router.pick("m2", f"s{i}").name for i in range(30)} == {"b"}
+    with pytest.raises(ModelNotFoundError) as info:
+        router.pick("nope", "s")
+    assert info.value.status == 404
+
+
+async def test_unreachable_backend_keeps_its_last_model_list() -> None:
+    a, b = StaticBackend("a", ["m1"]), StaticBackend("b", ["m2"])
+    router = Router([a, b])
+    await router.refresh_models()
+    b.up = False
+    await router.refresh_models()
+    assert router.models == ["m1", "m2"]
+
+
+async def test_no_backend_ever_answered_routes_anyway() -> None:
+    a = StaticBackend("a", up=False)
+    router = Router([a])
+    await router.refresh_models()
+    assert router.pick("anything", None) is a
+
+
+async def test_probe_round_ejects_and_readmits() -> None:
+    router, backends = await make(2, readmit_after_s=0.0)
+    backends[0].up = False
+    await router.probe_once()
+    assert not router.is_healthy(backends[0])
+    backends[0].up = True
+    await router.probe_once()
+    assert router.is_healthy(backends[0])
+
+
+async def test_metrics_health_outstanding_ejections() -> None:
+    registry = CollectorRegistry()
+    backends = [StaticBackend("b0"), StaticBackend("b1")]
+    router = Router(backends, metrics=GatewayMetrics(registry), readmit_after_s=0.0)
+
+    def value(name: str, backend: str) -> float | None:
+        return registry.get_sample_value(name, {"backend": backend})
+
+    assert value("mmgate_backend_healthy", "b0") == 1.0
+    router.report_failure(backends[0])
+    assert value("mmgate_backend_healthy", "b0") == 0.0
+    assert value("mmgate_backend_ejections_total", "b0") == 1.0
+    router.report_success(backends[0])
+    assert value("mmgate_backend_healthy", "b0") == 1.0
+    router.begin(backends[1])
+    assert value("mmgate_backend_outstanding", "b1") == 1.0
+    router.end(backends[1])
+    assert value("mmgate_backend_outstanding", "b1") == 0.0
+
+
+def test_from_settings_and_bad_arguments() -> None:
+    settings = GatewaySettings(eject_after_failures=3, readmit_after_s=3600.0, health_interval_s=0.5)
+    a = StaticBackend("a")
+    router = Router.from_settings([a], settings)
+    router.report_failure(a)
+    router.report_failure(a)
+    assert router.is_healthy(a)
+    router.report_failure(a)
+    assert not router.is_healthy(a)
+    router.report_success(a)  # an hour has not passed
+    assert not router.is_healthy(a)
+    with pytest.raises(ValueError):
+        Router([])
+    with pytest.raises(ValueError):
+        Router([StaticBackend("a"), StaticBackend("a")])
