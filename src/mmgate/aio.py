@@ -41,7 +41,11 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 async def start_app(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
     """Start ``app`` on host:port (port 0: any free port); return the runner and the bound port."""
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    # handler_cancellation: a client that goes away cancels its handler, so the gateway closes the
+    # backend stream and an engine stops generating for nobody (aiohttp's default is off).
+    runner = web.AppRunner(
+        app, access_log=None, handle_signals=False, handler_cancellation=True, shutdown_timeout=5.0
+    )
     await runner.setup()
     site = web.TCPSite(runner, host, port, reuse_address=True, backlog=1024)
     await site.start()

@@ -6,7 +6,6 @@ backends (embedded ``sim`` engines when none is configured), the router — and 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import time
@@ -65,6 +64,7 @@ async def _chat(request: web.Request) -> web.StreamResponse:
         outcome = await gateway.chat(raw, request.headers)
         reply = outcome.reply
         if reply.stream is None:
+            outcome.finish()
             status = 200
             return web.Response(
                 body=reply.body, status=200, content_type="application/json", headers=outcome.headers
@@ -97,6 +97,7 @@ async def _chat(request: web.Request) -> web.StreamResponse:
             return response
         finally:
             reply.release()
+            outcome.finish()
         with contextlib.suppress(ConnectionError):
             await response.write_eof()
         return response
@@ -154,7 +155,7 @@ class RunningGateway:
 
 
 async def start_gateway(
-    settings: GatewaySettings, *, sim_settings: object | None = None, refresh_interval_s: float = 10.0
+    settings: GatewaySettings, *, sim_settings: object | None = None
 ) -> RunningGateway:
     """Build and start a gateway from settings (embedded sim engines when no backend is set)."""
     cleanups: list[Callable[[], Awaitable[None]]] = []
@@ -181,28 +182,12 @@ async def start_gateway(
 
     shared = build_shared_tier(settings.cache, settings.media, registry)
     loader = MediaLoader(settings.media, settings.cache, registry=registry, shared=shared)
-    router = Router(backends)
+    router = Router.from_settings(backends, settings, metrics=metrics)
     await router.refresh_models()
+    await router.start()
     store = UUIDStore(settings.uuid_store_bytes, settings.uuid_ttl_s, shared)
     tenants = TenantKeys.from_file(settings.api_keys_file) if settings.api_keys_file else None
     gateway = Gateway(settings, loader=loader, router=router, metrics=metrics, store=store, tenants=tenants)
     app = build_app(gateway)
-    refresher = asyncio.create_task(_refresh_loop(router, refresh_interval_s))
-
-    async def stop_refresher() -> None:
-        refresher.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await refresher
-
-    cleanups.insert(0, stop_refresher)
     runner, port = await start_app(app, settings.host, settings.port)
     return RunningGateway(gateway=gateway, runner=runner, port=port, host=settings.host, _cleanups=cleanups)
-
-
-async def _refresh_loop(router: Router, interval_s: float) -> None:
-    while True:
-        await asyncio.sleep(interval_s)
-        try:
-            await router.refresh_models()
-        except Exception:  # a refresh failure must never kill the loop; the next one retries
-            log.exception("model refresh failed")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import orjson
@@ -19,7 +19,7 @@ from mmgate.api.parse import ChatRequest, ImageSlot, parse_chat_request
 from mmgate.backends.base import Backend, BackendReply, is_cache_miss
 from mmgate.backends.http import status_error
 from mmgate.config import GatewaySettings
-from mmgate.errors import BackendConnectError, UnknownUUIDError
+from mmgate.errors import BackendConnectError, BackendTimeoutError, UnknownUUIDError
 from mmgate.media.loader import MediaLoader
 from mmgate.media.types import LoadedImage
 from mmgate.metrics import GatewayMetrics
@@ -59,6 +59,13 @@ class ChatOutcome:
     reply: BackendReply
     backend: Backend
     headers: dict[str, str] = field(default_factory=dict)
+    on_finish: Callable[[], None] | None = None
+
+    def finish(self) -> None:
+        """The reply was delivered (or abandoned): the backend's request is over (idempotent)."""
+        if self.on_finish is not None:
+            done, self.on_finish = self.on_finish, None
+            done()
 
 
 class Gateway:
@@ -107,14 +114,30 @@ class Gateway:
         images = await self._load_images(request.slots, session_id)
         plans = self._plan(request.slots, images, tenant)
         try:
-            return await self._send(request, plans, backend)
+            return await self._tracked_send(request, plans, backend)
         except BackendConnectError:
-            # Nothing reached that backend: eject it and try once more on the next choice.
-            self.router.report_failure(backend)
+            # Nothing reached that backend: it is ejected; try once more on the next choice.
             retry = self.router.pick(request.model, session_id)
             if retry is backend:
                 raise
-            return await self._send(request, plans, retry)
+            return await self._tracked_send(request, plans, retry)
+
+    async def _tracked_send(self, request: ChatRequest, plans: list[SlotPlan], backend: Backend) -> ChatOutcome:
+        """``_send`` with the router's outstanding-request count and passive health reports."""
+        router = self.router
+        router.begin(backend)
+        try:
+            outcome = await self._send(request, plans, backend)
+        except (BackendConnectError, BackendTimeoutError):
+            router.end(backend)
+            router.report_failure(backend)
+            raise
+        except BaseException:
+            router.end(backend)
+            raise
+        router.report_success(backend)
+        outcome.on_finish = lambda: router.end(backend)
+        return outcome
 
     def _plan(
         self, slots: list[ImageSlot], images: dict[int, LoadedImage], tenant: str | None
