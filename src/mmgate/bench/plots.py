@@ -1,0 +1,91 @@
+"""PNG plots of a run (matplotlib, Agg backend, no display needed).
+
+* ``ttft.png`` — TTFT distribution (histogram, p50/p99 marked);
+* ``latency_over_time.png`` — request latency against send time, errors in red;
+* ``bytes_per_turn.png`` — mean request bytes and image bytes actually sent, by turn index: with
+  ``--uuid-and-strip`` the curve stays flat where a resending client's grows with the history.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from mmgate.bench.records import RecordStore
+
+
+def write_plots(store: RecordStore, directory: Path, title: str = "") -> list[Path]:
+    """Write the three PNGs; returns their paths (a plot with no data is skipped)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    for name, draw in (("ttft.png", _ttft), ("latency_over_time.png", _latency),
+                       ("bytes_per_turn.png", _bytes_per_turn)):
+        fig, ax = plt.subplots(figsize=(8, 4.5), dpi=110)
+        try:
+            if not draw(store, ax):
+                continue
+            if title:
+                fig.suptitle(title, fontsize=9)
+            fig.tight_layout()
+            path = directory / name
+            fig.savefig(path)
+            written.append(path)
+        finally:
+            plt.close(fig)
+    return written
+
+
+def _ttft(store: RecordStore, ax: plt.Axes) -> bool:
+    values = store.ms("ttft_ns")
+    if values.size == 0:
+        return False
+    ax.hist(values, bins=min(80, max(10, values.size // 20)), color="#4477aa")
+    for q, style in ((50, "--"), (99, ":")):
+        x = float(np.percentile(values, q))
+        ax.axvline(x, color="black", linestyle=style, linewidth=1, label=f"p{q} {x:.1f} ms")
+    ax.set_xlabel("time to first token (ms)")
+    ax.set_ylabel("requests")
+    ax.set_title("TTFT distribution")
+    ax.legend()
+    return True
+
+
+def _latency(store: RecordStore, ax: plt.Axes) -> bool:
+    if len(store) == 0:
+        return False
+    start = store.column("start_ns") / 1e9
+    latency = store.column("latency_ns") / 1e6
+    ok = store.ok_mask()
+    ax.scatter(start[ok], latency[ok], s=4, alpha=0.5, color="#4477aa", label="ok")
+    if (~ok).any():
+        ax.scatter(start[~ok], latency[~ok], s=8, color="#cc3311", label="error")
+    ax.set_xlabel("send time (s since start)")
+    ax.set_ylabel("request latency (ms)")
+    ax.set_title("Request latency over time")
+    ax.legend()
+    return True
+
+
+def _bytes_per_turn(store: RecordStore, ax: plt.Axes) -> bool:
+    if len(store) == 0:
+        return False
+    turns = store.column("turn_index")
+    n = int(turns.max()) + 1
+    counts = np.bincount(turns, minlength=n)
+    seen = counts > 0
+    x = np.arange(n)[seen]
+    body = np.bincount(turns, weights=store.column("body_bytes"), minlength=n)[seen] / counts[seen]
+    images = np.bincount(turns, weights=store.column("image_bytes_sent"), minlength=n)[seen] / counts[seen]
+    ax.plot(x, body / 1024, marker="o", markersize=3, label="request bytes")
+    ax.plot(x, images / 1024, marker="s", markersize=3, label="image bytes with data")
+    ax.set_xlabel("turn index in session")
+    ax.set_ylabel("KiB sent per request (mean)")
+    ax.set_title("Bytes sent per turn")
+    ax.legend()
+    return True

@@ -1,0 +1,156 @@
+"""One benchmark run end to end: origin, image preparation, warm-up, measured phase, results.
+
+``run_benchmark`` is what ``mmgate bench run`` calls inside ``asyncio.run``; tests and
+``benchmarks/bench_fidelity.py`` call it directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from mmgate.bench.client import ChatClient
+from mmgate.bench.dataset import Session
+from mmgate.bench.engine import LoadEngine
+from mmgate.bench.errors import BenchError
+from mmgate.bench.images import ImageResolver
+from mmgate.bench.origin import ImageOrigin
+from mmgate.bench.overhead import ClientOverhead, LoopLagMonitor, client_warnings
+from mmgate.bench.payload import BodyOptions
+from mmgate.bench.progress import LiveProgress
+from mmgate.bench.records import RecordStore, RequestLog, RequestRecord
+from mmgate.bench.report import build_summary, print_summary, write_summary
+from mmgate.bench.settings import BenchSettings
+from mmgate.bench.stats import distribution
+
+
+@dataclass
+class RunOutput:
+    """A finished run: its summary, the files written, and the store (for callers that plot)."""
+
+    summary: dict[str, Any]
+    files: list[Path] = field(default_factory=list)
+    store: RecordStore | None = None
+
+
+async def _pick_model(client: ChatClient, settings: BenchSettings) -> str:
+    if settings.model:
+        return settings.model
+    models = await client.list_models()
+    if not models:
+        raise BenchError(f"{client.models_url} lists no model; give --model")
+    return models[0]
+
+
+async def run_benchmark(
+    settings: BenchSettings,
+    sessions: list[Session],
+    output_dir: Path | None,
+    *,
+    console: Console | None = None,
+    progress: bool = False,
+    plots: bool = True,
+) -> RunOutput:
+    """Run the warm-up then the measured phase; write results when ``output_dir`` is given."""
+    console = console or Console()
+    uses_files = any(e.is_local_file for s in sessions for t in s.turns for e in t.images)
+    origin: ImageOrigin | None = None
+    resolver: ImageResolver
+    if settings.image_mode == "origin" and uses_files:
+        holder: list[ImageResolver] = []
+        origin = ImageOrigin(lambda name: holder[0].origin_path(name), settings.origin_host,
+                             settings.origin_port)
+        base = await origin.start()
+        resolver = ImageResolver("origin", settings.image_cache_bytes, base)
+        holder.append(resolver)
+    else:
+        resolver = ImageResolver("data", settings.image_cache_bytes)
+    try:
+        prepared = await resolver.prepare_all(e for s in sessions for t in s.turns for e in t.images)
+        async with ChatClient(
+            settings.url, api_key=settings.api_key, headers=dict(settings.headers),
+            session_header=settings.session_header or None, request_timeout_s=settings.request_timeout_s,
+            connect_timeout_s=settings.connect_timeout_s, max_connections=settings.max_connections,
+            chat_path=settings.chat_path,
+        ) as client:
+            model = await _pick_model(client, settings)
+            options = BodyOptions(model, settings.stream, settings.output_length, settings.extra_body)
+            if settings.warmup_requests:
+                warm = LoadEngine(settings, sessions, client, resolver, options)
+                await warm.run(request_count=settings.warmup_requests, duration_s=None, cycle=True,
+                               prefix=settings.session_prefix + "warmup-")
+            return await _measure(settings, sessions, client, resolver, options, model, output_dir,
+                                  console, progress, plots, origin, prepared)
+    finally:
+        if origin is not None:
+            await origin.stop()
+
+
+async def _measure(
+    settings: BenchSettings,
+    sessions: list[Session],
+    client: ChatClient,
+    resolver: ImageResolver,
+    options: BodyOptions,
+    model: str,
+    output_dir: Path | None,
+    console: Console,
+    show_progress: bool,
+    plots: bool,
+    origin: ImageOrigin | None,
+    prepared: tuple[int, int],
+) -> RunOutput:
+    loop_monitor = LoopLagMonitor()
+    base_ns = time.perf_counter_ns()
+    store = RecordStore(base_ns, settings.max_records, settings.seed)
+    log = RequestLog(output_dir, base_ns) if output_dir is not None else None
+
+    def on_record(record: RequestRecord) -> None:
+        store.add(record)
+        if log is not None:
+            log.add(record)
+
+    engine = LoadEngine(settings, sessions, client, resolver, options, on_record)
+    live = LiveProgress(show_progress)
+    origin_before = (origin.stats.requests, origin.stats.bytes_served) if origin else (0, 0)
+    loop_monitor.start()
+    await live.run(lambda: (store.totals.requests, store.totals.errors, engine.in_flight),
+                   settings.request_count, settings.duration_s)
+    try:
+        await engine.run(request_count=settings.request_count, duration_s=settings.duration_s,
+                         cycle=settings.cycles_dataset, prefix=settings.session_prefix)
+    finally:
+        await live.stop()
+        await loop_monitor.stop()
+        if log is not None:
+            await log.close()
+    send = distribution(store.ms("send_lag_ns", ok_only=False))
+    overhead = ClientOverhead(loop_monitor.cpu_percent, loop_monitor.cpu_s, loop_monitor.wall_s,
+                              loop_monitor.lag_ms(), send)
+    summary = build_summary(
+        config=settings.public_config(), model=model, store=store, overhead=overhead, warnings=[],
+        origin=None if origin is None else {
+            "requests": origin.stats.requests - origin_before[0],
+            "bytes_served": origin.stats.bytes_served - origin_before[1],
+        },
+        prepared_images=prepared,
+    )
+    summary["client"]["warnings"] = client_warnings(
+        overhead, settings.request_rate, summary["totals"]["request_throughput"]
+    )
+    files: list[Path] = []
+    if output_dir is not None:
+        files += write_summary(summary, output_dir)
+        if log is not None:
+            files += [log.csv_path, log.jsonl_path]
+        if plots:
+            from mmgate.bench.plots import write_plots
+
+            files += await asyncio.to_thread(write_plots, store, output_dir, f"{model} — {settings.url}")
+    print_summary(summary, console)
+    return RunOutput(summary, files, store)
