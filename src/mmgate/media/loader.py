@@ -1,0 +1,224 @@
+"""The media loader: the one entry point that turns an image URL into validated, encoded bytes.
+
+    url ─► policy (pure) ─► key ─► local LRU ─► in-flight join ─► shared tier ─► origin
+                                                                   (lease/wait)   (http(s), file:,
+                                                                                   or data: bytes)
+                                                   ◄── put local + shared ◄── validate + sha256
+                                                                              (thread pool)
+
+Only validated bytes ever enter a tier, so a bad image never poisons a cache and a hit needs no
+second decode. A ``data:`` URL is keyed by its content hash: a repeat costs a base64 decode and
+a hash (no image decode). Every ``MediaError`` raised carries the caller's ``param``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import functools
+import hashlib
+import logging
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+
+from prometheus_client import CollectorRegistry
+
+from mmgate.config import CacheSettings, MediaSettings
+from mmgate.errors import ForbiddenURLError, MediaError
+from mmgate.media.dataurl import DataURL, decode_payload, is_data_url, parse_data_url
+from mmgate.media.inflight import InflightMap
+from mmgate.media.keys import content_key, scope_key, url_key
+from mmgate.media.lru import ByteLRU
+from mmgate.media.metrics import MediaMetrics, Outcome
+from mmgate.media.origin import OriginFetcher
+from mmgate.media.policy import UrlPolicy
+from mmgate.media.resolver import Lookup
+from mmgate.media.types import LoadedImage, SharedTier
+from mmgate.media.validate import ImageInfo, validate_image
+
+log = logging.getLogger(__name__)
+
+# Payloads at least this big are base64-decoded and hashed in the thread pool, not the loop.
+_INLINE_DECODE_BYTES = 256 * 1024
+
+Produce = Callable[[], Awaitable[LoadedImage]]
+_T = TypeVar("_T")
+
+
+class MediaLoader:
+    """Loads images for requests through the URL policy and the cache tiers (module docstring).
+
+    ``shared`` is owned by the caller (the loader never closes it). ``lookup`` replaces DNS for
+    origin fetches (tests only).
+    """
+
+    def __init__(
+        self,
+        media: MediaSettings,
+        cache: CacheSettings,
+        *,
+        registry: CollectorRegistry | None = None,
+        shared: SharedTier | None = None,
+        lookup: Lookup | None = None,
+    ) -> None:
+        self._media = media
+        self._cache = cache
+        self._shared = shared
+        self.policy = UrlPolicy(media)
+        self.metrics = MediaMetrics(registry if registry is not None else CollectorRegistry())
+        self._fetcher = OriginFetcher(
+            media, self.policy, on_bytes=self.metrics.origin_bytes.inc, lookup=lookup
+        )
+        self.local: ByteLRU[str, LoadedImage] = ByteLRU(
+            cache.local_cache_bytes,
+            _footprint,
+            max_entry_bytes=int(cache.local_cache_bytes * cache.local_max_entry_fraction),
+            ttl_s=cache.cache_ttl_s,
+        )
+        self._inflight: InflightMap[str, tuple[LoadedImage, Outcome]] = InflightMap()
+        self._executor = ThreadPoolExecutor(
+            max_workers=media.decode_workers, thread_name_prefix="mmgate-media"
+        )
+
+    async def load(
+        self, url: str, *, session_id: str | None = None, param: str | None = None
+    ) -> LoadedImage:
+        """The validated image ``url`` points at (http(s), ``data:`` or allowed ``file:``).
+
+        Raises a ``MediaError`` subclass carrying ``param`` (the client's part path).
+        """
+        try:
+            image, outcome = await self._load(url, session_id)
+        except MediaError as exc:
+            self.metrics.load("error")
+            raise _with_param(exc, param) from exc.__cause__
+        self.metrics.load(outcome)
+        return image
+
+    async def close(self) -> None:
+        """Stop running fetches, close the HTTP session and the thread pool."""
+        await self._inflight.close()
+        await self._fetcher.close()
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    # -- the pipeline ----------------------------------------------------------------------
+
+    async def _load(self, url: str, session_id: str | None) -> tuple[LoadedImage, Outcome]:
+        if not isinstance(url, str) or not url:
+            raise ForbiddenURLError("the image URL is empty")
+        if is_data_url(url):
+            return await self._load_data_url(url, session_id)
+        is_file = url[:5].lower() == "file:"
+        if not is_file:
+            # Pure and cheap: runs before any tier, so a hit never bypasses the policy.
+            self.policy.check_url(url)
+        try:
+            key = url_key(url)
+        except ValueError as exc:
+            raise ForbiddenURLError(f"malformed image URL: {exc}") from exc
+
+        async def produce() -> LoadedImage:
+            return await self._validated(await self._fetcher.fetch(url))
+
+        return await self._through_tiers(key, session_id, produce)
+
+    async def _load_data_url(self, url: str, session_id: str | None) -> tuple[LoadedImage, Outcome]:
+        parsed = parse_data_url(url, max_bytes=self._media.max_image_bytes)
+        if parsed.num_bytes >= _INLINE_DECODE_BYTES:
+            data, digest = await self._in_pool(_decode_and_hash, parsed)
+        else:
+            data, digest = _decode_and_hash(parsed)
+
+        async def produce() -> LoadedImage:
+            return await self._validated(data, digest)
+
+        return await self._through_tiers(content_key(digest), session_id, produce)
+
+    async def _through_tiers(
+        self, key: str, session_id: str | None, produce: Produce
+    ) -> tuple[LoadedImage, Outcome]:
+        tier_key = scope_key(
+            key, session_scoping=self._cache.session_scoping, session_id=session_id
+        )
+        if tier_key is None:  # scoping on, no session: no tier may see or keep this image
+            return await produce(), "origin"
+        hit = self.local.get(tier_key)
+        if hit is not None:
+            return hit, "local_hit"
+        (image, outcome), joined = await self._inflight.run(
+            tier_key, functools.partial(self._fill, tier_key, produce)
+        )
+        return image, "inflight_join" if joined else outcome
+
+    async def _fill(self, key: str, produce: Produce) -> tuple[LoadedImage, Outcome]:
+        """Shared tier, else the origin; then keep the image in the tiers. Runs once per key."""
+        shared = self._shared
+        if shared is None:
+            image = await produce()
+            self._put_local(key, image)
+            return image, "origin"
+        hit = await shared.get(key)
+        if hit is None and not await shared.acquire_fill_lease(key):
+            hit = await shared.wait_for_fill(key)  # None: lease expired or cache trouble → fetch
+            holds_lease = False
+        else:
+            holds_lease = hit is None
+        if hit is not None:
+            self._put_local(key, hit)
+            return hit, "shared_hit"
+        try:
+            image = await produce()
+        except BaseException:
+            if holds_lease:  # let other processes' waiters fall back now, not at lease expiry
+                await shared.release_fill_lease(key)
+            raise
+        self._put_local(key, image)
+        await shared.put(key, image)
+        return image, "origin"
+
+    def _put_local(self, key: str, image: LoadedImage) -> None:
+        self.local.put(key, image)
+        self.metrics.local_cache_bytes.set(self.local.num_cached_bytes)
+        self.metrics.local_cache_entries.set(len(self.local))
+
+    async def _validated(self, data: bytes, digest: str | None = None) -> LoadedImage:
+        """Validate (and hash, unless ``digest`` is known) in the thread pool."""
+        info, content_hash = await self._in_pool(
+            _validate_and_hash,
+            data,
+            digest,
+            self._media.allowed_formats,
+            self._media.max_image_pixels,
+        )
+        return LoadedImage(
+            data=data, mime=info.mime, width=info.width, height=info.height, digest=content_hash
+        )
+
+    async def _in_pool(self, fn: Callable[..., _T], *args: object) -> _T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, functools.partial(fn, *args))
+
+
+def _footprint(image: LoadedImage) -> int:
+    return image.footprint_bytes
+
+
+def _decode_and_hash(parsed: DataURL) -> tuple[bytes, str]:
+    data = decode_payload(parsed)
+    return data, hashlib.sha256(data).hexdigest()
+
+
+def _validate_and_hash(
+    data: bytes, digest: str | None, allowed_formats: tuple[str, ...], max_pixels: int
+) -> tuple[ImageInfo, str]:
+    info = validate_image(data, allowed_formats=allowed_formats, max_pixels=max_pixels)
+    return info, digest if digest is not None else hashlib.sha256(data).hexdigest()
+
+
+def _with_param(exc: MediaError, param: str | None) -> MediaError:
+    """A copy of ``exc`` naming ``param``: joined loads share one exception object, and each
+    caller's part path differs, so the shared one is never mutated."""
+    new = copy.copy(exc)
+    new.param = param
+    return new

@@ -1,0 +1,41 @@
+"""Prometheus metrics of the media loader. Labels are bounded: never a URL, key or session."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+Outcome = Literal["local_hit", "shared_hit", "inflight_join", "origin", "error"]
+OUTCOMES: tuple[Outcome, ...] = ("local_hit", "shared_hit", "inflight_join", "origin", "error")
+
+
+class MediaMetrics:
+    """The loader's metrics, registered on ``registry`` (one set per registry).
+
+    ``origin`` counts images loaded from their source: fetched over http(s), read from a file,
+    or decoded from a ``data:`` URL. ``mmgate_origin_bytes_total`` counts bytes received from
+    http(s) origins and files only.
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.image_loads = Counter(
+            "mmgate_image_loads",
+            "Image loads by where the image came from (or error)",
+            ["outcome"],
+            registry=registry,
+        )
+        for outcome in OUTCOMES:
+            self.image_loads.labels(outcome=outcome)  # export zeros from the start
+        self.origin_bytes = Counter(
+            "mmgate_origin_bytes", "Bytes received from image origins", registry=registry
+        )
+        self.local_cache_bytes = Gauge(
+            "mmgate_local_cache_bytes", "Bytes held by the local image cache", registry=registry
+        )
+        self.local_cache_entries = Gauge(
+            "mmgate_local_cache_entries", "Entries in the local image cache", registry=registry
+        )
+
+    def load(self, outcome: Outcome) -> None:
+        self.image_loads.labels(outcome=outcome).inc()
