@@ -50,6 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     cmp = sub.add_parser("compare", help="two runs side by side, with the ratio B/A")
     cmp.add_argument("a", metavar="A.json", help="summary.json of run A (or its directory)")
     cmp.add_argument("b", metavar="B.json", help="summary.json of run B (or its directory)")
+    cmp.add_argument("--all-stats", action="store_true", help="also min, max and std of distributions")
 
 
 def _add_run(p: argparse.ArgumentParser) -> None:
@@ -216,7 +217,7 @@ def run(args: argparse.Namespace) -> int:
             return _dataset(args)
         from mmgate.bench.compare import print_comparison
 
-        return print_comparison(args.a, args.b, Console())
+        return print_comparison(args.a, args.b, Console(), all_stats=args.all_stats)
     except BenchError as exc:
         print(f"mmgate bench: {exc.message}", file=sys.stderr)
         return 2

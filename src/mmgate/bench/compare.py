@@ -14,6 +14,7 @@ from mmgate.bench.errors import ResultFileError
 from mmgate.bench.report import SUMMARY_FORMAT
 
 _CLIENT_KEYS = ("cpu_percent",)
+DEFAULT_STATS = ("avg", "p50", "p90", "p99")
 
 
 def load_summary(path: Path | str) -> dict[str, Any]:
@@ -32,12 +33,17 @@ def load_summary(path: Path | str) -> dict[str, Any]:
     return data
 
 
-def flatten(summary: Mapping[str, Any]) -> dict[str, float]:
-    """Numeric leaves: ``metrics.<name>.<stat>``, ``totals.<name>``, ``client.<name>[.<stat>]``."""
+def flatten(summary: Mapping[str, Any], stats: tuple[str, ...] | None = None) -> dict[str, float]:
+    """Numeric leaves: ``<metric>.<stat>``, ``<total>``, ``client.<name>[.<stat>]``.
+
+    ``stats`` limits the statistics of distributions (None: all but ``count``).
+    """
     out: dict[str, float] = {}
     for name, dist in (summary.get("metrics") or {}).items():
         if isinstance(dist, dict):
             for stat, value in dist.items():
+                if stats is not None and stat not in stats:
+                    continue
                 if stat != "count" and isinstance(value, int | float):
                     out[f"{name}.{stat}"] = float(value)
     for name, value in (summary.get("totals") or {}).items():
@@ -64,9 +70,11 @@ def ratio(a: float | None, b: float | None) -> float | None:
     return b / a
 
 
-def compare_rows(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[tuple[str, float | None, float | None, float | None]]:
+def compare_rows(
+    a: Mapping[str, Any], b: Mapping[str, Any], stats: tuple[str, ...] | None = None
+) -> list[tuple[str, float | None, float | None, float | None]]:
     """(metric, A, B, B/A) for every metric present in either run, A's order first."""
-    fa, fb = flatten(a), flatten(b)
+    fa, fb = flatten(a, stats), flatten(b, stats)
     keys = list(fa) + [k for k in fb if k not in fa]
     return [(k, fa.get(k), fb.get(k), ratio(fa.get(k), fb.get(k))) for k in keys]
 
@@ -74,20 +82,20 @@ def compare_rows(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[tuple[str, 
 def _fmt(value: float | None, digits: int = 3) -> str:
     if value is None:
         return "-"
-    if value == int(value) and abs(value) >= 1:
+    if value == int(value):
         return f"{int(value):,}"
     return f"{value:,.{digits}f}"
 
 
-def print_comparison(a_path: str, b_path: str, console: Console) -> int:
-    """Print the comparison table; returns the exit status."""
+def print_comparison(a_path: str, b_path: str, console: Console, all_stats: bool = False) -> int:
+    """Print the comparison table (avg/p50/p90/p99 unless ``all_stats``); returns the exit status."""
     a, b = load_summary(a_path), load_summary(b_path)
     table = Table(title=f"A = {a_path}\nB = {b_path}", title_justify="left")
     table.add_column("metric")
     table.add_column("A", justify="right")
     table.add_column("B", justify="right")
     table.add_column("B/A", justify="right")
-    for key, va, vb, r in compare_rows(a, b):
+    for key, va, vb, r in compare_rows(a, b, None if all_stats else DEFAULT_STATS):
         table.add_row(key, _fmt(va), _fmt(vb), "-" if r is None else f"{r:.3f}")
     console.print(table)
     return 0
