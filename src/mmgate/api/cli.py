@@ -68,6 +68,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     c.add_argument("--session-scoping", action="store_true", default=env_bool("--session-scoping"),
                    help="scope image caches by session id (no session id: caches bypassed)")
 
+    r = parser.add_argument_group("routing, reuse and tenants")
+    r.add_argument("--reuse", choices=["auto", "off"], default=e("--reuse", "auto"),
+                   help="auto: send repeats of an image to a vllm backend as cache-only references "
+                   "(misses are healed); off: send every image's bytes (default %(default)s)")
+    r.add_argument("--reuse-backend-cache-gb", type=float, default=float(e("--reuse-backend-cache-gb", 4.0)),
+                   help="processor-cache size assumed per vllm backend (vLLM's --mm-processor-cache-gb)")
+    r.add_argument("--uuid-store-bytes", type=int, default=int(e("--uuid-store-bytes", 256 * 1024 * 1024)),
+                   help="local byte budget of the uuid -> image store used for healing")
+    r.add_argument("--uuid-ttl", type=int, default=int(e("--uuid-ttl", 3600)), help="uuid store TTL, seconds")
+    r.add_argument("--api-keys-file", default=e("--api-keys-file", None),
+                   help="API keys -> tenants (JSON object or 'KEY TENANT' lines); requests then need a key")
+    r.add_argument("--health-interval", type=float, default=float(e("--health-interval", 5.0)),
+                   help="seconds between backend health probes")
+    r.add_argument("--eject-after-failures", type=int, default=int(e("--eject-after-failures", 1)),
+                   help="consecutive connect failures/timeouts that eject a backend")
+    r.add_argument("--readmit-after", type=float, default=float(e("--readmit-after", 5.0)),
+                   help="minimum seconds an ejected backend stays out before a passing probe re-admits it")
+
     s = parser.add_argument_group("embedded engines")
     s.add_argument("--sim-speedup", type=float, default=float(e("--sim-speedup", 1.0)),
                    help="divide the embedded engines' modelled latency by this")
@@ -119,7 +137,17 @@ def settings_from_args(args: argparse.Namespace) -> GatewaySettings:
         backend_connect_timeout_s=args.backend_connect_timeout,
         backend_read_timeout_s=args.backend_read_timeout,
         embedded_engines=args.embedded_engines,
+        reuse=args.reuse,
+        reuse_backend_cache_gb=args.reuse_backend_cache_gb,
+        uuid_store_bytes=args.uuid_store_bytes,
+        uuid_ttl_s=args.uuid_ttl,
+        api_keys_file=args.api_keys_file,
+        health_interval_s=args.health_interval,
+        eject_after_failures=args.eject_after_failures,
+        readmit_after_s=args.readmit_after,
         setting_names={
+            "uuid_ttl_s": "--uuid-ttl", "health_interval_s": "--health-interval",
+            "readmit_after_s": "--readmit-after",
             "backend_connect_timeout_s": "--backend-connect-timeout",
             "backend_read_timeout_s": "--backend-read-timeout",
         },

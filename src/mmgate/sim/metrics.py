@@ -65,6 +65,10 @@ class SimMetrics:
         self._bytes_received = Counter(
             "mmgate_sim_image_bytes_received", "Encoded image bytes received (data URLs and fetches).",
             registry=r)
+        self._decoded_on_hit = Counter(
+            "mmgate_sim_images_decoded_on_hit",
+            "Images sent with data that hit the processor cache but were decoded anyway (as vLLM does).",
+            registry=r)
         self._evictions = Counter(
             "mmgate_sim_mm_cache_evictions", "Processed images evicted from the processor cache.",
             registry=r)
@@ -105,6 +109,7 @@ class SimMetrics:
 
     def image_decoded_on_hit(self) -> None:
         self.stats.images_decoded_on_hit += 1
+        self._decoded_on_hit.inc()
 
     def tokens(self, prompt: int, generation: int) -> None:
         self.stats.prompt_tokens += prompt
