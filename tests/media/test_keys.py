@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mmgate.media.keys import content_key, normalize_url, scope_key, session_scope_key, url_key
+from mmgate.media.keys import data_url_key, normalize_url, scope_key, session_scope_key, url_key
 
 
 @pytest.mark.parametrize(
@@ -36,8 +36,8 @@ def test_equivalent_urls_share_a_key_and_different_ones_do_not() -> None:
     assert key.startswith("url:") and "secret" not in key and len(key) == 4 + 64
 
 
-def test_content_key() -> None:
-    assert content_key("ab" * 32) == "sha256:" + "ab" * 32
+def test_data_url_key() -> None:
+    assert data_url_key("ab" * 32) == "b64:" + "ab" * 32
 
 
 def test_scoping_partitions_sessions_and_bypasses_without_one() -> None:

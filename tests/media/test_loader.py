@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -110,12 +111,14 @@ async def test_bad_image_never_enters_a_tier(origin: ImageOrigin, make_loader: L
 async def test_data_url_repeat_is_a_local_hit(make_loader: LoaderFactory) -> None:
     registry = CollectorRegistry()
     loader = make_loader(registry=registry)
-    url = data_url(make_image("JPEG", 80, 60), "image/png")  # declared type is not trusted
+    raw = make_image("JPEG", 80, 60)
+    url = data_url(raw, "image/png")  # the declared type is not trusted
     first = await loader.load(url)
     assert (first.mime, first.width, first.height) == ("image/jpeg", 80, 60)
-    second = await loader.load(url)
-    assert second is first
-    assert loads(registry) == {"origin": 1, "local_hit": 1}
+    assert first.digest == hashlib.sha256(raw).hexdigest() and first.data == raw
+    assert await loader.load(url) is first
+    assert await loader.load(data_url(raw, "image/jpeg")) is first  # same payload, same entry
+    assert loads(registry) == {"origin": 1, "local_hit": 2}
     assert registry.get_sample_value("mmgate_origin_bytes_total") == 0
 
 

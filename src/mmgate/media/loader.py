@@ -7,8 +7,8 @@
                                                                               (thread pool)
 
 Only validated bytes ever enter a tier, so a bad image never poisons a cache and a hit needs no
-second decode. A ``data:`` URL is keyed by its content hash: a repeat costs a base64 decode and
-a hash (no image decode). Every ``MediaError`` raised carries the caller's ``param``.
+second decode. A ``data:`` URL is keyed by a hash of its base64 text: a repeat costs one hash
+(no base64 decode, no image decode). Every ``MediaError`` raised carries the caller's ``param``.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from prometheus_client import CollectorRegistry
 
 from mmgate.config import CacheSettings, MediaSettings
 from mmgate.errors import ForbiddenURLError, MediaError
-from mmgate.media.dataurl import DataURL, decode_payload, is_data_url, parse_data_url
+from mmgate.media.dataurl import DataURL, decode_payload, is_data_url, parse_data_url, payload_digest
 from mmgate.media.inflight import InflightMap
-from mmgate.media.keys import content_key, scope_key, url_key
+from mmgate.media.keys import data_url_key, scope_key, url_key
 from mmgate.media.lru import ByteLRU
 from mmgate.media.metrics import MediaMetrics, Outcome
 from mmgate.media.origin import OriginFetcher
@@ -39,8 +39,8 @@ from mmgate.media.validate import ImageInfo, validate_image
 
 log = logging.getLogger(__name__)
 
-# Payloads at least this big are base64-decoded and hashed in the thread pool, not the loop.
-_INLINE_DECODE_BYTES = 256 * 1024
+# data: payloads at least this big are hashed in the thread pool, not on the event loop.
+_INLINE_HASH_BYTES = 256 * 1024
 
 Produce = Callable[[], Awaitable[LoadedImage]]
 _T = TypeVar("_T")
@@ -125,15 +125,15 @@ class MediaLoader:
 
     async def _load_data_url(self, url: str, session_id: str | None) -> tuple[LoadedImage, Outcome]:
         parsed = parse_data_url(url, max_bytes=self._media.max_image_bytes)
-        if parsed.num_bytes >= _INLINE_DECODE_BYTES:
-            data, digest = await self._in_pool(_decode_and_hash, parsed)
+        if parsed.num_bytes >= _INLINE_HASH_BYTES:
+            key = data_url_key(await self._in_pool(payload_digest, parsed))
         else:
-            data, digest = _decode_and_hash(parsed)
+            key = data_url_key(payload_digest(parsed))
 
         async def produce() -> LoadedImage:
-            return await self._validated(data, digest)
+            return await self._validated(parsed)
 
-        return await self._through_tiers(content_key(digest), session_id, produce)
+        return await self._through_tiers(key, session_id, produce)
 
     async def _through_tiers(
         self, key: str, session_id: str | None, produce: Produce
@@ -182,18 +182,12 @@ class MediaLoader:
         self.metrics.local_cache_bytes.set(self.local.num_cached_bytes)
         self.metrics.local_cache_entries.set(len(self.local))
 
-    async def _validated(self, data: bytes, digest: str | None = None) -> LoadedImage:
-        """Validate (and hash, unless ``digest`` is known) in the thread pool."""
-        info, content_hash = await self._in_pool(
-            _validate_and_hash,
-            data,
-            digest,
-            self._media.allowed_formats,
-            self._media.max_image_pixels,
+    async def _validated(self, source: bytes | DataURL) -> LoadedImage:
+        """Decode (data: URLs), validate and hash ``source``: one thread-pool job."""
+        data, info, digest = await self._in_pool(
+            _decode_validate_hash, source, self._media.allowed_formats, self._media.max_image_pixels
         )
-        return LoadedImage(
-            data=data, mime=info.mime, width=info.width, height=info.height, digest=content_hash
-        )
+        return LoadedImage(data=data, mime=info.mime, width=info.width, height=info.height, digest=digest)
 
     async def _in_pool(self, fn: Callable[..., _T], *args: object) -> _T:
         loop = asyncio.get_running_loop()
@@ -204,16 +198,12 @@ def _footprint(image: LoadedImage) -> int:
     return image.footprint_bytes
 
 
-def _decode_and_hash(parsed: DataURL) -> tuple[bytes, str]:
-    data = decode_payload(parsed)
-    return data, hashlib.sha256(data).hexdigest()
-
-
-def _validate_and_hash(
-    data: bytes, digest: str | None, allowed_formats: tuple[str, ...], max_pixels: int
-) -> tuple[ImageInfo, str]:
+def _decode_validate_hash(
+    source: bytes | DataURL, allowed_formats: tuple[str, ...], max_pixels: int
+) -> tuple[bytes, ImageInfo, str]:
+    data = decode_payload(source) if isinstance(source, DataURL) else source
     info = validate_image(data, allowed_formats=allowed_formats, max_pixels=max_pixels)
-    return info, digest if digest is not None else hashlib.sha256(data).hexdigest()
+    return data, info, hashlib.sha256(data).hexdigest()
 
 
 def _with_param(exc: MediaError, param: str | None) -> MediaError:
