@@ -36,7 +36,7 @@ import aiohttp
 from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _procs import free_port, start, stop  # noqa: E402
+from _procs import free_port, start, stop
 
 MODEL = "mmgate-sim-vl"
 MODES = ("off", "auto", "client-strip", "uuid-resend")

@@ -159,6 +159,10 @@ async def _stream(request: web.Request, engine: SimEngine, admitted: Admitted) -
         engine.metrics.tokens(0, sent)
         engine.metrics.request("disconnected")
         return resp
+    except asyncio.CancelledError:  # the server cancels the handler of a client that went away
+        engine.metrics.tokens(0, sent)
+        engine.metrics.request("disconnected")
+        raise
     engine.metrics.tokens(0, sent)
     engine.metrics.success(admitted.plan.finish_reason)
     engine.metrics.request(200)
