@@ -21,7 +21,7 @@ from mmgate.errors import (
 )
 from mmgate.media.loader import MediaLoader
 from tests.media.conftest import LoaderFactory
-from tests.support.images import make_image, truncated
+from tests.support.images import data_url, make_image, truncated
 from tests.support.origin import ImageOrigin
 
 MiB = 1024 * 1024
@@ -233,8 +233,12 @@ async def test_file_urls(tmp_path: Path, make_loader: LoaderFactory) -> None:
     refused = make_loader()
     with pytest.raises(ForbiddenURLError, match="file: URLs are refused"):
         await refused.load(f"file://{root}/a.png")
-    loader: MediaLoader = make_loader(media={"allowed_local_media_path": str(root), "max_image_bytes": 100_000})
+    registry = CollectorRegistry()
+    loader: MediaLoader = make_loader(
+        media={"allowed_local_media_path": str(root), "max_image_bytes": 100_000}, registry=registry
+    )
     assert (await loader.load(f"file://{root}/a.png")).width == 10
+    assert registry.get_sample_value("mmgate_origin_bytes_total") == (root / "a.png").stat().st_size
     for bad in (f"file://{root}/../outside.png", f"file://{root}/link.png"):
         with pytest.raises(ForbiddenURLError, match="outside"):
             await loader.load(bad)
@@ -245,3 +249,14 @@ async def test_file_urls(tmp_path: Path, make_loader: LoaderFactory) -> None:
     (root / "big.png").write_bytes(b"\x00" * 100_001)
     with pytest.raises(ImageTooLargeError):
         await loader.load(f"file://{root}/big.png")
+
+
+async def test_load_after_close_fails_cleanly(origin: ImageOrigin, make_loader: LoaderFactory) -> None:
+    url = origin.add("a.png", make_image("PNG"))
+    loader = make_loader()
+    await loader.close()
+    with pytest.raises(OriginError, match="shutting down"):
+        await loader.load(url)
+    with pytest.raises(OriginError, match="shutting down"):
+        await loader.load(data_url(make_image("PNG")))
+    assert origin.hits["/img/a.png"] == 0

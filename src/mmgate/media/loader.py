@@ -25,7 +25,7 @@ from typing import TypeVar
 from prometheus_client import CollectorRegistry
 
 from mmgate.config import CacheSettings, MediaSettings
-from mmgate.errors import ForbiddenURLError, MediaError
+from mmgate.errors import ForbiddenURLError, MediaError, OriginError
 from mmgate.media.dataurl import DataURL, decode_payload, is_data_url, parse_data_url, payload_digest
 from mmgate.media.inflight import InflightMap
 from mmgate.media.keys import data_url_key, scope_key, url_key
@@ -77,6 +77,7 @@ class MediaLoader:
             ttl_s=cache.cache_ttl_s,
         )
         self._inflight: InflightMap[str, tuple[LoadedImage, Outcome]] = InflightMap()
+        self._closed = False
         self._executor = ThreadPoolExecutor(
             max_workers=media.decode_workers, thread_name_prefix="mmgate-media"
         )
@@ -98,6 +99,7 @@ class MediaLoader:
 
     async def close(self) -> None:
         """Stop running fetches, close the HTTP session and the thread pool."""
+        self._closed = True
         await self._inflight.close()
         await self._fetcher.close()
         self._executor.shutdown(wait=False, cancel_futures=True)
@@ -105,6 +107,8 @@ class MediaLoader:
     # -- the pipeline ----------------------------------------------------------------------
 
     async def _load(self, url: str, session_id: str | None) -> tuple[LoadedImage, Outcome]:
+        if self._closed:
+            raise OriginError("the media loader is shutting down; retry the request")
         if not isinstance(url, str) or not url:
             raise ForbiddenURLError("the image URL is empty")
         if is_data_url(url):

@@ -65,6 +65,7 @@ class OriginFetcher:
         self._on_bytes = on_bytes
         self._lookup = lookup
         self._session: aiohttp.ClientSession | None = None
+        self._closed = False
         self._timeout = aiohttp.ClientTimeout(
             total=None,  # the whole-fetch deadline is ours (it spans redirects)
             connect=None,
@@ -91,14 +92,20 @@ class OriginFetcher:
         return self._session
 
     async def close(self) -> None:
+        self._closed = True
         if self._session is not None:
             await self._session.close()
             self._session = None
 
     async def fetch(self, url: str) -> bytes:
         """The body of ``url`` (http, https or file:), at most ``max_image_bytes``."""
+        if self._closed:
+            raise OriginError("the media loader is shutting down; retry the request")
         if url[:5].lower() == "file:":
-            return await asyncio.to_thread(read_local_file, self._policy, url, self._media.max_image_bytes)
+            data = await asyncio.to_thread(read_local_file, self._policy, url, self._media.max_image_bytes)
+            if self._on_bytes is not None:
+                self._on_bytes(len(data))
+            return data
         total = self._media.total_timeout_s
         try:
             async with asyncio.timeout(total):
