@@ -258,3 +258,24 @@ async def test_wrong_password_fails_open(tmp_path: Path) -> None:
         finally:
             await ok_tier.close()
             await bad_tier.close()
+
+
+async def test_tls_and_password_through_the_url(tmp_path: Path) -> None:
+    with running_standalone(tmp_path / "tls", password="s3cret", tls=True) as server:
+        assert server.url.startswith("rediss://:s3cret@")
+        good = RedisTarget("standalone", server.url, False, standalone=server)
+        # A client that does not trust the server's certificate fails open.
+        untrusting = RedisTarget("standalone", f"rediss://:s3cret@127.0.0.1:{server.port}", False)
+        tls_tier, bad_tier = make_tier(good), make_tier(untrusting)
+        key, img = new_key(), image()
+        try:
+            await tls_tier.put(key, img)
+            got = await tls_tier.get(key)
+            assert got is not None and got.data == img.data
+            assert await bad_tier.get(key) is None
+            assert await bad_tier.acquire_fill_lease(key) is True
+        finally:
+            await tls_tier.close()
+            await bad_tier.close()
+        with server.client() as raw:
+            assert raw.exists(tls_tier.storage_keys(key)[0]) == 1

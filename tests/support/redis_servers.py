@@ -46,7 +46,7 @@ class RedisServer:
     """One redis-server process on 127.0.0.1, restartable on the same port and directory."""
 
     def __init__(self, workdir: Path, *, cluster: bool = False, password: str | None = None,
-                 extra_args: tuple[str, ...] = ()) -> None:
+                 tls: bool = False, extra_args: tuple[str, ...] = ()) -> None:
         self.workdir = workdir
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
@@ -54,11 +54,14 @@ class RedisServer:
         self.cluster = cluster
         self.password = password
         self.extra_args = extra_args
+        self.tls_cert = _self_signed_cert(workdir) if tls else None
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
         auth = f":{self.password}@" if self.password else ""
+        if self.tls_cert is not None:
+            return f"rediss://{auth}127.0.0.1:{self.port}?ssl_ca_certs={self.tls_cert}"
         return f"redis://{auth}127.0.0.1:{self.port}"
 
     @property
@@ -69,6 +72,10 @@ class RedisServer:
         args = [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.workdir),
                 "--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", "redis.log",
                 "--protected-mode", "no"]
+        if self.tls_cert is not None:
+            args[1:3] = ["--port", "0", "--tls-port", str(self.port)]
+            args += ["--tls-cert-file", str(self.tls_cert), "--tls-key-file",
+                     str(self.tls_cert.with_name("key.pem")), "--tls-auth-clients", "no"]
         if self.cluster:
             args += ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
                      "--cluster-port", str(self.cluster_port), "--cluster-node-timeout", "5000"]
@@ -123,8 +130,9 @@ class RedisServer:
 
     def client(self) -> redis.Redis:
         """A plain synchronous client straight to this process (for setup and inspection)."""
+        tls = {"ssl": True, "ssl_ca_certs": str(self.tls_cert)} if self.tls_cert is not None else {}
         return redis.Redis(host="127.0.0.1", port=self.port, password=self.password,
-                           socket_timeout=2, socket_connect_timeout=2)
+                           socket_timeout=2, socket_connect_timeout=2, **tls)  # type: ignore[arg-type]
 
 
 class RedisClusterServers:
@@ -202,11 +210,26 @@ class RedisClusterServers:
         return next(n for n in self.nodes if n.port == int(node.port))
 
 
+def _self_signed_cert(workdir: Path) -> Path:
+    """A self-signed certificate for 127.0.0.1 (``cert.pem``, key beside it in ``key.pem``)."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("openssl is not installed: no TLS test")
+    workdir.mkdir(parents=True, exist_ok=True)
+    cert = workdir / "cert.pem"
+    subprocess.run(
+        [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(workdir / "key.pem"), "-out", str(cert)],
+        check=True, capture_output=True,
+    )
+    return cert
+
+
 @contextlib.contextmanager
-def running_standalone(workdir: Path, *, password: str | None = None) -> Iterator[RedisServer]:
+def running_standalone(workdir: Path, *, password: str | None = None, tls: bool = False) -> Iterator[RedisServer]:
     """A started standalone server, stopped on exit."""
     require_redis_server()
-    server = RedisServer(workdir, password=password)
+    server = RedisServer(workdir, password=password, tls=tls)
     try:
         server.start()
         yield server
