@@ -177,6 +177,11 @@ def settings_from_args(args: argparse.Namespace) -> BenchSettings:
     return cast(BenchSettings, build(BenchSettings, FLAG_NAMES, **values))
 
 
+def _console() -> Console:
+    """Rich console; 120 columns when not a terminal (rich would assume 80 and cut numbers)."""
+    return Console() if sys.stdout.isatty() else Console(width=120)
+
+
 def _run(args: argparse.Namespace) -> int:
     from mmgate.aio import install_uvloop
     from mmgate.bench.runner import run_benchmark
@@ -185,7 +190,7 @@ def _run(args: argparse.Namespace) -> int:
     sessions = load_dataset(settings.dataset, settings.dataset_type)
     out = Path(args.output_dir) if args.output_dir else Path("bench-out") / time.strftime("run-%Y%m%d-%H%M%S")
     install_uvloop()
-    output = asyncio.run(run_benchmark(settings, sessions, out, progress=not args.quiet,
+    output = asyncio.run(run_benchmark(settings, sessions, out, console=_console(), progress=not args.quiet,
                                        plots=not args.no_plots))
     print(f"results: {out}/ ({', '.join(p.name for p in output.files)})", file=sys.stderr)
     return 0
@@ -217,7 +222,7 @@ def run(args: argparse.Namespace) -> int:
             return _dataset(args)
         from mmgate.bench.compare import print_comparison
 
-        return print_comparison(args.a, args.b, Console(), all_stats=args.all_stats)
+        return print_comparison(args.a, args.b, _console(), all_stats=args.all_stats)
     except BenchError as exc:
         print(f"mmgate bench: {exc.message}", file=sys.stderr)
         return 2
