@@ -144,7 +144,7 @@ class RedisSharedTier:
         start = time.perf_counter()
         try:
             raw = await self._call("get", lambda: self._client.get(value_key))
-        except CacheError:
+        except CacheError:  # fail-open: a broken cache is a miss
             self._observe_get("error", None, start)
             return None
         if raw is None:
@@ -174,7 +174,7 @@ class RedisSharedTier:
             else:
                 await self._call("put", lambda: self._client.eval(
                     _PUT_AND_RELEASE_SCRIPT, 2, value_key, lease_key, raw, self._ttl_s, token))
-        except CacheError:
+        except CacheError:  # fail-open: the image was served; it is just not shared
             self._observe_set("error", image.num_bytes, start)
             return
         self._observe_set("success", image.num_bytes, start)
@@ -203,7 +203,7 @@ class RedisSharedTier:
         while True:
             try:
                 raw, lease = await self._call("wait", lambda: self._client.mget(value_key, lease_key))
-            except CacheError:
+            except CacheError:  # fail-open: stop waiting, the caller fetches from the origin
                 return None
             if raw is not None:
                 return await self._decode(value_key, raw)
@@ -257,7 +257,7 @@ class RedisSharedTier:
                 image = await asyncio.to_thread(decode_entry, raw)
             else:
                 image = decode_entry(raw)
-        except CorruptEntryError as exc:
+        except CorruptEntryError as exc:  # damaged entry: delete it and report a miss (refilled)
             self._metrics.corrupt.inc()
             self._warn("get (corrupt entry deleted)", exc)
             try:
