@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import base64
 from dataclasses import dataclass, field
 from typing import Protocol
+
+import pybase64
 
 
 @dataclass(slots=True)
@@ -33,7 +34,7 @@ class LoadedImage:
 
     def data_url(self) -> str:
         if self._data_url is None:
-            self._data_url = f"data:{self.mime};base64," + base64.b64encode(self.data).decode("ascii")
+            self._data_url = f"data:{self.mime};base64," + pybase64.b64encode_as_string(self.data)
         return self._data_url
 
 

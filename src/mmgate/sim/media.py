@@ -7,11 +7,11 @@ policy (it is a test engine, bound to loopback by default): do not expose it to 
 from __future__ import annotations
 
 import asyncio
-import base64
 import binascii
 from urllib.parse import unquote_to_bytes, urlsplit
 
 import aiohttp
+import pybase64
 
 from mmgate.errors import ImageTooLargeError, InvalidRequestError, OriginError, OriginTimeoutError
 
@@ -27,7 +27,7 @@ def data_url_payload(url: str, max_bytes: int) -> bytes:
         if (len(payload) * 3) // 4 > max_bytes + 2:
             raise ImageTooLargeError(f"Image data exceeds the limit of {max_bytes} bytes.")
         try:
-            data = base64.b64decode(payload, validate=False)
+            data = pybase64.b64decode(payload, validate=False)
         except (binascii.Error, ValueError) as exc:
             raise InvalidRequestError(f"Invalid base64 image data: {exc}.") from exc
     else:
