@@ -33,7 +33,7 @@ def test_no_url_means_no_shared_tier() -> None:
         ("redis://", False, "--redis-url", "without a host"),
         ("redis://127.0.0.1:notaport", False, "--redis-url", "invalid Redis URL"),
         ("redis://127.0.0.1:6379/3", True, "--redis-url", "database 0"),
-        ("redis://127.0.0.1:6379?socket_timeout=5", False, "--redis-url", "--redis-io-timeout-s"),
+        ("redis://127.0.0.1:6379?socket_timeout=5", False, "--redis-url", "--redis-io-timeout"),
         ("redis://127.0.0.1:6379?retry_on_timeout=yes", True, "--redis-url", "never retries"),
         ("redis://127.0.0.1:6379?bogus=1", False, "--redis-url", "bogus"),
         ("redis://127.0.0.1:6379?max_connections=many", False, "--redis-url", "max_connections"),

@@ -55,8 +55,8 @@ def _url_options(url: str) -> dict[str, Any]:
         if name in _OWNED_BY_SETTINGS:
             raise ConfigError(
                 URL_SETTING,
-                f"'{name}' in the URL is not supported: use --redis-connect-timeout-s and "
-                "--redis-io-timeout-s (the shared cache never retries)",
+                f"'{name}' in the URL is not supported: use --redis-connect-timeout and "
+                "--redis-io-timeout (the shared cache never retries)",
             )
         if name not in _ALLOWED_QUERY | {"host", "port", "path", "username", "password",
                                          "connection_class"}:
