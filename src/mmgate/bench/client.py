@@ -185,53 +185,81 @@ class ChatClient:
 
     @staticmethod
     async def _read_stream(resp: aiohttp.ClientResponse, result: ResponseResult, collect: bool) -> None:
-        pieces: list[str] = []
-        usage_tokens: int | None = None
-        buffer = b""
-        done = False
+        state = SSEState(collect)
         # Read to EOF even after [DONE]: leaving the body unread would close the keep-alive connection.
         async for chunk in resp.content.iter_any():
-            if done:
+            if state.done:
                 continue
             now = time.perf_counter_ns()
             result.end_ns = now
-            buffer += chunk
-            while True:
-                cut = buffer.find(b"\n")
-                if cut < 0:
-                    break
-                line = buffer[:cut].strip()
-                buffer = buffer[cut + 1 :]
-                if not line.startswith(b"data:"):
-                    continue
-                payload = line[5:].strip()
-                if payload == b"[DONE]":
-                    done = True
-                    break
-                try:
-                    event = orjson.loads(payload)
-                except orjson.JSONDecodeError:
-                    result.error = "malformed SSE event: " + payload[:200].decode("utf-8", "replace")
-                    return
-                if not isinstance(event, dict):
-                    continue
-                if "error" in event:
-                    result.error = "stream error: " + _error_message(payload)
-                    return
-                usage = event.get("usage")
-                if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
-                    usage_tokens = usage["completion_tokens"]
-                choices: Any = event.get("choices")
-                if not choices:
-                    continue
-                delta = choices[0].get("delta") or {}
-                text = delta.get("content") or delta.get("reasoning_content")
-                if text:
-                    if result.first_token_ns < 0:
-                        result.first_token_ns = now
-                    result.content_chunks += 1
-                    if collect:
-                        pieces.append(text)
-        result.output_tokens = usage_tokens if usage_tokens is not None else result.content_chunks
+            state.feed(chunk, now)
+        if state.tail:
+            state.feed(b"\n", result.end_ns)  # an event not followed by a newline
+        result.first_token_ns = state.first_token_ns
+        result.content_chunks = state.content_chunks
+        result.error = state.error
+        result.output_tokens = state.usage_tokens if state.usage_tokens is not None else state.content_chunks
         if collect:
-            result.text = "".join(pieces)
+            result.text = "".join(state.pieces)
+
+
+class SSEState:
+    """Incremental parser of an OpenAI chat-completion SSE stream (pure: bytes in, fields out).
+
+    ``first_token_ns`` is the arrival time of the first event with non-empty ``content`` (or
+    ``reasoning_content``); ``error`` is set by an ``{"error": ...}`` event or a malformed one.
+    """
+
+    __slots__ = ("collect", "content_chunks", "done", "error", "first_token_ns", "pieces", "tail",
+                 "usage_tokens")
+
+    def __init__(self, collect: bool = False) -> None:
+        self.collect = collect
+        self.tail = b""
+        self.done = False
+        self.error: str | None = None
+        self.first_token_ns = -1
+        self.content_chunks = 0
+        self.usage_tokens: int | None = None
+        self.pieces: list[str] = []
+
+    def feed(self, chunk: bytes, now_ns: int) -> None:
+        if self.done:
+            return
+        lines = (self.tail + chunk if self.tail else chunk).split(b"\n")
+        self.tail = lines.pop()
+        for line in lines:
+            if not line.startswith(b"data:"):
+                continue
+            payload = line[5:].strip()
+            if payload == b"[DONE]":
+                self.done = True
+                return
+            try:
+                event = orjson.loads(payload)
+            except orjson.JSONDecodeError:
+                self._fail("malformed SSE event: " + payload[:200].decode("utf-8", "replace"))
+                return
+            if not isinstance(event, dict):
+                continue
+            if "error" in event:
+                self._fail("stream error: " + _error_message(payload))
+                return
+            usage = event.get("usage")
+            if usage and isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+                self.usage_tokens = usage["completion_tokens"]
+            choices: Any = event.get("choices")
+            if not choices:
+                continue
+            delta = choices[0].get("delta") or {}
+            text = delta.get("content") or delta.get("reasoning_content")
+            if text:
+                if self.first_token_ns < 0:
+                    self.first_token_ns = now_ns
+                self.content_chunks += 1
+                if self.collect:
+                    self.pieces.append(text)
+
+    def _fail(self, message: str) -> None:
+        self.error = message
+        self.done = True
