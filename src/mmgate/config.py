@@ -83,7 +83,8 @@ class CacheSettings(_Frozen):
             return None
         scheme = urlsplit(value).scheme
         if scheme not in ("redis", "rediss", "unix"):
-            raise ValueError(f"scheme must be redis://, rediss:// or unix://, got {value!r}")
+            # Never echo the URL: it may carry a password.
+            raise ValueError(f"scheme must be redis://, rediss:// or unix://, got {scheme or 'none'}://")
         return value
 
 

@@ -7,7 +7,11 @@ a URL, uuid, session or key.
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+CHAT_ROUTE = "/v1/chat/completions"
 
 _LATENCY_BUCKETS = (
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
@@ -60,3 +64,25 @@ class GatewayMetrics:
             "mmgate_reuse_heals", "Backend cache misses healed by re-sending bytes from the gateway",
             registry=registry,
         )
+        # Label children bound once: ``labels()`` costs a lock and a dict lookup per call, and these
+        # are on every request. Keys are bounded (HTTP statuses, configured backend names).
+        self._chat_seconds = self.request_seconds.labels(CHAT_ROUTE)
+        self._chat_status: dict[int, Any] = {}
+        self._backend_ok: dict[str, Any] = {}
+        self.forwarded_data = self.images_forwarded.labels("data")
+        self.forwarded_reference = self.images_forwarded.labels("reference")
+        self.forwarded_stripped = self.images_forwarded.labels("stripped")
+
+    def observe_chat(self, status: int, seconds: float) -> None:
+        """Count one chat request and its latency."""
+        child = self._chat_status.get(status)
+        if child is None:
+            child = self._chat_status[status] = self.requests.labels(CHAT_ROUTE, str(status))
+        child.inc()
+        self._chat_seconds.observe(seconds)
+
+    def backend_ok(self, backend: str) -> None:
+        child = self._backend_ok.get(backend)
+        if child is None:
+            child = self._backend_ok[backend] = self.backend_requests.labels(backend, "ok")
+        child.inc()

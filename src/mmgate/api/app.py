@@ -108,8 +108,7 @@ async def _chat(request: web.Request) -> web.StreamResponse:
         status = exc.status
         raise
     finally:
-        metrics.requests.labels("/v1/chat/completions", str(status)).inc()
-        metrics.request_seconds.labels("/v1/chat/completions").observe(time.perf_counter() - started)
+        metrics.observe_chat(status, time.perf_counter() - started)
 
 
 async def _models(request: web.Request) -> web.StreamResponse:
@@ -181,6 +180,8 @@ async def start_gateway(
     from mmgate.media.shared import build_shared_tier
 
     shared = build_shared_tier(settings.cache, settings.media, registry)
+    if shared is not None:
+        cleanups.append(shared.close)
     loader = MediaLoader(settings.media, settings.cache, registry=registry, shared=shared)
     router = Router.from_settings(backends, settings, metrics=metrics)
     await router.refresh_models()

@@ -178,7 +178,7 @@ class Gateway:
             healed += 1
             self.metrics.reuse_heals.inc()
             counts = render(plans, with_uuid=True, already_sent=set(), force_data=True)
-        self.metrics.backend_requests.labels(backend.name, "ok").inc()
+        self.metrics.backend_ok(backend.name)
         counts.healed = healed
         if with_uuid:
             for p in plans:
@@ -211,11 +211,11 @@ class Gateway:
     def _count(self, counts: ReuseCounts) -> None:
         m = self.metrics
         if counts.sent:
-            m.images_forwarded.labels("data").inc(counts.sent)
+            m.forwarded_data.inc(counts.sent)
         if counts.references:
-            m.images_forwarded.labels("reference").inc(counts.references)
+            m.forwarded_reference.inc(counts.references)
         if counts.stripped:
-            m.images_forwarded.labels("stripped").inc(counts.stripped)
+            m.forwarded_stripped.inc(counts.stripped)
             m.reuse_bytes_not_sent.inc(counts.bytes_not_sent)
 
     async def _load_images(self, slots: list[ImageSlot], session_id: str | None) -> dict[int, LoadedImage]:

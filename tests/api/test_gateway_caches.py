@@ -1,0 +1,87 @@
+"""Image caches seen through real gateways: two gateways sharing a real Redis (standalone and a
+3-node cluster) fetch a URL from the origin once; 50 concurrent requests make one origin request;
+a stopped Redis costs nothing but the cache."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from tests.support.gateway import gateway_settings, running_gateway
+from tests.support.images import make_image
+from tests.support.origin import ImageOrigin
+from tests.support.redis_servers import RedisTarget, running_cluster, running_standalone
+
+MODEL = "mmgate-sim-vl"
+
+
+@pytest.fixture(scope="module", params=["standalone", "cluster"])
+def redis_target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisTarget]:
+    workdir: Path = tmp_path_factory.mktemp(f"redis-{request.param}")
+    if request.param == "standalone":
+        with running_standalone(workdir) as server:
+            yield RedisTarget(kind="standalone", url=server.url, cluster=False, standalone=server)
+    else:
+        with running_cluster(workdir) as cluster:
+            yield RedisTarget(kind="cluster", url=cluster.url, cluster=True, servers=cluster)
+
+
+@pytest.fixture
+async def origin() -> AsyncIterator[ImageOrigin]:
+    server = await ImageOrigin().start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+def body(url: str) -> dict[str, Any]:
+    return {"model": MODEL, "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "what is it?"}, {"type": "image_url", "image_url": {"url": url}}]}]}
+
+
+async def post(session: aiohttp.ClientSession, gw_url: str, payload: Any) -> int:
+    async with session.post(gw_url + "/v1/chat/completions", json=payload) as r:
+        await r.read()
+        return r.status
+
+
+async def test_second_gateway_gets_a_shared_hit(redis_target: RedisTarget, origin: ImageOrigin) -> None:
+    url = origin.add(f"cat-{redis_target.kind}.png", make_image("PNG", 128, 96, seed=1))
+    path = f"/img/cat-{redis_target.kind}.png"
+    cache = {"redis_url": redis_target.url, "redis_cluster": redis_target.cluster}
+    async with running_gateway(gateway_settings(cache=cache)) as gw1, running_gateway(
+        gateway_settings(cache=cache)
+    ) as gw2, aiohttp.ClientSession() as s:
+        assert await post(s, gw1.url, body(url)) == 200
+        assert await post(s, gw2.url, body(url)) == 200
+        assert origin.hits[path] == 1
+        loads = gw2.gateway.loader.metrics.image_loads
+        assert loads.labels(outcome="shared_hit")._value.get() == 1
+
+
+async def test_fifty_concurrent_requests_make_one_origin_request(origin: ImageOrigin) -> None:
+    url = origin.add("dog.png", make_image("PNG", 128, 96, seed=2))
+    path = "/img/dog.png"
+    async with running_gateway() as gw, aiohttp.ClientSession() as s:
+        statuses = await asyncio.gather(*(post(s, gw.url, body(url)) for _ in range(50)))
+        assert statuses == [200] * 50
+        assert origin.hits[path] == 1
+
+
+async def test_redis_down_every_request_still_succeeds(tmp_path: Path, origin: ImageOrigin) -> None:
+    with running_standalone(tmp_path) as server:
+        cache = {"redis_url": server.url, "redis_io_timeout_s": 0.3, "redis_connect_timeout_s": 0.3}
+        async with running_gateway(gateway_settings(cache=cache)) as gw, aiohttp.ClientSession() as s:
+            first = origin.add("a.png", make_image("PNG", 64, 64, seed=3))
+            assert await post(s, gw.url, body(first)) == 200
+            server.stop()
+            for i in range(5):
+                url = origin.add(f"b{i}.png", make_image("PNG", 64, 64, seed=10 + i))
+                assert await post(s, gw.url, body(url)) == 200
+                assert origin.hits[f"/img/b{i}.png"] == 1
