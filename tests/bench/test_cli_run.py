@@ -12,7 +12,7 @@ from mmgate.bench.dataset import load_dataset
 from mmgate.bench.runner import run_benchmark
 from mmgate.bench.settings import BenchSettings
 from mmgate.cli import main
-from tests.bench.conftest import Recorder
+from tests.bench.conftest import Recorder, write_jsonl
 from tests.bench.test_run_sim import quiet
 
 
@@ -80,6 +80,21 @@ async def test_request_rate_with_duration_replays_the_dataset(recorder: Recorder
     assert totals["requests"] > 12  # more than one pass over the 12 dataset requests
     sessions = {s.headers["x-session-id"] for s in recorder.seen}
     assert "sw-0000" in sessions and "sw-0000#1" in sessions
+
+
+async def test_request_rate_serves_sessions_under_way_before_new_ones(recorder: Recorder, tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "conv.jsonl", [
+        {"session_id": f"c{i}", "turns": [{"text": f"c{i} turn {t}"} for t in range(3)]} for i in range(3)
+    ])
+    settings = BenchSettings(url=recorder.url, dataset=str(path), dataset_type="multi_turn",
+                             request_rate=50.0, arrival="constant")
+    out = await run_benchmark(settings, load_dataset(path, "multi_turn"), None, console=quiet(), plots=False)
+    assert out.summary["totals"]["requests"] == 9
+    order = [s.headers["x-session-id"] for s in recorder.seen]
+    # A slot every 20 ms; the sim answers in a few: each conversation's next turn is due before
+    # the next slot and takes it, so conversations run one after another instead of interleaving.
+    assert order[:2] == ["c0", "c0"]
+    assert sorted(order) == ["c0"] * 3 + ["c1"] * 3 + ["c2"] * 3
 
 
 async def test_request_count_and_warmup(recorder: Recorder, sliding_window: Path) -> None:

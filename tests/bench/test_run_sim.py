@@ -186,3 +186,16 @@ async def test_turns_of_a_session_never_overlap_and_carry_the_session_header(
         assert texts == [f"Turn {i} of 4: what changed in the newest screenshot?" for i in range(1, 5)]
         for earlier, later in itertools.pairwise(requests):
             assert earlier.end <= later.start
+
+
+async def test_delay_and_timestamp_are_honoured(recorder: Recorder, tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "paced.jsonl", [
+        {"session_id": "a", "text": "a1"},
+        {"session_id": "a", "text": "a2", "delay": 150},
+        {"session_id": "b", "text": "b1", "timestamp": 200},
+    ])
+    await run_benchmark(settings(recorder.url, path, concurrency=2), load_dataset(path, "single_turn"), None,
+                        console=quiet(), plots=False)
+    seen = {s.body["messages"][0]["content"]: s for s in recorder.seen}
+    assert seen["a2"].start - seen["a1"].end >= 0.14
+    assert seen["b1"].start - seen["a1"].start >= 0.18

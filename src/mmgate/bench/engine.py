@@ -1,12 +1,14 @@
 """The load generator: sessions in order, concurrency or request rate, count or duration.
 
 A *worker* takes the next session and plays its turns one after another — a session's turns never
-overlap. Before each turn it honours the dataset's pacing (``timestamp``: milliseconds after the
-phase started; ``delay``: milliseconds after the previous turn finished), then, in request-rate
-mode, waits for its slot of the arrival schedule (Poisson or constant). ``--concurrency N`` runs N
-workers (N sessions in flight, at most one request each); rate mode alone runs up to
-``max_active_sessions`` workers. With a request count or a duration the dataset is replayed (the
-session ids of later passes get a ``#pass`` suffix); otherwise it is played once.
+overlap. Before each turn it honours the dataset's pacing (``delay``: milliseconds after the
+previous turn finished; ``timestamp``: milliseconds after the phase started). ``--concurrency N``
+runs N workers: N sessions in flight, at most one request each. With ``--request-rate`` the
+schedule's slots (:class:`mmgate.bench.schedule.RateGate`) go first to sessions under way whose next
+turn is due, then to workers starting a new session (up to ``--concurrency`` or
+``max_active_sessions`` of them); ``timestamp`` does not apply in rate mode. With a request count or
+a duration the dataset is replayed (later passes get a ``#pass`` suffix on their session ids);
+otherwise it is played once. Stopping (count reached, duration over) interrupts every wait at once.
 
 Each request's *intended* time (when pacing and schedule allowed it to leave) is kept with its
 actual send time: the difference is the client's send lag.
@@ -15,7 +17,7 @@ actual send time: the difference is the client's send lag.
 from __future__ import annotations
 
 import asyncio
-import random
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -26,71 +28,8 @@ from mmgate.bench.images import ImageResolver
 from mmgate.bench.payload import BodyOptions, Exchange, build_request
 from mmgate.bench.planner import StripPlanner
 from mmgate.bench.records import RequestRecord
-from mmgate.bench.settings import Arrival, BenchSettings
-
-
-class SessionSource:
-    """Hands out sessions in dataset order, replaying the dataset when ``cycle`` is set."""
-
-    def __init__(self, sessions: Sequence[Session], cycle: bool, prefix: str = "") -> None:
-        self._sessions = sessions
-        self._cycle = cycle
-        self._prefix = prefix
-        self._index = 0
-        self._pass = 0
-
-    def next(self) -> tuple[str, Session] | None:
-        if not self._sessions:
-            return None
-        if self._index >= len(self._sessions):
-            if not self._cycle:
-                return None
-            self._index = 0
-            self._pass += 1
-        session = self._sessions[self._index]
-        self._index += 1
-        suffix = f"#{self._pass}" if self._pass else ""
-        return f"{self._prefix}{session.session_id}{suffix}", session
-
-
-class RequestBudget:
-    """How many requests may still start; None: no limit."""
-
-    def __init__(self, limit: int | None) -> None:
-        self.remaining = limit
-
-    def take(self) -> bool:
-        if self.remaining is None:
-            return True
-        if self.remaining <= 0:
-            return False
-        self.remaining -= 1
-        return True
-
-
-class RateGate:
-    """Arrival schedule of ``rate`` requests/s. ``wait()`` returns the slot it waited for.
-
-    Slots never lie in the past: when no session was ready at its slot, the schedule restarts
-    from now instead of bursting to catch up.
-    """
-
-    def __init__(self, rate: float, arrival: Arrival, seed: int = 0) -> None:
-        self._mean_ns = 1e9 / rate
-        self._poisson = arrival == "poisson"
-        self._rng = random.Random(seed)
-        self._next_ns = 0
-
-    def _interval_ns(self) -> float:
-        return self._rng.expovariate(1.0) * self._mean_ns if self._poisson else self._mean_ns
-
-    async def wait(self) -> int:
-        now = time.perf_counter_ns()
-        slot = max(self._next_ns, now)
-        self._next_ns = slot + int(self._interval_ns())
-        if slot > now:
-            await asyncio.sleep((slot - now) / 1e9)
-        return slot
+from mmgate.bench.schedule import RateGate, RequestBudget, SessionSource
+from mmgate.bench.settings import BenchSettings
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +61,7 @@ class LoadEngine:
         self._options = options
         self._on_record = on_record
         self._stopping = False
+        self._stop_event = asyncio.Event()
         self._gate: RateGate | None = None
         self._budget = RequestBudget(None)
         self._source = SessionSource(sessions, cycle=False)
@@ -132,12 +72,16 @@ class LoadEngine:
     def stop(self) -> None:
         """Send no new request; requests in flight finish."""
         self._stopping = True
+        self._stop_event.set()
+        if self._gate is not None:
+            self._gate.close()
 
     async def run(
         self, *, request_count: int | None, duration_s: float | None, cycle: bool, prefix: str = ""
     ) -> PhaseResult:
         s = self._settings
         self._stopping = False
+        self._stop_event = asyncio.Event()
         self._budget = RequestBudget(request_count)
         self._source = SessionSource(self._sessions, cycle=cycle, prefix=prefix)
         self._gate = RateGate(s.request_rate, s.arrival, s.seed) if s.request_rate else None
@@ -145,6 +89,7 @@ class LoadEngine:
         self._phase_start_ns = time.perf_counter_ns()
         loop = asyncio.get_running_loop()
         tasks = [loop.create_task(self._worker()) for _ in range(workers)]
+        dispatcher = loop.create_task(self._gate.run()) if self._gate is not None else None
         timer = loop.call_later(duration_s, self.stop) if duration_s is not None else None
         timeout = duration_s + s.grace_period_s if duration_s is not None else None
         timed_out = False
@@ -160,6 +105,10 @@ class LoadEngine:
                 timer.cancel()
             for task in tasks:
                 task.cancel()
+            if dispatcher is not None:
+                dispatcher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await dispatcher
         for task in tasks:
             error = None if task.cancelled() else task.exception()
             if error is not None:
@@ -168,35 +117,59 @@ class LoadEngine:
 
     async def _worker(self) -> None:
         while not self._stopping:
+            slot = None
+            if self._gate is not None:
+                slot = await self._gate.wait(fresh=True)  # start a session only when a slot is free
+                if slot is None:
+                    return
             item = self._source.next()
             if item is None:
+                if self._gate is not None:
+                    self._gate.close_fresh()
                 return
-            await self._play(*item)
+            await self._play(*item, first_slot=slot)
 
-    async def _pace(self, turn: Turn, previous_end_ns: int) -> int:
-        """Sleep until the turn may leave; return its intended send time."""
-        if turn.timestamp_ms is not None:
+    async def _sleep_until(self, due_ns: int) -> None:
+        delay = due_ns - time.perf_counter_ns()
+        if delay > 0 and not self._stopping:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop_event.wait(), delay / 1e9)
+
+    async def _pace(self, turn: Turn, previous_end_ns: int, first_slot: int | None) -> int | None:
+        """Wait until the turn may leave; its intended send time, or None when stopping.
+
+        In rate mode a session's first turn leaves at the slot that started it; later turns wait
+        for their ``delay`` and then for a slot. ``timestamp`` applies without a rate only.
+        """
+        if first_slot is not None:
+            return first_slot
+        if turn.timestamp_ms is not None and self._gate is None:
             due = self._phase_start_ns + int(turn.timestamp_ms * 1e6)
         elif turn.delay_ms is not None:
             due = previous_end_ns + int(turn.delay_ms * 1e6)
         else:
             due = previous_end_ns
-        now = time.perf_counter_ns()
-        if due > now:
-            await asyncio.sleep((due - now) / 1e9)
+        await self._sleep_until(due)
         if self._gate is not None:
-            due = max(due, await self._gate.wait())
+            slot = await self._gate.wait(fresh=False)
+            if slot is None:
+                return None
+            due = max(due, slot)
         return due
 
-    async def _play(self, wire_id: str, session: Session) -> None:
+    async def _play(self, wire_id: str, session: Session, first_slot: int | None = None) -> None:
         planner = StripPlanner(self._settings.uuid_and_strip)
         history: list[Exchange] = []
         previous_end = time.perf_counter_ns()
         collect = session.accumulate_history
         for index, turn in enumerate(session.turns):
-            intended = await self._pace(turn, previous_end)
-            if self._stopping or not self._budget.take():
-                self._stopping = True
+            intended = await self._pace(turn, previous_end, first_slot if index == 0 else None)
+            if intended is None:
+                return
+            if self._stopping:
+                return
+            if not self._budget.take():
+                self.stop()
                 return
             self.started += 1
             self.in_flight += 1
