@@ -119,8 +119,11 @@ async def _measure(
     live = LiveProgress(show_progress)
     origin_before = (origin.stats.requests, origin.stats.bytes_served) if origin else (0, 0)
     loop_monitor.start()
+    total = settings.request_count
+    if total is None and settings.duration_s is None:
+        total = sum(len(s.turns) for s in sessions)  # one pass over the dataset
     await live.run(lambda: (store.totals.requests, store.totals.errors, engine.in_flight),
-                   settings.request_count, settings.duration_s)
+                   total, settings.duration_s)
     try:
         await engine.run(request_count=settings.request_count, duration_s=settings.duration_s,
                          cycle=settings.cycles_dataset, prefix=settings.session_prefix)
