@@ -47,6 +47,8 @@ async def test_cli_run_writes_results_and_compare_shows_ratios(
     assert all(float(r["ttft_ms"]) <= float(r["latency_ms"]) for r in rows)
     summary = orjson.loads((plain / "summary.json").read_bytes())
     assert summary["totals"]["output_tokens"] == 12 * 4  # the sim honours max_tokens
+    itl = summary["metrics"]["inter_token_latency_ms"]
+    assert itl["count"] == 12 and 0 <= itl["p50"] <= summary["metrics"]["request_latency_ms"]["p50"]
     capsys.readouterr()
     assert main(["bench", "compare", str(plain / "summary.json"), str(strip)]) == 0
     out = capsys.readouterr().out

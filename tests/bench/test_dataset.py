@@ -113,3 +113,13 @@ def test_cli_bad_dataset_exits_2_without_traceback(tmp_path: Path, capsys: pytes
     assert code == 2
     assert f"{path}:2: images[0]: image file not found" in err
     assert "Traceback" not in err
+
+
+def test_cli_bad_flag_names_the_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_jsonl(tmp_path / "ok.jsonl", [{"text": "ok"}])
+    code = main(["bench", "run", "--dataset", str(path), "--concurrency", "0", "--quiet"])
+    assert code == 2
+    assert "invalid setting --concurrency" in capsys.readouterr().err
+    code = main(["bench", "run", "--dataset", str(path), "--extra-inputs", "novalue", "--quiet"])
+    assert code == 2
+    assert "invalid setting --extra-inputs" in capsys.readouterr().err

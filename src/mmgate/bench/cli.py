@@ -174,7 +174,7 @@ def settings_from_args(args: argparse.Namespace) -> BenchSettings:
         request_timeout_s=args.request_timeout, connect_timeout_s=args.connect_timeout,
         max_records=args.max_records, seed=args.seed,
     )
-    return cast(BenchSettings, build(BenchSettings, FLAG_NAMES, **values))
+    return cast(BenchSettings, build(BenchSettings, dict(FLAG_NAMES), **values))
 
 
 def _console() -> Console:

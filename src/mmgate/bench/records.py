@@ -149,13 +149,13 @@ class RecordStore:
         return values[keep] / 1e6
 
     def itl_ms(self) -> np.ndarray:
+        """AIPerf's inter-token latency of successful requests with at least two tokens (ms)."""
         ok = self.ok_mask()
-        lat = self.column("latency_ns")[ok]
-        ttft = self.column("ttft_ns")[ok]
+        lat = self.column("latency_ns")[ok].astype(np.float64)
+        ttft = self.column("ttft_ns")[ok].astype(np.float64)
         toks = self.column("output_tokens")[ok]
-        out = np.array([inter_token_latency_ns(a, b, int(c)) for a, b, c in zip(lat, ttft, toks, strict=True)],
-                       dtype=np.float64)
-        return out[~np.isnan(out)] / 1e6
+        valid = (toks >= 2) & (ttft >= 0) & (lat >= ttft)
+        return (lat[valid] - ttft[valid]) / (toks[valid] - 1) / 1e6
 
 
 def record_row(index: int, record: RequestRecord, base_ns: int) -> dict[str, Any]:

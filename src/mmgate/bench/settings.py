@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
@@ -12,8 +14,8 @@ from mmgate.config import MiB, _Frozen
 
 Arrival = Literal["poisson", "constant"]
 
-# Field → the flag the user typed, for error messages.
-FLAG_NAMES: dict[str, str] = {
+# Field → the flag the user typed, for error messages (read-only).
+FLAG_NAMES: Mapping[str, str] = MappingProxyType({
     "duration_s": "--duration",
     "request_timeout_s": "--request-timeout",
     "connect_timeout_s": "--connect-timeout",
@@ -21,7 +23,7 @@ FLAG_NAMES: dict[str, str] = {
     "image_cache_bytes": "--image-cache-mb",
     "extra_body": "--extra-inputs",
     "stream": "--no-streaming",
-}
+})
 
 
 class BenchSettings(_Frozen):
