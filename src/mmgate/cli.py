@@ -63,6 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # Process-wide, at the edge: no *_created series beside every counter (vLLM does the same).
+    from prometheus_client import disable_created_metrics
+
+    disable_created_metrics()
     try:
         return int(args._run(args))
     except ConfigError as exc:

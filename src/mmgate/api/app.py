@@ -162,7 +162,10 @@ async def start_gateway(
     if not specs:
         from mmgate.backends.embedded import start_embedded_engines
 
-        specs, stop_engines = await start_embedded_engines(settings.embedded_engines, sim_settings)
+        first_port = settings.port + 1 if 0 < settings.port < 65535 - settings.embedded_engines else 0
+        specs, stop_engines = await start_embedded_engines(
+            settings.embedded_engines, sim_settings, first_port=first_port
+        )
         cleanups.append(stop_engines)
     backends = [
         HTTPBackend(

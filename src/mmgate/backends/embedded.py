@@ -11,9 +11,13 @@ from mmgate.config import BackendSpec
 
 
 async def start_embedded_engines(
-    count: int, sim_settings: object | None = None
+    count: int, sim_settings: object | None = None, *, first_port: int = 0
 ) -> tuple[list[BackendSpec], Callable[[], Awaitable[None]]]:
-    """Start ``count`` sim engines; return their backend specs and a function that stops them."""
+    """Start ``count`` sim engines; return their backend specs and a function that stops them.
+
+    With ``first_port``, engine i listens on ``first_port + i`` when that port is free (so their
+    ``/metrics`` are easy to find: 8001 and 8002 beside a gateway on 8000), else on any free port.
+    """
     from mmgate.sim.config import SimSettings
     from mmgate.sim.server import start_sim
 
@@ -21,8 +25,12 @@ async def start_embedded_engines(
     base = base.model_copy(update={"host": "127.0.0.1", "port": 0})
     servers = []
     try:
-        for _ in range(count):
-            servers.append(await start_sim(base))
+        for i in range(count):
+            wanted = first_port + i if first_port else 0
+            try:
+                servers.append(await start_sim(base.model_copy(update={"port": wanted})))
+            except OSError:  # the port is taken: any free one will do
+                servers.append(await start_sim(base))
     except BaseException:
         await asyncio.gather(*(s.stop() for s in servers), return_exceptions=True)
         raise
