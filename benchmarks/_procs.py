@@ -40,9 +40,22 @@ def start(args: list[str], port: int, *, health: str = "/health", timeout_s: flo
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process (from /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    """CPU seconds a process has run, all its threads, with nanosecond resolution.
+
+    From ``/proc/PID/task/*/schedstat`` (time on CPU, user and kernel); falls back to the
+    tick-based ``/proc/PID/stat`` (10 ms resolution) where schedstat is missing.
+    """
+    total_ns = 0
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                total_ns += int((task / "schedstat").read_text().split()[0])
+            except (FileNotFoundError, ProcessLookupError):  # a thread that just ended
+                continue
+        return total_ns / 1e9
+    except FileNotFoundError:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:

@@ -80,17 +80,17 @@ def pct(values: list[float], q: float) -> float:
 
 async def measure(direct: str, gateway: str, gw_pid: int, body: bytes, n: int) -> dict[str, float]:
     lat: dict[str, list[float]] = {"direct": [], "gateway": []}
-    gw_cpu = 0.0
     conn = aiohttp.TCPConnector(limit=4)
     async with aiohttp.ClientSession(connector=conn) as session:
         for _ in range(max(20, n // 10)):  # warm-up: connections, caches, JIT-free but lazy imports
             await one(session, direct, body)
             await one(session, gateway, body)
+        c0 = cpu_seconds(gw_pid)
         for _ in range(n):
             lat["direct"].append(await one(session, direct, body))
-            c0 = cpu_seconds(gw_pid)
             lat["gateway"].append(await one(session, gateway, body))
-            gw_cpu += cpu_seconds(gw_pid) - c0
+        await asyncio.sleep(0.05)  # let the gateway finish what it does after the last byte
+        gw_cpu = cpu_seconds(gw_pid) - c0
     d50, d99 = pct(lat["direct"], 50), pct(lat["direct"], 99)
     g50, g99 = pct(lat["gateway"], 50), pct(lat["gateway"], 99)
     return {

@@ -55,9 +55,11 @@ class HTTPBackend:
             connector = aiohttp.TCPConnector(
                 limit=self._max_connections, ttl_dns_cache=60, enable_cleanup_closed=True
             )
+            # No cookie jar (a backend's cookies are nobody's business and the jar costs time on
+            # every response) and no proxy/netrc lookups from the environment.
             self._session = aiohttp.ClientSession(
-                connector=connector, timeout=self._timeout, json_serialize=lambda o: orjson.dumps(o).decode(),
-                auto_decompress=True,
+                connector=connector, timeout=self._timeout, cookie_jar=aiohttp.DummyCookieJar(),
+                trust_env=False,
             )
         return self._session
 
