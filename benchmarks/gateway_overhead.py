@@ -3,7 +3,8 @@
 Runs a sim engine (zero modelled latency) and a gateway as separate processes on loopback, then
 sends the same requests one at a time (low load), alternating direct and gateway, for:
 text-only streaming, text-only non-streaming, and streaming with one ~1 MiB image (same image each
-time, with a uuid, as a multi-turn client would resend it).
+time, with a uuid as a multi-turn client would resend it, and without one: then the gateway
+finds it by a hash of the base64 text).
 Reports p50/p99 latency of each path, the added p50/p99, and the gateway process's CPU time per
 request (from /proc, so the client's and the sim's CPU do not count).
 
@@ -56,11 +57,19 @@ def bodies(image_bytes: bytes) -> dict[str, bytes]:
             {"type": "image_url", "image_url": {"url": data_url}, "uuid": "bench-image-1"},
         ],
     }
+    image_no_uuid = {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "What is in this image?"},
+            {"type": "image_url", "image_url": {"url": data_url}},
+        ],
+    }
     common = {"model": MODEL, "max_tokens": 16}
     return {
         "text_stream": json.dumps({**common, "messages": [text], "stream": True}).encode(),
         "text_nonstream": json.dumps({**common, "messages": [text]}).encode(),
         "image_stream": json.dumps({**common, "messages": [image_msg], "stream": True}).encode(),
+        "image_no_uuid_stream": json.dumps({**common, "messages": [image_no_uuid], "stream": True}).encode(),
     }
 
 

@@ -85,3 +85,18 @@ async def test_redis_down_every_request_still_succeeds(tmp_path: Path, origin: I
                 url = origin.add(f"b{i}.png", make_image("PNG", 64, 64, seed=10 + i))
                 assert await post(s, gw.url, body(url)) == 200
                 assert origin.hits[f"/img/b{i}.png"] == 1
+
+
+async def test_a_repeated_uuid_and_url_is_not_loaded_again(origin: ImageOrigin) -> None:
+    url = origin.add("shot.png", make_image("PNG", 96, 64, seed=4))
+    part = {"type": "image_url", "image_url": {"url": url}, "uuid": "shot-1"}
+    payload = {"model": MODEL, "messages": [{"role": "user", "content": [part]}]}
+    # No media cache at all: only the uuid store can spare the second download.
+    async with running_gateway(gateway_settings(cache={"local_cache_bytes": 0})) as gw, aiohttp.ClientSession() as s:
+        assert await post(s, gw.url, payload) == 200
+        assert await post(s, gw.url, payload) == 200
+        assert origin.hits["/img/shot.png"] == 1
+        # Another uuid for the same URL is a new image to the gateway: loaded again.
+        other = {"model": MODEL, "messages": [{"role": "user", "content": [{**part, "uuid": "shot-2"}]}]}
+        assert await post(s, gw.url, other) == 200
+        assert origin.hits["/img/shot.png"] == 2

@@ -111,7 +111,8 @@ class Gateway:
         request = self.parse(raw)
         session_id = self.session_id(headers)
         backend = self.router.pick(request.model, session_id)
-        images = await self._load_images(request.slots, session_id)
+        images = self._known_by_uuid(request.slots, tenant)
+        images.update(await self._load_images([s for s in request.slots if s.index not in images], session_id))
         plans = self._plan(request.slots, images, tenant)
         try:
             return await self._tracked_send(request, plans, backend)
@@ -138,6 +139,23 @@ class Gateway:
         router.report_success(backend)
         outcome.on_finish = lambda: router.end(backend)
         return outcome
+
+    def _known_by_uuid(self, slots: list[ImageSlot], tenant: str | None) -> dict[int, LoadedImage]:
+        """Images the client labelled with a uuid the gateway already holds: not loaded again.
+
+        vLLM's own contract: a uuid identifies its image, so a repeat of (uuid, url) needs no
+        download, decode or hash — the bytes validated when the uuid was first seen are used. Off
+        with session scoping, whose promise is that nothing crosses sessions.
+        """
+        if self.settings.cache.session_scoping:
+            return {}
+        known = {}
+        for slot in slots:
+            if slot.uuid is not None and slot.url is not None:
+                image = self.store.peek(backend_uuid(tenant, slot.uuid))
+                if image is not None:
+                    known[slot.index] = image
+        return known
 
     def _plan(
         self, slots: list[ImageSlot], images: dict[int, LoadedImage], tenant: str | None

@@ -52,6 +52,10 @@ class UUIDStore:
             self._pending.add(task)
             task.add_done_callback(self._pending.discard)
 
+    def peek(self, uuid: str) -> LoadedImage | None:
+        """The image under ``uuid`` in the local tier only (no I/O)."""
+        return self._local.get(uuid)
+
     async def get(self, uuid: str) -> LoadedImage | None:
         """The image stored under ``uuid``, from the local tier or else the shared one."""
         image = self._local.get(uuid)
