@@ -16,7 +16,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from mmgate.aio import json_response, start_app
-from mmgate.api.gateway import Gateway
+from mmgate.api.gateway import ChatOutcome, Gateway
 from mmgate.api.responses import error_frame, error_response, http_error_response
 from mmgate.backends.http import HTTPBackend
 from mmgate.config import GatewaySettings
@@ -62,45 +62,14 @@ async def _chat(request: web.Request) -> web.StreamResponse:
     try:
         raw = await request.read()
         outcome = await gateway.chat(raw, request.headers)
-        reply = outcome.reply
-        if reply.stream is None:
-            outcome.finish()
-            status = 200
-            return web.Response(
-                body=reply.body, status=200, content_type="application/json", headers=outcome.headers
-            )
-        response = web.StreamResponse(
-            status=200,
-            headers={
-                "Content-Type": "text/event-stream",
-                "Cache-Control": "no-cache",
-                "X-Accel-Buffering": "no",
-                **outcome.headers,
-            },
-        )
-        await response.prepare(request)
         status = 200
-        first = True
         try:
-            async for chunk in reply.stream:
-                if first:
-                    metrics.ttft_seconds.observe(time.perf_counter() - started)
-                    first = False
-                await response.write(chunk)
-        except MmgateError as exc:
-            # The stream has started: the status is sent, so the error travels as an SSE frame.
-            log.warning("backend stream failed: %s", exc.message)
-            with contextlib.suppress(ConnectionError):
-                await response.write(error_frame(exc))
-        except ConnectionError:
-            # The client went away; closing the backend stream (finally) tells the backend to stop.
-            return response
+            return await _deliver(request, outcome, metrics, started)
         finally:
-            reply.release()
+            # However delivery ended (done, client gone, cancelled): free the backend's connection
+            # and its outstanding-request slot.
+            outcome.reply.release()
             outcome.finish()
-        with contextlib.suppress(ConnectionError):
-            await response.write_eof()
-        return response
     except MmgateError as exc:
         status = exc.status
         raise
@@ -109,6 +78,43 @@ async def _chat(request: web.Request) -> web.StreamResponse:
         raise
     finally:
         metrics.observe_chat(status, time.perf_counter() - started)
+
+
+async def _deliver(
+    request: web.Request, outcome: ChatOutcome, metrics: GatewayMetrics, started: float
+) -> web.StreamResponse:
+    """Send a successful backend reply to the client: whole, or relayed frame by frame."""
+    reply = outcome.reply
+    if reply.stream is None:
+        return web.Response(body=reply.body, status=200, content_type="application/json", headers=outcome.headers)
+    response = web.StreamResponse(
+        status=200,
+        headers={
+            "Content-Type": "text/event-stream",
+            "Cache-Control": "no-cache",
+            "X-Accel-Buffering": "no",
+            **outcome.headers,
+        },
+    )
+    await response.prepare(request)
+    first = True
+    try:
+        async for chunk in reply.stream:
+            if first:
+                metrics.ttft_seconds.observe(time.perf_counter() - started)
+                first = False
+            await response.write(chunk)
+    except MmgateError as exc:
+        # The stream has started: the status is sent, so the error travels as an SSE frame.
+        log.warning("backend stream failed: %s", exc.message)
+        with contextlib.suppress(ConnectionError):
+            await response.write(error_frame(exc))
+    except ConnectionError:
+        # The client went away; the caller closes the backend stream, which tells it to stop.
+        return response
+    with contextlib.suppress(ConnectionError):
+        await response.write_eof()
+    return response
 
 
 async def _models(request: web.Request) -> web.StreamResponse:

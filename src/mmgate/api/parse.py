@@ -70,6 +70,8 @@ def parse_chat_request(raw: bytes, *, max_images: int, max_uuid_length: int) -> 
     for i, message in enumerate(messages):
         if not isinstance(message, dict):
             raise InvalidRequestError("each message must be an object", param=f"messages[{i}]")
+        if not isinstance(message.get("role"), str):
+            raise InvalidRequestError("each message needs a string 'role'", param=f"messages[{i}].role")
         content = message.get("content")
         if content is None or isinstance(content, str):
             continue
@@ -82,6 +84,8 @@ def parse_chat_request(raw: bytes, *, max_images: int, max_uuid_length: int) -> 
             if not isinstance(part, dict):
                 raise InvalidRequestError("each content part must be an object", param=param)
             ptype = part.get("type")
+            if not isinstance(ptype, str):
+                raise InvalidRequestError("each content part needs a string 'type'", param=param)
             if ptype == IMAGE_PART:
                 slots.append(_image_slot(part, len(slots), param, max_uuid_length))
                 if len(slots) > max_images:

@@ -117,7 +117,7 @@ def _parse_message(message: Any, m_idx: int, texts: list[str], images: list[Imag
     if not isinstance(message, dict):
         raise InvalidRequestError(f"{where} must be an object.", param=where)
     role = message.get("role")
-    if role not in ROLES:
+    if not isinstance(role, str) or role not in ROLES:
         raise InvalidRequestError(f"{where}.role must be one of {sorted(ROLES)}, got {role!r}.",
                                   param=f"{where}.role")
     content = message.get("content")
@@ -140,6 +140,8 @@ def _parse_part(part: Any, where: str, texts: list[str], images: list[ImageRef])
     if not isinstance(part, dict):
         raise InvalidRequestError(f"{where} must be an object.", param=where)
     kind = part.get("type")
+    if not isinstance(kind, str):
+        raise InvalidRequestError(f"{where}.type must be a string.", param=where)
     if kind in TEXT_PART_TYPES:
         text = part.get(kind if kind != "input_text" else "text")
         if not isinstance(text, str):
