@@ -5,7 +5,7 @@ a stopped Redis costs nothing but the cache."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -15,20 +15,9 @@ import pytest
 from tests.support.gateway import gateway_settings, running_gateway
 from tests.support.images import make_image
 from tests.support.origin import ImageOrigin
-from tests.support.redis_servers import RedisTarget, running_cluster, running_standalone
+from tests.support.redis_servers import RedisTarget, running_standalone
 
 MODEL = "mmgate-sim-vl"
-
-
-@pytest.fixture(scope="module", params=["standalone", "cluster"])
-def redis_target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisTarget]:
-    workdir: Path = tmp_path_factory.mktemp(f"redis-{request.param}")
-    if request.param == "standalone":
-        with running_standalone(workdir) as server:
-            yield RedisTarget(kind="standalone", url=server.url, cluster=False, standalone=server)
-    else:
-        with running_cluster(workdir) as cluster:
-            yield RedisTarget(kind="cluster", url=cluster.url, cluster=True, servers=cluster)
 
 
 @pytest.fixture

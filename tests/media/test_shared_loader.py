@@ -8,7 +8,6 @@ import json
 import sys
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,33 +20,15 @@ from tests.media.conftest import LoaderFactory
 from tests.support.images import make_image
 from tests.support.origin import ImageOrigin
 from tests.support.redis_servers import (
-    RedisClusterServers,
-    RedisServer,
     RedisTarget,
-    running_cluster,
     running_standalone,
 )
 
 
 @pytest.fixture(scope="module")
-def standalone_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    with running_standalone(tmp_path_factory.mktemp("redis")) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def cluster_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterServers]:
-    with running_cluster(tmp_path_factory.mktemp("cluster")) as servers:
-        yield servers
-
-
-@pytest.fixture(scope="module", params=["standalone", "cluster"])
-def target(request: pytest.FixtureRequest) -> RedisTarget:
-    if request.param == "cluster":
-        servers: RedisClusterServers = request.getfixturevalue("cluster_servers")
-        return RedisTarget("cluster", servers.url, True, servers=servers)
-    server: RedisServer = request.getfixturevalue("standalone_server")
-    return RedisTarget("standalone", server.url, False, standalone=server)
+def target(redis_target: RedisTarget) -> RedisTarget:
+    """Standalone and cluster (tests/conftest.py)."""
+    return redis_target
 
 
 MEDIA = {"allowed_private": ("127.0.0.1",), "total_timeout_s": 5.0}

@@ -7,7 +7,7 @@ import hashlib
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -18,10 +18,7 @@ from mmgate.media.shared import RedisSharedTier, build_shared_tier
 from mmgate.media.shared_format import HEADER_SIZE
 from mmgate.media.types import LoadedImage
 from tests.support.redis_servers import (
-    RedisClusterServers,
-    RedisServer,
     RedisTarget,
-    running_cluster,
     running_standalone,
 )
 
@@ -29,24 +26,9 @@ MiB = 1024 * 1024
 
 
 @pytest.fixture(scope="module")
-def standalone_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    with running_standalone(tmp_path_factory.mktemp("redis")) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def cluster_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterServers]:
-    with running_cluster(tmp_path_factory.mktemp("cluster")) as servers:
-        yield servers
-
-
-@pytest.fixture(scope="module", params=["standalone", "cluster"])
-def target(request: pytest.FixtureRequest) -> RedisTarget:
-    if request.param == "cluster":
-        servers: RedisClusterServers = request.getfixturevalue("cluster_servers")
-        return RedisTarget("cluster", servers.url, True, servers=servers)
-    server: RedisServer = request.getfixturevalue("standalone_server")
-    return RedisTarget("standalone", server.url, False, standalone=server)
+def target(redis_target: RedisTarget) -> RedisTarget:
+    """Standalone and cluster (tests/conftest.py)."""
+    return redis_target
 
 
 def make_tier(target: RedisTarget, registry: CollectorRegistry | None = None, *,

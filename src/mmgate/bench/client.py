@@ -18,6 +18,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from mmgate.backends.base import error_message
 from mmgate.bench.errors import BenchError
 
 _ERROR_BODY_LIMIT = 64 * 1024
@@ -54,19 +55,12 @@ def endpoint_urls(url: str, chat_path: str = "/v1/chat/completions") -> tuple[st
 
 
 def _error_message(raw: bytes) -> str:
+    fallback = raw[:300].decode("utf-8", "replace").strip()
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:
-        return raw[:300].decode("utf-8", "replace").strip()
-    if isinstance(body, dict):
-        err = body.get("error")
-        if isinstance(err, dict) and isinstance(err.get("message"), str):
-            return str(err["message"])
-        if isinstance(err, str):
-            return err
-        if isinstance(body.get("message"), str):
-            return str(body["message"])
-    return raw[:300].decode("utf-8", "replace").strip()
+        return fallback
+    return error_message(body, fallback)
 
 
 class ChatClient:
