@@ -128,8 +128,16 @@ async def _models(request: web.Request) -> web.StreamResponse:
 
 
 async def _health(request: web.Request) -> web.StreamResponse:
-    gateway = request.app[GATEWAY_KEY]
-    return json_response({"status": "ok", "backends": [b.name for b in gateway.router.backends]})
+    """200 while at least one backend passes its health checks, else 503; lists each backend."""
+    router = request.app[GATEWAY_KEY].router
+    backends = [
+        {"name": b.name, "kind": b.kind, "url": b.url, "healthy": router.is_healthy(b),
+         "outstanding": router.outstanding(b)}
+        for b in router.backends
+    ]
+    healthy = any(b["healthy"] for b in backends)
+    return json_response({"status": "ok" if healthy else "degraded", "backends": backends},
+                         status=200 if healthy else 503)
 
 
 async def _metrics(request: web.Request) -> web.StreamResponse:
@@ -162,42 +170,54 @@ class RunningGateway:
 async def start_gateway(
     settings: GatewaySettings, *, sim_settings: object | None = None
 ) -> RunningGateway:
-    """Build and start a gateway from settings (embedded sim engines when no backend is set)."""
-    cleanups: list[Callable[[], Awaitable[None]]] = []
-    specs = list(settings.backends)
-    if not specs:
-        from mmgate.backends.embedded import start_embedded_engines
+    """Build and start a gateway from settings (embedded sim engines when no backend is set).
 
-        first_port = settings.port + 1 if 0 < settings.port < 65535 - settings.embedded_engines else 0
-        specs, stop_engines = await start_embedded_engines(
-            settings.embedded_engines, sim_settings, first_port=first_port
-        )
-        cleanups.append(stop_engines)
-    backends = [
-        HTTPBackend(
-            spec.name or f"{spec.kind}-{i}",
-            spec.kind,
-            spec.url,
-            connect_timeout_s=settings.backend_connect_timeout_s,
-            read_timeout_s=settings.backend_read_timeout_s,
-            max_connections=settings.backend_max_connections,
-        )
-        for i, spec in enumerate(specs)
-    ]
-    registry = CollectorRegistry()
-    metrics = GatewayMetrics(registry)
+    Everything that can reject a setting (API keys file, Redis URL) is checked before anything
+    starts; a failure part-way through stops what was started.
+    """
     from mmgate.media.shared import build_shared_tier
 
+    tenants = TenantKeys.from_file(settings.api_keys_file) if settings.api_keys_file else None
+    registry = CollectorRegistry()
     shared = build_shared_tier(settings.cache, settings.media, registry)
+    cleanups: list[Callable[[], Awaitable[None]]] = []
     if shared is not None:
         cleanups.append(shared.close)
-    loader = MediaLoader(settings.media, settings.cache, registry=registry, shared=shared)
-    router = Router.from_settings(backends, settings, metrics=metrics)
-    await router.refresh_models()
-    await router.start()
-    store = UUIDStore(settings.uuid_store_bytes, settings.uuid_ttl_s, shared)
-    tenants = TenantKeys.from_file(settings.api_keys_file) if settings.api_keys_file else None
-    gateway = Gateway(settings, loader=loader, router=router, metrics=metrics, store=store, tenants=tenants)
-    app = build_app(gateway)
-    runner, port = await start_app(app, settings.host, settings.port)
+    gateway: Gateway | None = None
+    try:
+        specs = list(settings.backends)
+        if not specs:
+            from mmgate.backends.embedded import start_embedded_engines
+
+            first_port = settings.port + 1 if 0 < settings.port < 65535 - settings.embedded_engines else 0
+            specs, stop_engines = await start_embedded_engines(
+                settings.embedded_engines, sim_settings, first_port=first_port
+            )
+            cleanups.insert(0, stop_engines)
+        backends = [
+            HTTPBackend(
+                spec.name or f"{spec.kind}-{i}",
+                spec.kind,
+                spec.url,
+                connect_timeout_s=settings.backend_connect_timeout_s,
+                read_timeout_s=settings.backend_read_timeout_s,
+                max_connections=settings.backend_max_connections,
+            )
+            for i, spec in enumerate(specs)
+        ]
+        metrics = GatewayMetrics(registry)
+        loader = MediaLoader(settings.media, settings.cache, registry=registry, shared=shared)
+        router = Router.from_settings(backends, settings, metrics=metrics)
+        store = UUIDStore(settings.uuid_store_bytes, settings.uuid_ttl_s, shared)
+        gateway = Gateway(settings, loader=loader, router=router, metrics=metrics, store=store, tenants=tenants)
+        await router.refresh_models()
+        await router.start()
+        runner, port = await start_app(build_app(gateway), settings.host, settings.port)
+    except BaseException:
+        if gateway is not None:
+            await gateway.close()
+        for cleanup in cleanups:
+            with contextlib.suppress(Exception):
+                await cleanup()
+        raise
     return RunningGateway(gateway=gateway, runner=runner, port=port, host=settings.host, _cleanups=cleanups)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import sys
 
 from mmgate.aio import install_uvloop, serve_forever
 from mmgate.cli import env_bool, env_default, env_list
@@ -179,5 +180,10 @@ def run(args: argparse.Namespace) -> int:
                  ", ".join(running.gateway.router.models) or "none yet")
         return running.stop
 
-    asyncio.run(serve_forever(start))  # type: ignore[arg-type]
+    try:
+        asyncio.run(serve_forever(start))  # type: ignore[arg-type]
+    except OSError as exc:  # the port is taken, the address is not ours: say so, no traceback
+        print(f"mmgate serve: cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}",
+              file=sys.stderr)
+        return 1
     return 0

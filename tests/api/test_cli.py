@@ -1,0 +1,77 @@
+"""``mmgate serve`` as a user runs it: a real process on loopback, stopped by SIGTERM; bad settings
+refused at start-up with the flag named and exit status 2."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+import orjson
+import pytest
+
+from mmgate.aio import free_port
+
+MMGATE = [sys.executable, "-m", "mmgate"]
+
+
+def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*MMGATE, *args], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("command", ["serve", "sim", "bench"])
+def test_help(command: str) -> None:
+    result = run(command, "--help")
+    assert result.returncode == 0
+    assert "--help" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (["--backend", "foo"], "--backend"),
+        (["--backend", "grpc=http://x:1"], "--backend"),
+        (["--max-image-bytes", "0"], "--max-image-bytes"),
+        (["--redis-url", "http://cache:6379"], "--redis-url"),
+        (["--redis-url", "redis://127.0.0.1:1/?socket_timeout=2"], "--redis-url"),
+        (["--api-keys-file", "/nonexistent/keys.txt"], "--api-keys-file"),
+        (["--allowed-private", "10.0.0.0/40"], "--allowed-private"),
+        (["--fetch-timeout", "-1"], "--fetch-timeout"),
+    ],
+)
+def test_bad_settings_fail_start_up_naming_the_flag(args: list[str], flag: str) -> None:
+    result = run("serve", "--port", str(free_port()), *args)
+    assert result.returncode == 2, result.stderr
+    assert flag in result.stderr
+    assert "Traceback" not in result.stderr
+    assert "secret" not in result.stderr
+
+
+def test_serve_answers_and_stops_on_sigterm() -> None:
+    port = free_port()
+    proc = subprocess.Popen([*MMGATE, "serve", "--port", str(port), "--embedded-engines", "1",
+                             "--sim-speedup", "1000"], stderr=subprocess.PIPE, text=True)
+    try:
+        health = None
+        for _ in range(200):
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as r:
+                    health = orjson.loads(r.read())
+                    break
+            except OSError:
+                time.sleep(0.1)
+        assert health is not None and health["status"] == "ok"
+        assert [b["healthy"] for b in health["backends"]] == [True]
+        body = orjson.dumps({"model": "mmgate-sim-vl", "messages": [{"role": "user", "content": "hi"}]})
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            assert orjson.loads(r.read())["choices"][0]["message"]["content"]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+        assert "Traceback" not in (proc.stderr.read() if proc.stderr else "")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
