@@ -4,6 +4,7 @@ a sliding window over an engine cache too small for it."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
 from pathlib import Path
@@ -143,3 +144,24 @@ async def test_sliding_window_over_a_too_small_engine_cache_has_no_client_errors
             assert healed > 0  # the gateway believed the engine held what it had evicted
             assert sims[0].stats.cache_evictions > 0
     assert FAST_SIM.speedup == 1000.0
+
+
+async def test_another_gateway_heals_from_the_shared_uuid_store(standalone_server: Any) -> None:
+    # Two gateways share a real Redis; each has its own engine. The uuid arrives with its image
+    # at gateway 1; a cache-only reference to it at gateway 2 misses on gateway 2's engine and is
+    # healed with the bytes gateway 1 put in the shared uuid store.
+    cache = {"redis_url": standalone_server.url}
+    async with running_sims(2) as sims:
+        one = gateway_settings(backends=vllm_specs(sims[:1]), cache=cache)
+        two = gateway_settings(backends=vllm_specs(sims[1:]), cache=cache)
+        async with running_gateway(one) as gw1, running_gateway(two) as gw2:
+            status, _, _ = await post(gw1.url, turn([img(data_url(7), "shared-shot")]))
+            assert status == 200
+            for _ in range(100):  # the shared write runs in the background: wait for it (bounded)
+                if len(standalone_server.client().keys("*:v")) >= 2:  # the image entry + the uuid entry
+                    break
+                await asyncio.sleep(0.02)
+            status, body, headers = await post(gw2.url, turn([img(None, "shared-shot")]))
+            assert status == 200, body
+            assert reuse_counts(headers)["healed"] == 1
+            assert sims[1].stats.images_processed == 1
