@@ -8,8 +8,16 @@ ARGS ?=
 
 .PHONY: run test install install-test redis lint typecheck pytest bench clean
 
+# Debian's own python3 needs python3-venv for `-m venv`: installed when missing and we are root.
 $(BIN)/python:
-	$(PYTHON) -m venv $(VENV)
+	@$(PYTHON) -m venv $(VENV) 2>/dev/null || { rm -rf $(VENV); \
+	  if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing python3-venv from Debian's packages"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null && \
+	    $(PYTHON) -m venv $(VENV); \
+	  else \
+	    echo "'$(PYTHON) -m venv' failed: install python3-venv (Debian: 'sudo apt-get install python3-venv')" >&2; exit 1; \
+	  fi; }
 	$(BIN)/python -m pip install -q --upgrade pip
 
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
