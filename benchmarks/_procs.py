@@ -21,9 +21,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start(args: list[str], port: int, *, health: str = "/health", timeout_s: float = 60.0) -> subprocess.Popen[bytes]:
-    """Start ``mmgate ARGS`` and wait until ``health`` answers 200 on 127.0.0.1:port."""
-    proc = subprocess.Popen([*MMGATE, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+def start(
+    args: list[str], port: int, *, health: str = "/health", timeout_s: float = 60.0,
+    command: list[str] | None = None,
+) -> subprocess.Popen[bytes]:
+    """Start ``mmgate ARGS`` (or ``command + ARGS``) and wait until ``health`` answers 200 on
+    127.0.0.1:port."""
+    proc = subprocess.Popen([*(command or MMGATE), *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:

@@ -6,7 +6,8 @@ text-only streaming, text-only non-streaming, and streaming with one ~1 MiB imag
 time, with a uuid as a multi-turn client would resend it, and without one: then the gateway
 finds it by a hash of the base64 text).
 Reports p50/p99 latency of each path, the added p50/p99, and the gateway process's CPU time per
-request (from /proc, so the client's and the sim's CPU do not count).
+request (from /proc, so the client's and the sim's CPU do not count). Text rows are repeated
+through ``bare_relay.py`` (aiohttp relaying bytes, nothing else): the floor of the HTTP stack.
 
     .venv/bin/python benchmarks/gateway_overhead.py --requests 2000 --image-requests 300
 """
@@ -123,6 +124,9 @@ def main() -> None:
     sim = start(["sim", "--port", str(sim_port), "--speedup", "1000000"], sim_port)
     backend = ["--backend", f"vllm=http://127.0.0.1:{sim_port}", "--log-level", "warning"]
     gw = start(["serve", "--port", str(gw_port), *backend], gw_port)
+    bare_port = free_port()
+    bare = start([str(bare_port), str(sim_port)], bare_port,
+                 command=[sys.executable, str(Path(__file__).resolve().parent / "bare_relay.py")])
     gw_off_port = free_port()
     gw_off = start(["serve", "--port", str(gw_off_port), "--reuse", "off", *backend], gw_off_port)
     try:
@@ -141,9 +145,13 @@ def main() -> None:
                 results[name + "_reuse_auto"] = asyncio.run(measure(direct, via, gw.pid, body, args.image_requests))
             else:
                 results[name] = asyncio.run(measure(direct, via, gw.pid, body, args.requests))
+                # The same through a bare aiohttp relay: the floor of the HTTP stack mmgate uses.
+                via_bare = f"http://127.0.0.1:{bare_port}/v1/chat/completions"
+                results[name + "_bare_relay"] = asyncio.run(measure(direct, via_bare, bare.pid, body, args.requests))
     finally:
         stop(gw)
         stop(gw_off)
+        stop(bare)
         stop(sim)
 
     header = f"{'scenario':<24}{'direct p50':>11}{'gw p50':>9}{'added p50':>11}{'added p99':>11}{'gw CPU/req':>12}"

@@ -1,0 +1,50 @@
+"""The floor for an aiohttp-based gateway: a relay that parses nothing, routes nothing, counts nothing.
+
+POST /v1/chat/completions is forwarded to one backend and its reply relayed chunk by chunk (SSE) —
+the I/O every aiohttp gateway must do. ``gateway_overhead.py`` runs it beside mmgate so the CPU
+mmgate adds on top of its HTTP stack can be read off.
+
+    python benchmarks/bare_relay.py PORT BACKEND_PORT
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import aiohttp
+import uvloop
+from aiohttp import web
+
+
+async def main(port: int, backend_port: int) -> None:
+    session = aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar())
+    url = f"http://127.0.0.1:{backend_port}/v1/chat/completions"
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        raw = await request.read()
+        async with session.post(url, data=raw, headers={"Content-Type": "application/json"}) as upstream:
+            if not upstream.content_type.startswith("text/event-stream"):
+                return web.Response(body=await upstream.read(), status=upstream.status,
+                                    content_type=upstream.content_type)
+            response = web.StreamResponse(status=upstream.status, headers={"Content-Type": "text/event-stream"})
+            await response.prepare(request)
+            async for chunk in upstream.content.iter_any():
+                await response.write(chunk)
+            await response.write_eof()
+            return response
+
+    async def health(request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    app = web.Application(client_max_size=256 * 1024 * 1024)
+    app.router.add_post("/v1/chat/completions", chat)
+    app.router.add_get("/health", health)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    await asyncio.Event().wait()
+
+
+if __name__ == "__main__":
+    uvloop.run(main(int(sys.argv[1]), int(sys.argv[2])))
