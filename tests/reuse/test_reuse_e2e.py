@@ -165,3 +165,39 @@ async def test_another_gateway_heals_from_the_shared_uuid_store(standalone_serve
             assert status == 200, body
             assert reuse_counts(headers)["healed"] == 1
             assert sims[1].stats.images_processed == 1
+
+
+async def test_streaming_request_heals_before_the_first_byte() -> None:
+    # The engine answers a cache miss with a 400 before any stream starts, so a streamed turn
+    # heals exactly like a non-streamed one and the client sees only a normal SSE stream.
+    async with running_sims(2) as sims:
+        async with running_gateway(gateway_settings(backends=vllm_specs(sims))) as gw:
+            h = {"x-session-id": "stream-heal"}
+            status, _, headers = await post(gw.url, turn([img(data_url(8), "st-1")]), h)
+            assert status == 200
+            home = headers["x-mmgate-backend"]
+            await {f"sim-{i}": s for i, s in enumerate(sims)}[home].stop()
+            async with aiohttp.ClientSession() as s, s.post(
+                gw.url + "/v1/chat/completions", json={**turn([img(None, "st-1")]), "stream": True}, headers=h
+            ) as r:
+                raw = await r.read()
+                assert r.status == 200
+                assert reuse_counts(dict(r.headers))["healed"] == 1
+            frames = [f for f in raw.split(b"\n\n") if f]
+            assert frames[-1] == b"data: [DONE]"
+            assert all(b'"error"' not in f for f in frames)
+
+
+async def test_session_scoping_keeps_sessions_apart_and_bypasses_without_one() -> None:
+    settings = gateway_settings(cache={"session_scoping": True})
+    async with running_gateway(settings) as gw:
+        url = data_url(9)
+        loads = gw.gateway.loader.metrics.image_loads
+        for sid in ("a", "a", "b"):
+            status, _, _ = await post(gw.url, turn([img(url)]), {"x-session-id": sid})
+            assert status == 200
+        assert loads.labels(outcome="local_hit")._value.get() == 1  # a's repeat only; b is apart
+        for _ in range(2):
+            assert (await post(gw.url, turn([img(url)])))[0] == 200
+        assert loads.labels(outcome="local_hit")._value.get() == 1  # no session id: no cache at all
+        assert loads.labels(outcome="origin")._value.get() == 4
