@@ -1,11 +1,13 @@
-"""Fixtures shared across the test packages: real redis-server processes on loopback."""
+"""Fixtures shared across the test packages: real redis-server processes and a real image origin,
+all on loopback."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
+from tests.support.origin import ImageOrigin
 from tests.support.redis_servers import (
     RedisClusterServers,
     RedisServer,
@@ -37,3 +39,13 @@ def redis_target(request: pytest.FixtureRequest) -> RedisTarget:
         return RedisTarget("cluster", servers.url, True, servers=servers)
     server: RedisServer = request.getfixturevalue("standalone_server")
     return RedisTarget("standalone", server.url, False, standalone=server)
+
+
+@pytest.fixture
+async def origin() -> AsyncIterator[ImageOrigin]:
+    """A real aiohttp image origin on 127.0.0.1 that counts requests per path."""
+    server = await ImageOrigin().start()
+    try:
+        yield server
+    finally:
+        await server.stop()

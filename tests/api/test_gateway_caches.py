@@ -5,12 +5,10 @@ a stopped Redis costs nothing but the cache."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import pytest
 
 from tests.support.gateway import gateway_settings, running_gateway
 from tests.support.images import make_image
@@ -18,15 +16,6 @@ from tests.support.origin import ImageOrigin
 from tests.support.redis_servers import RedisTarget, running_standalone
 
 MODEL = "mmgate-sim-vl"
-
-
-@pytest.fixture
-async def origin() -> AsyncIterator[ImageOrigin]:
-    server = await ImageOrigin().start()
-    try:
-        yield server
-    finally:
-        await server.stop()
 
 
 def body(url: str) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""Fixtures for media tests: a real image origin on 127.0.0.1 and loaders that get closed."""
+"""Fixtures for media tests: loaders that get closed, and a scriptable shared tier. The real image
+origin fixture (``origin``) lives in tests/conftest.py."""
 
 from __future__ import annotations
 
@@ -11,18 +12,8 @@ import pytest
 from mmgate.config import CacheSettings, MediaSettings
 from mmgate.media.loader import MediaLoader
 from mmgate.media.types import LoadedImage
-from tests.support.origin import ImageOrigin
 
 LoaderFactory = Callable[..., MediaLoader]
-
-
-@pytest.fixture
-async def origin() -> AsyncIterator[ImageOrigin]:
-    server = await ImageOrigin().start()
-    try:
-        yield server
-    finally:
-        await server.stop()
 
 
 @pytest.fixture
