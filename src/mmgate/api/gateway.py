@@ -186,7 +186,7 @@ class Gateway:
             if reply.status == 200:
                 break
             self.metrics.backend_requests.labels(backend.name, f"http_{reply.status}").inc()
-            index = cache_miss_index(reply)
+            index = cache_miss_index(reply) if with_uuid else None
             if index is None or healed >= MAX_HEALS:
                 raise status_error(backend.name, reply.status, reply.body or b"")
             named = next((p for p in plans if p.slot.index == index), None)
@@ -195,7 +195,7 @@ class Gateway:
                 self.sent.forget(backend.name, p.key)
             healed += 1
             self.metrics.reuse_heals.inc()
-            counts = render(plans, with_uuid=True, already_sent=set(), force_data=True)
+            counts = render(plans, with_uuid=with_uuid, already_sent=set(), force_data=True)
         self.metrics.backend_ok(backend.name)
         counts.healed = healed
         if with_uuid:

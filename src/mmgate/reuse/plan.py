@@ -14,7 +14,7 @@ An ``openai`` backend never sees a uuid: every slot must have bytes by the time 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from mmgate.api.parse import ImageSlot
@@ -41,7 +41,6 @@ class ReuseCounts:
     references: int = 0
     healed: int = 0
     bytes_not_sent: int = 0
-    detail: dict[str, int] = field(default_factory=dict)
 
     def header(self) -> str:
         return f"sent={self.sent}; stripped={self.stripped}; referenced={self.references}; healed={self.healed}"
