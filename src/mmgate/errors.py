@@ -21,8 +21,7 @@ never escape it.
     │   ├── BackendStatusError        the backend's own status and message, passed through
     │   ├── BackendConnectError       502
     │   ├── BackendProtocolError      502
-    │   ├── BackendTimeoutError       504
-    │   └── NoBackendError            503
+    │   └── BackendTimeoutError       504
     ├── CacheError                    shared-cache trouble: always swallowed (fail-open)
     └── ConfigError                   bad setting: fails start-up, names the setting
 """
@@ -155,11 +154,6 @@ class BackendProtocolError(UpstreamError):
 class BackendTimeoutError(UpstreamError):
     status = 504
     code = "backend_timeout"
-
-
-class NoBackendError(UpstreamError):
-    status = 503
-    code = "no_backend_available"
 
 
 class CacheError(MmgateError):

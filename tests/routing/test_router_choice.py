@@ -88,17 +88,6 @@ async def test_without_session_least_outstanding_of_two() -> None:
     assert router.outstanding(backends[1]) == 0
 
 
-async def test_track_counts_even_when_the_block_raises() -> None:
-    router, backends = await make(2)
-    async with router.track(backends[0]):
-        assert router.outstanding(backends[0]) == 1
-    assert router.outstanding(backends[0]) == 0
-    with pytest.raises(RuntimeError):
-        async with router.track(backends[0]):
-            raise RuntimeError("boom")
-    assert router.outstanding(backends[0]) == 0
-
-
 async def test_ejected_backends_get_no_traffic_without_session() -> None:
     router, backends = await make(3)
     router.report_failure(backends[0])

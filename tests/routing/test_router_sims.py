@@ -53,8 +53,11 @@ async def eventually(condition: Callable[[], bool], *, within_s: float = 10.0) -
 
 async def chat(router: Router, b: HTTPBackend) -> int:
     body = orjson.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
-    async with router.track(b):
+    router.begin(b)
+    try:
         reply = await b.chat(body, stream=False)
+    finally:
+        router.end(b)
     return reply.status
 
 

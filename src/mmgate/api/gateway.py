@@ -110,18 +110,18 @@ class Gateway:
         tenant = self.tenants.tenant_for(headers.get("Authorization")) if self.tenants is not None else None
         request = self.parse(raw)
         session_id = self.session_id(headers)
-        backend = self.router.pick(request.model, session_id)
+        # The router's order of preference: the first is its pick, the second the failover.
+        ranked = self.router.ranked(request.model, session_id)
         images = self._known_by_uuid(request.slots, tenant)
         images.update(await self._load_images([s for s in request.slots if s.index not in images], session_id))
         plans = self._plan(request.slots, images, tenant)
         try:
-            return await self._tracked_send(request, plans, backend)
+            return await self._tracked_send(request, plans, ranked[0])
         except BackendConnectError:
-            # Nothing reached that backend: it is ejected; try once more on the next choice.
-            retry = self.router.pick(request.model, session_id)
-            if retry is backend:
+            # Nothing reached that backend (whether or not it is ejected yet): try the next one once.
+            if len(ranked) < 2:
                 raise
-            return await self._tracked_send(request, plans, retry)
+            return await self._tracked_send(request, plans, ranked[1])
 
     async def _tracked_send(self, request: ChatRequest, plans: list[SlotPlan], backend: Backend) -> ChatOutcome:
         """``_send`` with the router's outstanding-request count and passive health reports."""

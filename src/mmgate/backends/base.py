@@ -2,7 +2,7 @@
 
 A backend takes the rewritten request body (already in the form its kind understands) and returns a
 ``BackendReply``: its status and headers, and either the whole body or a stream of raw SSE bytes.
-Error statuses always come back with the whole body read (``is_stream`` False), so callers can
+Error statuses always come back with the whole body read (``stream`` None), so callers can
 inspect them (cache-miss healing) before anything reached the client.
 """
 
@@ -27,10 +27,6 @@ class BackendReply:
     body: bytes | None = None
     stream: AsyncIterator[bytes] | None = None
     _release: Any = field(default=None, repr=False)
-
-    @property
-    def is_stream(self) -> bool:
-        return self.stream is not None
 
     def release(self) -> None:
         """Return the connection to the pool (idempotent)."""

@@ -6,7 +6,8 @@ which is decided before ``chat`` is called. aiohttp errors are translated here a
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import contextlib
+from collections.abc import AsyncIterator, Iterator
 
 import aiohttp
 import orjson
@@ -63,25 +64,33 @@ class HTTPBackend:
             )
         return self._session
 
-    async def chat(self, body: bytes, *, stream: bool) -> BackendReply:
+    @contextlib.contextmanager
+    def _translated(self, doing: str, *, sent: bool) -> Iterator[None]:
+        """The one place aiohttp's errors become mmgate's. ``sent``: the request had reached the
+        backend, so a dropped connection is a broken answer (502), not an unreachable backend
+        (502, and safe to retry elsewhere)."""
         try:
-            resp = await self._client().post(self._chat_url, data=body, headers=self._headers)
+            yield
         except TimeoutError as exc:
-            raise BackendTimeoutError(f"backend {self.name} did not answer in time") from exc
+            raise BackendTimeoutError(f"backend {self.name} timed out {doing}") from exc
         except aiohttp.ClientConnectionError as exc:
-            raise BackendConnectError(f"backend {self.name} ({self.url}) is unreachable: {exc}") from exc
+            if not sent:
+                raise BackendConnectError(f"backend {self.name} ({self.url}) is unreachable: {exc}") from exc
+            raise BackendProtocolError(f"backend {self.name} broke off {doing}: {exc}") from exc
         except aiohttp.ClientError as exc:
-            raise BackendProtocolError(f"backend {self.name} failed: {exc}") from exc
+            raise BackendProtocolError(f"backend {self.name} failed {doing}: {exc}") from exc
+
+    async def chat(self, body: bytes, *, stream: bool) -> BackendReply:
+        with self._translated("before answering", sent=False):
+            resp = await self._client().post(self._chat_url, data=body, headers=self._headers)
         content_type = resp.headers.get("Content-Type", "application/json")
         if resp.status != 200 or not stream or not content_type.startswith("text/event-stream"):
             try:
-                data = await resp.read()
-            except TimeoutError as exc:
-                resp.close()
-                raise BackendTimeoutError(f"backend {self.name} stopped answering") from exc
-            except aiohttp.ClientError as exc:
-                resp.close()
-                raise BackendProtocolError(f"backend {self.name} broke its answer: {exc}") from exc
+                with self._translated("while answering", sent=True):
+                    data = await resp.read()
+            except BaseException:
+                resp.close()  # a half-read connection must not go back to the pool
+                raise
             finally:
                 resp.release()
             return BackendReply(status=resp.status, content_type=content_type, body=data)
@@ -92,27 +101,22 @@ class HTTPBackend:
     async def _relay(self, resp: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
         """Yield the SSE bytes as they arrive (no re-framing: frames pass through unchanged)."""
         try:
-            async for chunk in resp.content.iter_any():
-                yield chunk
-        except TimeoutError as exc:
-            raise BackendTimeoutError(f"backend {self.name} stalled mid-stream") from exc
-        except aiohttp.ClientError as exc:
-            raise BackendProtocolError(f"backend {self.name} broke its stream: {exc}") from exc
+            with self._translated("mid-stream", sent=True):
+                async for chunk in resp.content.iter_any():
+                    yield chunk
         finally:
             resp.release()
 
     async def models(self) -> list[str]:
-        try:
+        with self._translated("listing its models", sent=False):
             async with self._client().get(self.url + "/v1/models", timeout=self._probe_timeout) as resp:
                 if resp.status != 200:
                     raise BackendStatusError(
                         f"backend {self.name} /v1/models answered {resp.status}", backend_status=resp.status
                     )
-                data = orjson.loads(await resp.read())
-        except TimeoutError as exc:
-            raise BackendTimeoutError(f"backend {self.name} /v1/models timed out") from exc
-        except aiohttp.ClientError as exc:
-            raise BackendConnectError(f"backend {self.name} is unreachable: {exc}") from exc
+                raw = await resp.read()
+        try:
+            data = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
             raise BackendProtocolError(f"backend {self.name} /v1/models is not JSON") from exc
         items = data.get("data") if isinstance(data, dict) else None

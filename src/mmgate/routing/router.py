@@ -8,7 +8,7 @@ is the union the gateway's own ``/v1/models`` shows. For one request:
 * with a session id: the rendezvous winner of the candidates' names — every gateway process agrees
   without coordination; when a backend is ejected only its sessions move, and they come back when
   it is re-admitted;
-* without: the less loaded (requests in flight, see ``track``) of two random candidates.
+* without: the less loaded (requests in flight, see ``begin``/``end``) of two random candidates.
 
 Only the session id and configured backend names are routing keys. Client image uuids never are:
 they are client-chosen, unbounded and per image, and the gateway heals a cache miss on any backend
@@ -23,11 +23,10 @@ backend each ``health_interval_s`` and re-admits ejected ones that answer (no so
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from mmgate.backends.base import Backend
 from mmgate.config import GatewaySettings
@@ -175,19 +174,6 @@ class Router:
         """One request to ``backend`` finished (its stream included); never goes below zero."""
         self._outstanding[backend.name] = max(0, self._outstanding[backend.name] - 1)
         self._publish_outstanding(backend)
-
-    @contextlib.asynccontextmanager
-    async def track(self, backend: Backend) -> AsyncIterator[None]:
-        """``begin``/``end`` around a block (wrap the whole call, stream relay included).
-
-        Only counts; health is reported separately (``report_failure``/``report_success``) because
-        which outcomes mean "backend down" is the caller's decision.
-        """
-        self.begin(backend)
-        try:
-            yield
-        finally:
-            self.end(backend)
 
     # Health -----------------------------------------------------------------------------------
 
