@@ -1,0 +1,1 @@
+"""serve component of mmgate (see DESIGN.md)."""

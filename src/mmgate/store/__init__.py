@@ -1,0 +1,1 @@
+"""store component of mmgate (see DESIGN.md)."""

@@ -1,0 +1,1 @@
+"""redis component of mmgate (see DESIGN.md)."""
