@@ -29,11 +29,11 @@ import numpy as np
 import orjson
 from rich.console import Console
 
-from mmgate.aio import free_port, install_uvloop
 from mmgate.bench.dataset import Session, Turn
 from mmgate.bench.runner import run_benchmark
 from mmgate.bench.settings import BenchSettings
 from mmgate.bench.stats import distribution
+from mmgate.wire import free_port, install_uvloop
 
 HERE = Path(__file__).resolve().parent
 

@@ -41,12 +41,12 @@ sys.path.insert(0, str(ROOT))
 
 from tests.support.redis_servers import RedisClusterServers, RedisServer  # noqa: E402
 
-from mmgate.aio import install_uvloop, start_app  # noqa: E402
 from mmgate.config import CacheSettings, MediaSettings  # noqa: E402
 from mmgate.media.keys import url_key  # noqa: E402
 from mmgate.media.loader import MediaLoader  # noqa: E402
-from mmgate.media.shared import RedisSharedTier, build_shared_tier  # noqa: E402
-from mmgate.media.shared_client import build_client  # noqa: E402
+from mmgate.store.redis.client import build_client  # noqa: E402
+from mmgate.store.redis.tier import RedisSharedTier, build_shared_tier  # noqa: E402
+from mmgate.wire import install_uvloop, start_app  # noqa: E402
 
 MiB = 1024 * 1024
 AIMS = {"local_hit_p50_us": 50.0, "shared_hit_1mib_p50_us": 2000.0, "origin_requests_per_burst": 1}
@@ -171,7 +171,7 @@ _WORKER = r"""
 import asyncio, json, sys, uuid
 from mmgate.config import CacheSettings, MediaSettings
 from mmgate.media.loader import MediaLoader
-from mmgate.media.shared import build_shared_tier
+from mmgate.store.redis.tier import build_shared_tier
 from prometheus_client import CollectorRegistry
 
 async def main(redis_url, cluster, prefix, url, loads):

@@ -1,44 +1,25 @@
 """The ``mmgate`` command: ``serve`` (the gateway), ``sim`` (the embedded engine alone) and
 ``bench`` (the multimodal session benchmark).
 
-Each subcommand's flags live beside its component (``add_arguments``/``run`` pairs); this module
-only dispatches. Every flag reads its default from ``MMGATE_<FLAG>`` when set.
+Each subcommand's flags live beside its program (``add_arguments``/``run`` pairs, generated from
+its settings model); this module only dispatches. Every flag reads its default from
+``MMGATE_<FLAG>`` when set (``mmgate._env``). Nothing imports this module.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from mmgate import __version__
-from mmgate.errors import ConfigError
-
-
-def env_default(flag: str, default: Any) -> Any:
-    """The default of ``--some-flag``: ``MMGATE_SOME_FLAG`` when set, else ``default``."""
-    name = "MMGATE_" + flag.lstrip("-").replace("-", "_").upper()
-    return os.environ.get(name, default)
-
-
-def env_list(flag: str) -> list[str]:
-    """A repeatable flag's default from the environment (comma-separated)."""
-    value = env_default(flag, "")
-    return [v.strip() for v in str(value).split(",") if v.strip()]
-
-
-def env_bool(flag: str, default: bool = False) -> bool:
-    value = env_default(flag, None)
-    if value is None:
-        return default
-    return str(value).strip().lower() in ("1", "true", "yes", "on")
+from mmgate._settings import ConfigError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from mmgate.api import cli as serve_cli
     from mmgate.bench import cli as bench_cli
+    from mmgate.serve import cli as serve_cli
     from mmgate.sim import cli as sim_cli
 
     parser = argparse.ArgumentParser(

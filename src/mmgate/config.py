@@ -1,22 +1,20 @@
-"""Settings: one frozen, validated object built at start-up and passed down explicitly.
+"""The gateway's settings: one frozen, validated object built at start-up and passed down explicitly.
 
-Every CLI flag has an ``MMGATE_*`` environment equivalent (``--max-image-bytes`` ↔
-``MMGATE_MAX_IMAGE_BYTES``); see ``mmgate.cli``. A bad value raises ``ConfigError`` naming the
-setting, which the CLI prints before exiting with status 2.
+Each setting is defined once, here: its flag, its ``MMGATE_*`` variable (``--max-image-bytes`` ↔
+``MMGATE_MAX_IMAGE_BYTES``) and its ``--help`` text are generated from the field (see
+``mmgate._settings``). A bad value raises ``ConfigError`` naming the flag, which the CLI prints
+before exiting with status 2.
 """
 
 from __future__ import annotations
 
 import ipaddress
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import ConfigDict, ValidationError, field_validator
 
-from mmgate.errors import ConfigError
-
-MiB = 1024 * 1024
-GiB = 1024 * MiB
+from mmgate._settings import ConfigError, Frozen, MiB, setting
 
 DEFAULT_SESSION_HEADERS: tuple[str, ...] = (
     "x-session-id",
@@ -26,25 +24,33 @@ DEFAULT_SESSION_HEADERS: tuple[str, ...] = (
 )
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class MediaSettings(_Frozen):
+class MediaSettings(Frozen):
     """How images are fetched and validated."""
 
-    max_image_bytes: int = Field(20 * MiB, gt=0)
-    max_image_pixels: int = Field(40_000_000, gt=0)
-    allowed_formats: tuple[str, ...] = ("JPEG", "PNG", "WEBP", "GIF", "BMP")
-    connect_timeout_s: float = Field(3.0, gt=0)
-    read_timeout_s: float = Field(10.0, gt=0)
-    total_timeout_s: float = Field(30.0, gt=0)
-    max_redirects: int = Field(3, ge=0, le=10)
-    # Private/loopback destinations opened explicitly: IPs, CIDRs or host names.
-    allowed_private: tuple[str, ...] = ()
-    # Root directory for file: URLs (like vLLM's --allowed-local-media-path); None: file: refused.
-    allowed_local_media_path: str | None = None
-    decode_workers: int = Field(2, ge=1, le=64)
+    model_config = ConfigDict(title="image loading")
+
+    max_image_bytes: int = setting(20 * MiB, flag="--max-image-bytes", gt=0,
+                                   help="largest encoded image accepted, bytes")
+    max_image_pixels: int = setting(40_000_000, flag="--max-image-pixels", gt=0,
+                                    help="largest decoded image accepted, pixels")
+    allowed_formats: tuple[str, ...] = setting(
+        ("JPEG", "PNG", "WEBP", "GIF", "BMP"), flag="--allowed-format", metavar="FORMAT",
+        help="image format accepted (Pillow's name), repeatable")
+    connect_timeout_s: float = setting(3.0, flag="--fetch-connect-timeout", gt=0,
+                                       help="seconds to connect to an image origin")
+    read_timeout_s: float = setting(10.0, flag="--fetch-read-timeout", gt=0,
+                                    help="longest silence of an image origin, seconds")
+    total_timeout_s: float = setting(30.0, flag="--fetch-timeout", gt=0,
+                                     help="total seconds for one image download (408 past it)")
+    max_redirects: int = setting(3, flag="--max-redirects", ge=0, le=10, help="redirects followed per image")
+    allowed_private: tuple[str, ...] = setting(
+        (), flag="--allowed-private", metavar="HOST|IP|CIDR",
+        help="open a private/loopback destination for image URLs (refused by default), repeatable")
+    allowed_local_media_path: str | None = setting(
+        None, flag="--allowed-local-media-path",
+        help="directory file: image URLs may read from (file: is refused without it)")
+    decode_workers: int = setting(2, flag="--decode-workers", ge=1, le=64,
+                                  help="threads validating (decoding) images")
 
     @field_validator("allowed_private")
     @classmethod
@@ -62,19 +68,27 @@ class MediaSettings(_Frozen):
         return tuple(v.upper() for v in value)
 
 
-class CacheSettings(_Frozen):
+class CacheSettings(Frozen):
     """Image cache tiers: local LRU, in-flight dedup, shared Redis / Redis Cluster."""
 
-    local_cache_bytes: int = Field(512 * MiB, ge=0)
-    # Entries larger than this share of local_cache_bytes are not cached locally.
-    local_max_entry_fraction: float = Field(0.25, gt=0, le=1)
-    redis_url: str | None = None
-    redis_cluster: bool = False
-    redis_connect_timeout_s: float = Field(0.5, gt=0)
-    redis_io_timeout_s: float = Field(0.5, gt=0)
-    cache_ttl_s: int = Field(3600, gt=0)
-    session_scoping: bool = False
-    key_prefix: str = "mmgate:"
+    model_config = ConfigDict(title="image caches")
+
+    local_cache_bytes: int = setting(512 * MiB, flag="--local-cache-bytes", ge=0,
+                                     help="byte budget of the in-process image cache (0 disables it)")
+    local_max_entry_fraction: float = setting(
+        0.25, flag="--local-max-entry-fraction", gt=0, le=1,
+        help="entries larger than this share of --local-cache-bytes are not cached locally")
+    redis_url: str | None = setting(None, flag="--redis-url",
+                                    help="shared cache: redis://, rediss:// (TLS) URL; unset: no shared tier")
+    redis_cluster: bool = setting(False, flag="--redis-cluster", help="the --redis-url points at a Redis Cluster")
+    redis_connect_timeout_s: float = setting(0.5, flag="--redis-connect-timeout", gt=0,
+                                             help="seconds to connect to a Redis node")
+    redis_io_timeout_s: float = setting(0.5, flag="--redis-io-timeout", gt=0,
+                                        help="seconds for one Redis operation")
+    cache_ttl_s: int = setting(3600, flag="--cache-ttl", gt=0, help="shared entry TTL, seconds")
+    session_scoping: bool = setting(False, flag="--session-scoping",
+                                    help="scope image caches by session id (no session id: caches bypassed)")
+    key_prefix: str = setting("mmgate:", flag="--key-prefix", help="prefix of every shared-cache key")
 
     @field_validator("redis_url")
     @classmethod
@@ -88,7 +102,7 @@ class CacheSettings(_Frozen):
         return value
 
 
-class BackendSpec(_Frozen):
+class BackendSpec(Frozen):
     """One backend: ``--backend KIND=URL`` on the command line."""
 
     kind: Literal["vllm", "openai"]
@@ -115,38 +129,65 @@ class BackendSpec(_Frozen):
             raise ConfigError("--backend", _first_error(exc)) from exc
 
 
-class GatewaySettings(_Frozen):
+class GatewaySettings(Frozen):
     """Everything ``mmgate serve`` needs."""
 
-    host: str = "127.0.0.1"
-    port: int = Field(8000, ge=0, le=65535)
-    backends: tuple[BackendSpec, ...] = ()
+    host: str = setting("127.0.0.1", flag="--host", group="server", help="address to listen on")
+    port: int = setting(8000, flag="--port", group="server", ge=0, le=65535, help="port")
+    backends: tuple[BackendSpec, ...] = setting(
+        (), flag="--backend", group="server", metavar="KIND=URL",
+        help="a backend, repeatable: vllm=http://host:8000 (understands uuids) or openai=https://... "
+        "(any OpenAI-compatible server). None: start embedded sim engines (vLLM stand-ins).")
+    embedded_engines: int = setting(2, flag="--embedded-engines", group="server", ge=1, le=16,
+                                    help="sim engines to start when no --backend is given")
+    session_headers: tuple[str, ...] = setting(
+        DEFAULT_SESSION_HEADERS, flag="--session-header", group="server", metavar="NAME",
+        help="session header names, first present wins")
+    max_images_per_request: int = setting(64, flag="--max-images-per-request", group="server", ge=1,
+                                          help="most images in one request")
+    max_uuid_length: int = setting(256, flag="--max-uuid-length", group="server", ge=1,
+                                   help="longest image uuid accepted, characters")
+    max_body_bytes: int = setting(256 * MiB, flag="--max-body-bytes", group="server", gt=0,
+                                  help="largest request body accepted, bytes")
+    backend_connect_timeout_s: float = setting(5.0, flag="--backend-connect-timeout", group="server", gt=0,
+                                               help="seconds to connect to a backend (502 past it)")
+    backend_read_timeout_s: float = setting(
+        300.0, flag="--backend-read-timeout", group="server", gt=0,
+        help="longest backend silence (to headers, and between stream chunks) in seconds (504 past it)")
+    backend_max_connections: int = setting(1024, flag="--backend-max-connections", group="server", ge=1,
+                                           help="connection pool size per backend")
     media: MediaSettings = MediaSettings()
     cache: CacheSettings = CacheSettings()
-    session_headers: tuple[str, ...] = DEFAULT_SESSION_HEADERS
-    max_images_per_request: int = Field(64, ge=1)
-    max_uuid_length: int = Field(256, ge=1)
-    max_body_bytes: int = Field(256 * MiB, gt=0)
-    backend_connect_timeout_s: float = Field(5.0, gt=0)
-    # Longest silence tolerated from a backend (time to headers, and between stream chunks).
-    backend_read_timeout_s: float = Field(300.0, gt=0)
-    backend_max_connections: int = Field(1024, ge=1)
-    # Number of embedded sim engines started when no --backend is given.
-    embedded_engines: int = Field(2, ge=1, le=16)
-    # Gateway-managed reuse: repeats sent to a vllm backend as cache-only references.
-    reuse: Literal["auto", "off"] = "auto"
-    # What the gateway assumes each vllm backend's processor cache holds (vLLM's default: 4 GiB).
-    reuse_backend_cache_gb: float = Field(4.0, ge=0)
-    # UUID store (uuid -> bytes, for healing and openai backends): local bytes and TTL.
-    uuid_store_bytes: int = Field(256 * MiB, ge=0)
-    uuid_ttl_s: int = Field(3600, gt=0)
-    # API keys -> tenants (file: JSON object or 'KEY TENANT' lines); None: no tenants, no auth.
-    api_keys_file: str | None = None
-    # Routing: active probe period and per-probe timeout, passive ejection, minimum time out.
-    health_interval_s: float = Field(5.0, gt=0)
-    health_timeout_s: float = Field(2.0, gt=0)
-    eject_after_failures: int = Field(1, ge=1)
-    readmit_after_s: float = Field(5.0, ge=0)
+    reuse: Literal["auto", "off"] = setting(
+        "auto", flag="--reuse", group="routing, reuse and tenants",
+        help="auto: send repeats of an image to a vllm backend as cache-only references "
+        "(misses are healed); off: send every image's bytes")
+    reuse_backend_cache_gb: float = setting(
+        4.0, flag="--reuse-backend-cache-gb", group="routing, reuse and tenants", ge=0,
+        help="processor-cache size assumed per vllm backend (vLLM's --mm-processor-cache-gb)")
+    uuid_store_bytes: int = setting(256 * MiB, flag="--uuid-store-bytes", group="routing, reuse and tenants",
+                                    ge=0, help="local byte budget of the uuid -> image store used for healing")
+    uuid_ttl_s: int = setting(3600, flag="--uuid-ttl", group="routing, reuse and tenants", gt=0,
+                              help="uuid store TTL, seconds")
+    api_keys_file: str | None = setting(
+        None, flag="--api-keys-file", group="routing, reuse and tenants",
+        help="API keys -> tenants (JSON object or 'KEY TENANT' lines); requests then need a key")
+    health_interval_s: float = setting(5.0, flag="--health-interval", group="routing, reuse and tenants", gt=0,
+                                       help="seconds between backend health probes")
+    health_timeout_s: float = setting(2.0, flag="--health-timeout", group="routing, reuse and tenants", gt=0,
+                                      help="seconds one health probe may take")
+    eject_after_failures: int = setting(1, flag="--eject-after-failures", group="routing, reuse and tenants",
+                                        ge=1, help="consecutive connect failures/timeouts that eject a backend")
+    readmit_after_s: float = setting(
+        5.0, flag="--readmit-after", group="routing, reuse and tenants", ge=0,
+        help="minimum seconds an ejected backend stays out before a passing probe re-admits it")
+
+    @field_validator("backends", mode="before")
+    @classmethod
+    def _parse_backends(cls, value: Any) -> Any:
+        if isinstance(value, tuple | list):
+            return tuple(BackendSpec.parse(v) if isinstance(v, str) else v for v in value)
+        return value
 
     @field_validator("session_headers")
     @classmethod
@@ -157,19 +198,3 @@ class GatewaySettings(_Frozen):
 def _first_error(exc: ValidationError) -> str:
     err = exc.errors()[0]
     return str(err.get("msg", exc))
-
-
-def build(model_cls: type[_Frozen], setting_names: dict[str, str] | None = None, **values: object) -> _Frozen:
-    """Build a settings model, turning a validation error into ``ConfigError`` naming the setting.
-
-    ``setting_names`` maps a field name to the flag the user typed (``max_image_bytes`` →
-    ``--max-image-bytes``) so the message names what the user can change.
-    """
-    try:
-        return model_cls(**values)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err.get("loc", ()))
-        field = loc.split(".")[0] if loc else model_cls.__name__
-        name = (setting_names or {}).get(field, "--" + field.replace("_", "-"))
-        raise ConfigError(name, str(err.get("msg", exc))) from exc

@@ -10,25 +10,37 @@ never escape it.
     │   ├── InvalidRequestError       400: malformed body, bad part shape, bad uuid, too many images
     │   ├── AuthenticationError       401: missing or unknown API key
     │   ├── ModelNotFoundError        404: model no backend serves
-    │   └── MediaError                the image the client pointed at is unusable
-    │       ├── ForbiddenURLError     400: URL policy (SSRF) refused the destination
-    │       ├── ImageTooLargeError    400: over the byte or pixel limit
-    │       ├── UnsupportedImageError 415: not an image / format not allowed / truncated
-    │       ├── OriginError           400: origin answered 4xx/5xx, refused, DNS failure
-    │       └── OriginTimeoutError    408: origin too slow
+    │   ├── MediaError                the image the client pointed at is unusable
+    │   │   ├── ForbiddenURLError     400: URL policy (SSRF) refused the destination
+    │   │   ├── ImageTooLargeError    400: over the byte or pixel limit
+    │   │   ├── UnsupportedImageError 415: not an image / format not allowed / truncated
+    │   │   ├── OriginError           400: origin answered 4xx/5xx, refused, DNS failure
+    │   │   └── OriginTimeoutError    408: origin too slow
     │   └── UnknownUUIDError          400: cache-only reference nobody holds
     ├── UpstreamError                 backend trouble → 5xx (or the backend's own 4xx)
     │   ├── BackendStatusError        the backend's own status and message, passed through
     │   ├── BackendConnectError       502
     │   ├── BackendProtocolError      502
     │   └── BackendTimeoutError       504
-    ├── CacheError                    shared-cache trouble: always swallowed (fail-open)
-    └── ConfigError                   bad setting: fails start-up, names the setting
+    └── CacheError                    shared-cache trouble: always swallowed (fail-open)
+
+``ConfigError`` (a bad setting: fails start-up, names the setting) is not in this tree: it never
+reaches a client, and the three programs share it, so it lives in ``mmgate._settings`` and is
+re-exported here.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from mmgate._settings import ConfigError
+
+__all__ = [
+    "AuthenticationError", "BackendConnectError", "BackendProtocolError", "BackendStatusError",
+    "BackendTimeoutError", "CacheError", "ConfigError", "ForbiddenURLError", "ImageTooLargeError",
+    "InvalidRequestError", "MediaError", "MmgateError", "ModelNotFoundError", "OriginError",
+    "OriginTimeoutError", "RequestError", "UnknownUUIDError", "UnsupportedImageError", "UpstreamError",
+]
 
 
 class MmgateError(Exception):
@@ -158,11 +170,3 @@ class BackendTimeoutError(UpstreamError):
 
 class CacheError(MmgateError):
     """Shared-cache trouble. Never reaches a client: callers fail open."""
-
-
-class ConfigError(MmgateError):
-    """A setting is invalid; start-up fails with a message naming it."""
-
-    def __init__(self, setting: str, message: str) -> None:
-        super().__init__(f"{setting}: {message}", param=setting)
-        self.setting = setting

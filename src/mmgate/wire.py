@@ -1,9 +1,12 @@
-"""Small asyncio/aiohttp helpers shared by the gateway and the embedded engine."""
+"""What the three programs (gateway, ``sim``, ``bench``) share on the wire: the OpenAI/vLLM error
+shapes and vLLM's cache-miss answer (spelled here and nowhere else), and small asyncio/aiohttp
+helpers (serve an app, run until a signal, JSON responses)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import signal
 import socket
 from collections.abc import Awaitable, Callable
@@ -13,6 +16,48 @@ import orjson
 from aiohttp import web
 
 JSON_CONTENT_TYPE = "application/json"
+
+# vLLM's answer (HTTP 400) to a cache-only image reference that is not in its processor cache.
+CACHE_MISS_STATUS = 400
+CACHE_MISS_MESSAGE = "Cache miss for image at index {index} but data is not provided."
+CACHE_MISS_MARKER = "but data is not provided"
+_MISS_INDEX = re.compile(r"image at index (\d+)")
+
+
+def cache_miss_message(index: int) -> str:
+    """vLLM's cache-miss message for the ``index``-th image of a request."""
+    return CACHE_MISS_MESSAGE.format(index=index)
+
+
+def error_message(body: Any, fallback: str) -> str:
+    """The message of an OpenAI-style (or older vLLM-style) error body."""
+    if isinstance(body, dict):
+        err = body.get("error")
+        if isinstance(err, dict) and isinstance(err.get("message"), str):
+            return str(err["message"])
+        if isinstance(err, str):
+            return err
+        if isinstance(body.get("message"), str):
+            return str(body["message"])
+        if isinstance(body.get("detail"), str):
+            return str(body["detail"])
+    return fallback
+
+
+def cache_miss_index(status: int, body: Any) -> int | None:
+    """The image index a vLLM cache-miss answer names (-1 if unnamed), or None for other answers.
+
+    Both of vLLM's error-body shapes are recognised: ``{"error": {"message": ...}}`` and the older
+    ``{"object": "error", "message": ...}``.
+    """
+    if status != CACHE_MISS_STATUS or not isinstance(body, dict):
+        return None
+    err = body.get("error")
+    message = err.get("message") if isinstance(err, dict) else body.get("message")
+    if not isinstance(message, str) or "Cache miss" not in message or CACHE_MISS_MARKER not in message:
+        return None
+    found = _MISS_INDEX.search(message)
+    return int(found.group(1)) if found else -1
 
 
 def install_uvloop() -> bool:

@@ -41,7 +41,7 @@ def test_accepted_image_shapes(part: dict[str, Any], url: str | None, uuid: str 
     assert len(req.slots) == 1
     slot = req.slots[0]
     assert (slot.url, slot.uuid) == (url, uuid)
-    assert slot.is_cache_only == (url is None)
+    assert (slot.url is None) == (url is None)
     assert slot.param == "messages[1].content[1]"
     assert slot.part is req.body["messages"][1]["content"][1]
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import aiohttp
 import orjson
 
-from mmgate.aio import free_port
 from mmgate.config import BackendSpec
+from mmgate.wire import free_port
 from tests.support.gateway import FAST_SIM, gateway_settings, running_gateway, running_sims, vllm_specs
 
 MODEL = "mmgate-sim-vl"

@@ -18,10 +18,10 @@ import orjson
 import pytest
 from aiohttp import web
 
-from mmgate.aio import start_app
 from mmgate.bench.synth import SlidingWindowSpec, generate_sliding_window
 from mmgate.sim.config import SimSettings
 from mmgate.sim.server import SimServer, start_sim
+from mmgate.wire import start_app
 
 
 @dataclass

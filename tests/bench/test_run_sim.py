@@ -15,11 +15,11 @@ import orjson
 from aiohttp import web
 from rich.console import Console
 
-from mmgate.aio import json_response
 from mmgate.bench.dataset import load_dataset
 from mmgate.bench.runner import run_benchmark
 from mmgate.bench.settings import BenchSettings
 from mmgate.sim.server import SimServer
+from mmgate.wire import json_response
 from tests.bench.conftest import Recorder, write_jsonl
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from mmgate.config import CacheSettings, MediaSettings
 from mmgate.media.loader import MediaLoader
-from mmgate.media.types import LoadedImage
+from mmgate.store.types import LoadedImage
 
 LoaderFactory = Callable[..., MediaLoader]
 

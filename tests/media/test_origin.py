@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from mmgate.aio import free_port
 from mmgate.errors import (
     ForbiddenURLError,
     ImageTooLargeError,
@@ -20,6 +19,7 @@ from mmgate.errors import (
     UnsupportedImageError,
 )
 from mmgate.media.loader import MediaLoader
+from mmgate.wire import free_port
 from tests.media.conftest import LoaderFactory
 from tests.support.images import data_url, make_image, truncated
 from tests.support.origin import ImageOrigin

@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry
 
 from mmgate.config import CacheSettings, MediaSettings
 from mmgate.media.keys import url_key
-from mmgate.media.shared import RedisSharedTier, build_shared_tier
+from mmgate.store.redis.tier import RedisSharedTier, build_shared_tier
 from tests.media.conftest import LoaderFactory
 from tests.support.images import make_image
 from tests.support.origin import ImageOrigin
@@ -94,7 +94,7 @@ import asyncio, collections, json, sys
 from prometheus_client import CollectorRegistry
 from mmgate.config import CacheSettings, MediaSettings
 from mmgate.media.loader import MediaLoader
-from mmgate.media.shared import build_shared_tier
+from mmgate.store.redis.tier import build_shared_tier
 
 async def main(redis_url, cluster, url, concurrency):
     media = MediaSettings(allowed_private=("127.0.0.1",), total_timeout_s=5.0)

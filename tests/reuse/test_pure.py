@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from mmgate.api.parse import ImageSlot
 from mmgate.errors import AuthenticationError, ConfigError
-from mmgate.media.types import LoadedImage
+from mmgate.reuse import ImageSlot
 from mmgate.reuse.namespace import backend_uuid, content_uuid, tenant_tag
 from mmgate.reuse.plan import SlotPlan, render
 from mmgate.reuse.sent import SentTracker, estimated_processed_bytes
 from mmgate.reuse.tenants import TenantKeys
+from mmgate.store.types import LoadedImage
 
 
 def image(tag: bytes = b"x") -> LoadedImage:

@@ -12,7 +12,7 @@ import urllib.request
 import orjson
 import pytest
 
-from mmgate.aio import free_port
+from mmgate.wire import free_port
 
 MMGATE = [sys.executable, "-m", "mmgate"]
 

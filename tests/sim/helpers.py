@@ -9,7 +9,7 @@ from typing import Any
 import aiohttp
 from PIL import Image
 
-from mmgate.config import GiB
+from mmgate._settings import GiB
 from mmgate.sim.server import SimServer
 
 # Modelled latency divided by a million: tests never wait on the timing model.

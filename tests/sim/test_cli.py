@@ -13,8 +13,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from mmgate._settings import ConfigError
 from mmgate.cli import build_parser
-from mmgate.errors import ConfigError
 from mmgate.sim.cli import settings_from_args
 
 MMGATE = Path(sys.executable).with_name("mmgate")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mmgate.errors import ImageTooLargeError, InvalidRequestError
 from mmgate.sim.cache import ProcessedImage, ProcessorCache
 from mmgate.sim.config import SimSettings
+from mmgate.sim.errors import ImageTooLargeError, InvalidRequestError
 from mmgate.sim.processor import content_hash, decode_image, process_image, smart_resize
 from tests.sim.helpers import image_bytes
 

@@ -9,8 +9,8 @@ import pytest
 from aiohttp import web
 from openai import AsyncOpenAI, BadRequestError
 
-from mmgate.aio import start_app
 from mmgate.sim.server import SimServer
+from mmgate.wire import start_app
 from tests.sim.conftest import SimFactory
 from tests.sim.helpers import cache_gb, chat_body, data_url, image_bytes, image_part, post_chat
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mmgate.media.lru import ByteLRU
+from mmgate.store.lru import ByteLRU
 
 
 def _lru(max_bytes: int, **kw: object) -> ByteLRU[str, bytes]:

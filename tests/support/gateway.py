@@ -6,8 +6,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from mmgate.api.app import RunningGateway, start_gateway
 from mmgate.config import BackendSpec, CacheSettings, GatewaySettings, MediaSettings
+from mmgate.serve import RunningGateway, start_gateway
 from mmgate.sim.config import SimSettings
 from mmgate.sim.server import start_sim
 

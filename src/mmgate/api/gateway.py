@@ -1,55 +1,36 @@
-"""The request pipeline of one gateway: authenticate → parse → route → load images → plan reuse →
-send → heal a backend cache miss → answer.
+"""The request pipeline of one gateway, one step after the other:
+tenant (API key) → parse → load images → plan reuse → route → send (healing a backend cache miss).
 
-``Gateway`` owns the long-lived parts (media loader, router, UUID store, sent-uuid tracker, metrics)
-and is what the HTTP layer (``mmgate.api.app``) calls. It knows nothing of aiohttp's server side.
+``Gateway`` owns the long-lived parts (media loader, router, reuse sender with its UUID store and
+sent tracker, metrics) and is what the HTTP layer (``mmgate.api.app``) calls. It knows nothing of
+aiohttp's server side. The backend order is taken right before sending, after the images loaded,
+so the router's outstanding-request counts are fresh.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-import orjson
-
-from mmgate.api.parse import ChatRequest, ImageSlot, parse_chat_request
-from mmgate.backends.base import Backend, BackendReply, is_cache_miss
-from mmgate.backends.http import status_error
+from mmgate.api.parse import ChatRequest, parse_chat_request
+from mmgate.backends import Backend, BackendReply
 from mmgate.config import GatewaySettings
-from mmgate.errors import BackendConnectError, BackendTimeoutError, UnknownUUIDError
-from mmgate.media.loader import MediaLoader
-from mmgate.media.types import LoadedImage
+from mmgate.errors import BackendConnectError, BackendTimeoutError
+from mmgate.media import MediaLoader
 from mmgate.metrics import GatewayMetrics
-from mmgate.reuse.namespace import backend_uuid, content_uuid
-from mmgate.reuse.plan import ReuseCounts, SlotPlan, render
-from mmgate.reuse.sent import SentTracker
-from mmgate.reuse.store import UUIDStore
-from mmgate.reuse.tenants import TenantKeys
-from mmgate.routing.router import Router
-
-log = logging.getLogger(__name__)
-_MISS_INDEX = re.compile(r"image at index (\d+)")
-# Heal rounds per request: each must fill the slot the backend named, so this only bounds a
-# backend that keeps evicting what it was just sent.
-MAX_HEALS = 3
-
-
-def cache_miss_index(reply: BackendReply) -> int | None:
-    """The image index a vLLM cache-miss answer names (-1 if unnamed), or None for other replies."""
-    if reply.status != 400 or not reply.body or b"Cache miss" not in reply.body:
-        return None
-    try:
-        body = orjson.loads(reply.body)
-    except orjson.JSONDecodeError:
-        return None
-    if not is_cache_miss(reply.status, body):
-        return None
-    err = body.get("error") if isinstance(body.get("error"), dict) else body
-    found = _MISS_INDEX.search(str(err.get("message", "")))
-    return int(found.group(1)) if found else -1
+from mmgate.reuse import (
+    ImageSlot,
+    ReuseSender,
+    SentTracker,
+    SlotPlan,
+    TenantKeys,
+    UUIDStore,
+    known_by_uuid,
+    plan_slots,
+)
+from mmgate.routing import Router
+from mmgate.store import LoadedImage
 
 
 @dataclass(slots=True)
@@ -87,8 +68,8 @@ class Gateway:
         self.metrics = metrics
         self.store = store
         self.tenants = tenants
-        self.reuse_auto = settings.reuse == "auto"
-        self.sent = SentTracker(int(settings.reuse_backend_cache_gb * 1024**3))
+        sent = SentTracker(int(settings.reuse_backend_cache_gb * 1024**3))
+        self.reuse = ReuseSender(store, sent, metrics, auto=settings.reuse == "auto")
 
     def session_id(self, headers: Mapping[str, str]) -> str | None:
         """The first present session header of the configured list."""
@@ -110,11 +91,13 @@ class Gateway:
         tenant = self.tenants.tenant_for(headers.get("Authorization")) if self.tenants is not None else None
         request = self.parse(raw)
         session_id = self.session_id(headers)
+        # Session scoping promises that nothing crosses sessions: no reuse of known uuids then.
+        scoped = self.settings.cache.session_scoping
+        images = {} if scoped else known_by_uuid(self.store, request.slots, tenant)
+        images.update(await self._load_images([s for s in request.slots if s.index not in images], session_id))
+        plans = plan_slots(self.store, request.slots, images, tenant)
         # The router's order of preference: the first is its pick, the second the failover.
         ranked = self.router.ranked(request.model, session_id)
-        images = self._known_by_uuid(request.slots, tenant)
-        images.update(await self._load_images([s for s in request.slots if s.index not in images], session_id))
-        plans = self._plan(request.slots, images, tenant)
         try:
             return await self._tracked_send(request, plans, ranked[0])
         except BackendConnectError:
@@ -124,11 +107,11 @@ class Gateway:
             return await self._tracked_send(request, plans, ranked[1])
 
     async def _tracked_send(self, request: ChatRequest, plans: list[SlotPlan], backend: Backend) -> ChatOutcome:
-        """``_send`` with the router's outstanding-request count and passive health reports."""
+        """One send with the router's outstanding-request count and passive health reports."""
         router = self.router
         router.begin(backend)
         try:
-            outcome = await self._send(request, plans, backend)
+            reply, counts = await self.reuse.send(backend, request.body, plans, stream=request.stream)
         except (BackendConnectError, BackendTimeoutError):
             router.end(backend)
             router.report_failure(backend)
@@ -137,104 +120,8 @@ class Gateway:
             router.end(backend)
             raise
         router.report_success(backend)
-        outcome.on_finish = lambda: router.end(backend)
-        return outcome
-
-    def _known_by_uuid(self, slots: list[ImageSlot], tenant: str | None) -> dict[int, LoadedImage]:
-        """Images the client labelled with a uuid the gateway already holds: not loaded again.
-
-        vLLM's own contract: a uuid identifies its image, so a repeat of (uuid, url) needs no
-        download, decode or hash — the bytes validated when the uuid was first seen are used. Off
-        with session scoping, whose promise is that nothing crosses sessions.
-        """
-        if self.settings.cache.session_scoping:
-            return {}
-        known = {}
-        for slot in slots:
-            if slot.uuid is not None and slot.url is not None:
-                image = self.store.peek(backend_uuid(tenant, slot.uuid))
-                if image is not None:
-                    known[slot.index] = image
-        return known
-
-    def _plan(
-        self, slots: list[ImageSlot], images: dict[int, LoadedImage], tenant: str | None
-    ) -> list[SlotPlan]:
-        plans = []
-        for slot in slots:
-            image = images.get(slot.index)
-            if slot.uuid is not None:
-                key = backend_uuid(tenant, slot.uuid)
-                if image is not None:
-                    self.store.put(key, image)
-            elif image is not None:
-                key = content_uuid(tenant, image.digest)
-            else:  # the parser guarantees a url or a uuid
-                raise AssertionError("slot without url or uuid")
-            plans.append(SlotPlan(slot=slot, key=key, image=image, from_client=image is not None))
-        return plans
-
-    async def _send(self, request: ChatRequest, plans: list[SlotPlan], backend: Backend) -> ChatOutcome:
-        with_uuid = backend.kind == "vllm"
-        if not with_uuid:
-            await self._resolve_from_store(plans, None)
-        known = {p.key for p in plans if self.reuse_auto and with_uuid and self.sent.was_sent(backend.name, p.key)}
-        counts = render(plans, with_uuid=with_uuid, already_sent=known)
-        healed = 0
-        for _ in range(MAX_HEALS + 1):
-            reply = await backend.chat(orjson.dumps(request.body), stream=request.stream)
-            if reply.status == 200:
-                break
-            self.metrics.backend_requests.labels(backend.name, f"http_{reply.status}").inc()
-            index = cache_miss_index(reply) if with_uuid else None
-            if index is None or healed >= MAX_HEALS:
-                raise status_error(backend.name, reply.status, reply.body or b"")
-            named = next((p for p in plans if p.slot.index == index), None)
-            await self._resolve_from_store(plans, named)
-            for p in plans:
-                self.sent.forget(backend.name, p.key)
-            healed += 1
-            self.metrics.reuse_heals.inc()
-            counts = render(plans, with_uuid=with_uuid, already_sent=set(), force_data=True)
-        self.metrics.backend_ok(backend.name)
-        counts.healed = healed
-        if with_uuid:
-            for p in plans:
-                if p.sent_data and p.image is not None:
-                    self.sent.mark_sent(backend.name, p.key, p.image.width, p.image.height)
-        self._count(counts)
         headers = {"x-mmgate-backend": backend.name, "x-mmgate-reuse": counts.header()}
-        return ChatOutcome(reply=reply, backend=backend, headers=headers)
-
-    async def _resolve_from_store(self, plans: list[SlotPlan], named: SlotPlan | None) -> None:
-        """Give every byte-less slot its bytes from the UUID store.
-
-        ``named`` is the slot a backend reported missing (None: every slot must resolve, as for
-        ``openai`` backends). A slot that must resolve and cannot is the client's 400.
-        """
-        missing = [p for p in plans if p.image is None]
-        if not missing:
-            return
-        found = await asyncio.gather(*(self.store.get(p.key) for p in missing))
-        for plan, image in zip(missing, found, strict=True):
-            plan.image = image
-        must = [p for p in missing if p.image is None and (named is None or p is named)]
-        if must:
-            raise UnknownUUIDError(
-                f"unknown image uuid {must[0].slot.uuid!r}: neither the backend nor the gateway holds it "
-                "(expired, evicted or never sent): send the image again with its url and uuid",
-                param=must[0].slot.param,
-            )
-
-    def _count(self, counts: ReuseCounts) -> None:
-        m = self.metrics
-        if counts.sent:
-            m.forwarded_data.inc(counts.sent)
-        if counts.references:
-            m.forwarded_reference.inc(counts.references)
-        if counts.stripped:
-            m.forwarded_stripped.inc(counts.stripped)
-            m.reuse_bytes_not_sent.inc(counts.bytes_not_sent)
+        return ChatOutcome(reply=reply, backend=backend, headers=headers, on_finish=lambda: router.end(backend))
 
     async def _load_images(self, slots: list[ImageSlot], session_id: str | None) -> dict[int, LoadedImage]:
         """Load every URL-backed slot concurrently; the first failure cancels the rest."""

@@ -13,28 +13,10 @@ from typing import Any
 import orjson
 
 from mmgate.errors import InvalidRequestError
+from mmgate.reuse import ImageSlot
 
 IMAGE_PART = "image_url"
 NON_IMAGE_MEDIA_PARTS = frozenset({"input_audio", "audio_url", "video_url"})
-
-
-@dataclass(slots=True)
-class ImageSlot:
-    """One image part of a request: a URL to load, a uuid, or both.
-
-    ``index`` counts the request's images in order (vLLM's "image at index N"); ``param`` is the
-    part's path for error bodies (``messages[2].content[1]``).
-    """
-
-    index: int
-    param: str
-    part: dict[str, Any]
-    url: str | None
-    uuid: str | None
-
-    @property
-    def is_cache_only(self) -> bool:
-        return self.url is None
 
 
 @dataclass(slots=True)

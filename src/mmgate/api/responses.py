@@ -5,8 +5,8 @@ from __future__ import annotations
 import orjson
 from aiohttp import web
 
-from mmgate.aio import json_response
 from mmgate.errors import BackendStatusError, MmgateError
+from mmgate.wire import json_response
 
 
 def error_response(exc: MmgateError, headers: dict[str, str] | None = None) -> web.Response:

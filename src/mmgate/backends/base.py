@@ -1,4 +1,5 @@
-"""The backend seam: one method, ``chat``, like httpx's transport.
+"""The backend seam, like httpx's transport: ``chat`` carries every request; ``models``,
+``healthy`` and ``close`` serve routing and shutdown.
 
 A backend takes the rewritten request body (already in the form its kind understands) and returns a
 ``BackendReply``: its status and headers, and either the whole body or a stream of raw SSE bytes.
@@ -12,10 +13,11 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-BackendKind = Literal["vllm", "openai"]
+from mmgate.wire import error_message
 
-# vLLM's message when a cache-only image reference is not in its processor cache.
-CACHE_MISS_MARKER = "but data is not provided"
+__all__ = ["Backend", "BackendKind", "BackendReply", "error_message"]
+
+BackendKind = Literal["vllm", "openai"]
 
 
 @dataclass(slots=True)
@@ -52,27 +54,3 @@ class Backend(Protocol):
         """One health probe: True when the server answers its health endpoint."""
 
     async def close(self) -> None: ...
-
-
-def is_cache_miss(status: int, body: Any) -> bool:
-    """True for vLLM's cache-miss answer, in both its current and its older error-body shape."""
-    if status != 400 or not isinstance(body, dict):
-        return False
-    err = body.get("error")
-    message = err.get("message") if isinstance(err, dict) else body.get("message")
-    return isinstance(message, str) and CACHE_MISS_MARKER in message and "Cache miss" in message
-
-
-def error_message(body: Any, fallback: str) -> str:
-    """The message of an OpenAI-style (or older vLLM-style) error body."""
-    if isinstance(body, dict):
-        err = body.get("error")
-        if isinstance(err, dict) and isinstance(err.get("message"), str):
-            return str(err["message"])
-        if isinstance(err, str):
-            return err
-        if isinstance(body.get("message"), str):
-            return str(body["message"])
-        if isinstance(body.get("detail"), str):
-            return str(body["detail"])
-    return fallback

@@ -18,11 +18,10 @@ from typing import Any
 import aiohttp
 import orjson
 
-from mmgate.backends.base import error_message
 from mmgate.bench.errors import BenchError
+from mmgate.wire import cache_miss_index, error_message
 
 _ERROR_BODY_LIMIT = 64 * 1024
-_CACHE_MISS_TEXT = "cache miss"
 
 
 @dataclass(slots=True)
@@ -146,7 +145,7 @@ class ChatClient:
                     raw = await resp.content.read(_ERROR_BODY_LIMIT)
                     message = _error_message(raw)
                     result.error = f"HTTP {resp.status}: {message}"
-                    result.cache_miss = resp.status == 400 and _CACHE_MISS_TEXT in message.lower()
+                    result.cache_miss = cache_miss_index(resp.status, {"message": message}) is not None
                 elif stream:
                     await self._read_stream(resp, result, collect_text)
                 else:

@@ -1,9 +1,8 @@
-"""Errors of ``mmgate bench``; they hang off the package's one tree (``mmgate.errors``).
+"""Errors of ``mmgate bench``, a separate program with a tree of its own (not the gateway's).
 
-    MmgateError
-    └── BenchError            the benchmark cannot start or go on: CLI prints it, exit status 2
-        ├── DatasetError      a dataset line is unusable: names the file, line and field
-        └── ResultFileError   a results JSON given to ``compare`` is missing or malformed
+    BenchError                the benchmark cannot start or go on: CLI prints it, exit status 2
+    ├── DatasetError          a dataset line is unusable: names the file, line and field
+    └── ResultFileError       a results JSON given to ``compare`` is missing or malformed
 
 Failed requests during a run are *not* exceptions: they are counted as errors in the results.
 """
@@ -12,11 +11,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mmgate.errors import MmgateError
 
-
-class BenchError(MmgateError):
+class BenchError(Exception):
     """The benchmark cannot start or continue (bad flag value, endpoint unreachable, bad file)."""
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
 
 
 class DatasetError(BenchError):

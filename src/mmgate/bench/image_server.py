@@ -15,8 +15,8 @@ from pathlib import Path
 
 from aiohttp import web
 
-from mmgate.aio import start_app
 from mmgate.bench.images import sniff_image_type
+from mmgate.wire import start_app
 
 
 @dataclass(slots=True)

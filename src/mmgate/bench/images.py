@@ -4,7 +4,7 @@ Two modes (``--image-mode``):
 
 * ``data`` — local files are sent inline as ``data:<mime>;base64,...`` URLs;
 * ``origin`` — local files are served by the built-in loopback image origin
-  (:mod:`mmgate.bench.origin`) and sent as ``http://127.0.0.1:PORT/images/<key>.<ext>`` URLs, so the
+  (:mod:`mmgate.bench.image_server`) and sent as ``http://127.0.0.1:PORT/images/<key>.<ext>`` URLs, so the
   server (or the gateway in front of it) downloads and caches them.
 
 ``http(s)://`` and ``data:`` entries are sent as they are in both modes. Every image gets a content

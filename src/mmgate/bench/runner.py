@@ -16,10 +16,10 @@ from rich.console import Console
 
 from mmgate.bench.client import ChatClient
 from mmgate.bench.dataset import Session
-from mmgate.bench.engine import LoadEngine
 from mmgate.bench.errors import BenchError
+from mmgate.bench.image_server import ImageOrigin
 from mmgate.bench.images import ImageResolver
-from mmgate.bench.origin import ImageOrigin
+from mmgate.bench.load import LoadEngine
 from mmgate.bench.overhead import ClientOverhead, LoopLagMonitor, client_warnings
 from mmgate.bench.payload import BodyOptions
 from mmgate.bench.progress import LiveProgress
@@ -152,8 +152,11 @@ async def _measure(
         if log is not None:
             files += [log.csv_path, log.jsonl_path]
         if plots:
-            from mmgate.bench.plots import write_plots
-
-            files += await asyncio.to_thread(write_plots, store, output_dir, f"{model} — {settings.url}")
+            try:
+                from mmgate.bench.plots import write_plots
+            except ImportError:  # matplotlib comes with the plots (or bench) extra
+                console.print("plots skipped: matplotlib is missing (pip install 'mmgate[plots]')")
+            else:
+                files += await asyncio.to_thread(write_plots, store, output_dir, f"{model} — {settings.url}")
     print_summary(summary, console)
     return RunOutput(summary, files, store)

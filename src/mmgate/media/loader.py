@@ -27,15 +27,14 @@ from prometheus_client import CollectorRegistry
 from mmgate.config import CacheSettings, MediaSettings
 from mmgate.errors import ForbiddenURLError, MediaError, OriginError
 from mmgate.media.dataurl import DataURL, decode_payload, is_data_url, parse_data_url, payload_digest
+from mmgate.media.dns import Lookup
 from mmgate.media.inflight import InflightMap
 from mmgate.media.keys import data_url_key, scope_key, url_key
-from mmgate.media.lru import ByteLRU
 from mmgate.media.metrics import MediaMetrics, Outcome
 from mmgate.media.origin import OriginFetcher
 from mmgate.media.policy import UrlPolicy
-from mmgate.media.resolver import Lookup
-from mmgate.media.types import LoadedImage, SharedTier
 from mmgate.media.validate import ImageInfo, validate_image
+from mmgate.store import ByteLRU, LoadedImage, SharedTier
 
 log = logging.getLogger(__name__)
 

@@ -32,8 +32,8 @@ from mmgate.errors import (
     OriginError,
     OriginTimeoutError,
 )
+from mmgate.media.dns import Lookup, PolicyResolver
 from mmgate.media.policy import UrlPolicy, redact_url
-from mmgate.media.resolver import Lookup, PolicyResolver
 
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _CHUNK = 64 * 1024

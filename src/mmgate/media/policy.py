@@ -7,7 +7,7 @@ Two checks, both here:
   ``inet_aton`` and ``getaddrinfo`` would read them as a different-looking address), literal
   addresses and known metadata host names.
 * :meth:`UrlPolicy.check_resolved` — after DNS: every address a host name resolves to must
-  pass. ``mmgate.media.resolver.PolicyResolver`` calls it inside aiohttp's connector, so the
+  pass. ``mmgate.media.dns.PolicyResolver`` calls it inside aiohttp's connector, so the
   connection goes to exactly the addresses that were checked (no DNS-rebinding window).
 
 ``allowed_private`` (IPs, CIDRs, host names) opens named destinations; cloud metadata

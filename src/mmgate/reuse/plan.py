@@ -1,7 +1,8 @@
 """Per-request reuse plan: which image goes to the backend as data, which as a cache-only reference.
 
-Pure logic over the parsed request (no I/O): the gateway loads images and the store first, then
-renders the body through ``render``. Rules for a ``vllm`` backend:
+``plan_slots`` gives each parsed slot its backend uuid and bytes, and records client-labelled
+images in the UUID store; ``render`` then rewrites the body for one backend (pure, no I/O).
+Rules for a ``vllm`` backend:
 
 * an image the client sent (URL or data) goes with its bytes and its backend uuid ``K`` — unless
   reuse is ``auto`` and this backend was already sent ``K`` with data: then a cache-only reference
@@ -17,8 +18,25 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from mmgate.api.parse import ImageSlot
-from mmgate.media.types import LoadedImage
+from mmgate.reuse.namespace import backend_uuid, content_uuid
+from mmgate.reuse.store import UUIDStore
+from mmgate.store import LoadedImage
+
+
+@dataclass(slots=True)
+class ImageSlot:
+    """One image part of a request: a URL to load, a uuid, or both.
+
+    ``index`` counts the request's images in order (vLLM's "image at index N"); ``param`` is the
+    part's path for error bodies (``messages[2].content[1]``). ``part`` is the client's own dict,
+    rewritten in place for the backend.
+    """
+
+    index: int
+    param: str
+    part: dict[str, Any]
+    url: str | None
+    uuid: str | None
 
 
 @dataclass(slots=True)
@@ -44,6 +62,42 @@ class ReuseCounts:
 
     def header(self) -> str:
         return f"sent={self.sent}; stripped={self.stripped}; referenced={self.references}; healed={self.healed}"
+
+
+def known_by_uuid(store: UUIDStore, slots: list[ImageSlot], tenant: str | None) -> dict[int, LoadedImage]:
+    """Images the client labelled with a uuid the gateway already holds: not loaded again.
+
+    vLLM's own contract: a uuid identifies its image, so a repeat of (uuid, url) needs no
+    download, decode or hash — the bytes validated when the uuid was first seen are used. The
+    caller skips this with session scoping, whose promise is that nothing crosses sessions.
+    """
+    known = {}
+    for slot in slots:
+        if slot.uuid is not None and slot.url is not None:
+            image = store.peek(backend_uuid(tenant, slot.uuid))
+            if image is not None:
+                known[slot.index] = image
+    return known
+
+
+def plan_slots(
+    store: UUIDStore, slots: list[ImageSlot], images: dict[int, LoadedImage], tenant: str | None
+) -> list[SlotPlan]:
+    """Each slot's plan: its backend uuid and loaded bytes. A client uuid that came with its image
+    is remembered in the UUID store (for healing and for ``openai`` backends)."""
+    plans = []
+    for slot in slots:
+        image = images.get(slot.index)
+        if slot.uuid is not None:
+            key = backend_uuid(tenant, slot.uuid)
+            if image is not None:
+                store.put(key, image)
+        elif image is not None:
+            key = content_uuid(tenant, image.digest)
+        else:  # the parser guarantees a url or a uuid
+            raise AssertionError("slot without url or uuid")
+        plans.append(SlotPlan(slot=slot, key=key, image=image, from_client=image is not None))
+    return plans
 
 
 def render(

@@ -7,7 +7,7 @@ wrong (the backend restarted, evicted sooner); a wrong guess costs one healed ca
 
 from __future__ import annotations
 
-from mmgate.media.lru import ByteLRU
+from mmgate.store import ByteLRU
 
 # vLLM's processor cache holds pixel tensors: about 3 float32 values per pixel after resize.
 PROCESSED_BYTES_PER_PIXEL = 12

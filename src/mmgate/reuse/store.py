@@ -11,8 +11,7 @@ import asyncio
 import contextlib
 import logging
 
-from mmgate.media.lru import ByteLRU
-from mmgate.media.types import LoadedImage, SharedTier
+from mmgate.store import ByteLRU, LoadedImage, SharedTier
 
 log = logging.getLogger(__name__)
 SHARED_PREFIX = "uuid:"

@@ -1,1 +1,7 @@
-"""routing component of mmgate (see DESIGN.md)."""
+"""Backend choice: session affinity (rendezvous hash) else least-outstanding (power of two
+choices), with active health probes and passive ejection."""
+
+from mmgate.routing.health import BackendHealth, HealthStatus
+from mmgate.routing.router import Router
+
+__all__ = ["BackendHealth", "HealthStatus", "Router"]

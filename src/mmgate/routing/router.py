@@ -28,7 +28,7 @@ import random
 import time
 from collections.abc import Callable, Sequence
 
-from mmgate.backends.base import Backend
+from mmgate.backends import Backend
 from mmgate.config import GatewaySettings
 from mmgate.errors import MmgateError, ModelNotFoundError
 from mmgate.metrics import GatewayMetrics

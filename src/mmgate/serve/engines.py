@@ -8,20 +8,18 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 from mmgate.config import BackendSpec
+from mmgate.sim import SimSettings, start_sim
 
 
 async def start_embedded_engines(
-    count: int, sim_settings: object | None = None, *, first_port: int = 0
+    count: int, sim_settings: SimSettings | None = None, *, first_port: int = 0
 ) -> tuple[list[BackendSpec], Callable[[], Awaitable[None]]]:
     """Start ``count`` sim engines; return their backend specs and a function that stops them.
 
     With ``first_port``, engine i listens on ``first_port + i`` when that port is free (so their
     ``/metrics`` are easy to find: 8001 and 8002 beside a gateway on 8000), else on any free port.
     """
-    from mmgate.sim.config import SimSettings
-    from mmgate.sim.server import start_sim
-
-    base = sim_settings if isinstance(sim_settings, SimSettings) else SimSettings()
+    base = sim_settings if sim_settings is not None else SimSettings()
     base = base.model_copy(update={"host": "127.0.0.1", "port": 0})
     servers = []
     try:

@@ -5,3 +5,9 @@ hash, UUID-only references and vLLM's cache-miss error, real per-image processin
 token-timing model, OpenAI response format, Prometheus counters — so the gateway, its tests and
 the benchmark can run without a GPU. Start one with ``start_sim(SimSettings(...))``.
 """
+
+from mmgate.sim.config import SimSettings
+from mmgate.sim.errors import SimError
+from mmgate.sim.server import SimServer, start_sim
+
+__all__ = ["SimError", "SimServer", "SimSettings", "start_sim"]

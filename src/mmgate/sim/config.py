@@ -10,51 +10,64 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from mmgate.config import GiB, MiB, _Frozen
+from mmgate._settings import Frozen, GiB, MiB, setting
 
 
-class SimSettings(_Frozen):
+class SimSettings(Frozen):
     """Everything one embedded engine needs; frozen and passed down explicitly."""
 
-    host: str = "127.0.0.1"
+    host: str = setting("127.0.0.1", flag="--host", help="address to bind")
     # 0: any free port (tests, and the engines `mmgate serve` embeds).
-    port: int = Field(8001, ge=0, le=65535)
+    port: int = setting(8001, flag="--port", ge=0, le=65535, help="port to bind; 0 picks a free port")
     # The served model name (vLLM's --served-model-name); requests for another name get a 404.
-    model: str = Field("mmgate-sim-vl", min_length=1)
+    model: str = setting("mmgate-sim-vl", flag="--model", min_length=1,
+                         help="served model name, like vLLM's --served-model-name")
 
     # Processor cache (vLLM's --mm-processor-cache-gb, default 4); 0 disables it.
-    mm_processor_cache_gb: float = Field(4.0, ge=0)
+    mm_processor_cache_gb: float = setting(4.0, flag="--mm-processor-cache-gb", ge=0,
+                                           help="processor cache size in GiB, like vLLM's flag; 0 disables it")
     # vLLM decodes an image it was sent before looking the processor cache up, so a hit that
     # carries data still pays the decode; False skips it (a cheaper, less faithful engine).
-    decode_on_hit: bool = True
+    decode_on_hit: bool = setting(True, flag="--no-decode-on-hit",
+                                  help="skip decoding images that carry data but hit the cache (vLLM decodes them)")
 
     # Qwen2-VL-like patch grid and normalisation (OpenAI CLIP mean/std).
     patch_size: int = Field(14, ge=1, le=64)
     merge_size: int = Field(2, ge=1, le=8)
-    min_pixels: int = Field(56 * 56, ge=1)
-    max_pixels: int = Field(1280 * 28 * 28, ge=1)
+    min_pixels: int = setting(56 * 56, flag="--min-pixels", ge=1, help="smallest resized image area in pixels")
+    max_pixels: int = setting(1280 * 28 * 28, flag="--max-pixels", ge=1, help="largest resized image area in pixels")
     max_aspect_ratio: float = Field(200.0, gt=1)
     image_mean: tuple[float, float, float] = (0.48145466, 0.4578275, 0.40821073)
     image_std: tuple[float, float, float] = (0.26862954, 0.26130258, 0.27577711)
 
     # Timing model. Every modelled time is divided by `speedup` (a large value ≈ no latency).
-    prefill_us_per_text_token: float = Field(40.0, ge=0)
-    prefill_us_per_image_token: float = Field(120.0, ge=0)
-    decode_ms_per_token: float = Field(10.0, ge=0)
-    speedup: float = Field(1.0, gt=0)
+    prefill_us_per_text_token: float = setting(40.0, flag="--prefill-us-per-text-token", ge=0,
+                                               help="modelled prefill time per text token, microseconds")
+    prefill_us_per_image_token: float = setting(120.0, flag="--prefill-us-per-image-token", ge=0,
+                                                help="modelled prefill time per image token, microseconds")
+    decode_ms_per_token: float = setting(10.0, flag="--decode-ms-per-token", ge=0,
+                                         help="modelled time between generated tokens, milliseconds")
+    speedup: float = setting(1.0, flag="--speedup", gt=0,
+                             help="divide every modelled time by this; large values ≈ no latency")
     # max_tokens when the request gives none (vLLM would use the rest of the context window).
-    default_max_tokens: int = Field(16, ge=1)
-    max_model_len: int = Field(131072, ge=16)
+    default_max_tokens: int = setting(16, flag="--default-max-tokens", ge=1,
+                                      help="max_tokens when a request gives none")
+    max_model_len: int = setting(131072, flag="--max-model-len", ge=16,
+                                 help="context length: prompt + completion tokens")
 
     # Input limits.
-    max_image_bytes: int = Field(20 * MiB, gt=0)
+    max_image_bytes: int = setting(20 * MiB, flag="--max-image-bytes", gt=0,
+                                   help="largest encoded image accepted, bytes")
     max_image_pixels: int = Field(40_000_000, gt=0)
-    max_images_per_request: int = Field(64, ge=1)
+    max_images_per_request: int = setting(64, flag="--max-images-per-request", ge=1,
+                                          help="most images in one request, like vLLM's --limit-mm-per-prompt")
     max_body_bytes: int = Field(256 * MiB, gt=0)
     # http(s) image URLs (used when a benchmark hits the engine directly).
-    fetch_timeout_s: float = Field(10.0, gt=0)
+    fetch_timeout_s: float = setting(10.0, flag="--fetch-timeout-s", gt=0,
+                                     help="timeout for http(s) image URLs, seconds")
     # Threads doing image decode, resize and normalisation.
-    processor_workers: int = Field(2, ge=1, le=64)
+    processor_workers: int = setting(2, flag="--processor-workers", ge=1, le=64,
+                                     help="threads for image decode and processing")
 
     @model_validator(mode="after")
     def _check_grid(self) -> SimSettings:

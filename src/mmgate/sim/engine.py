@@ -20,9 +20,10 @@ from typing import Any, TypeVar
 import aiohttp
 import orjson
 
-from mmgate.errors import InvalidRequestError
 from mmgate.sim.cache import ProcessedImage, ProcessorCache
 from mmgate.sim.config import SimSettings
+from mmgate.sim.errors import InvalidRequestError
+from mmgate.sim.fetch import data_url_payload, fetch_image
 from mmgate.sim.generation import (
     GenerationPlan,
     count_prompt_text_tokens,
@@ -31,10 +32,10 @@ from mmgate.sim.generation import (
     prefill_seconds,
     prompt_seed,
 )
-from mmgate.sim.media import data_url_payload, fetch_image
 from mmgate.sim.metrics import SimMetrics
 from mmgate.sim.processor import content_hash, decode_image, process_image
 from mmgate.sim.request import ChatRequest, ImageRef, parse_chat_request
+from mmgate.wire import cache_miss_message
 
 T = TypeVar("T")
 
@@ -44,7 +45,7 @@ INLINE_DECODE_LIMIT = 256 * 1024
 
 def cache_miss_error(index: int) -> InvalidRequestError:
     """vLLM's error for a cache-only reference that is not cached (``index`` counts images)."""
-    return InvalidRequestError(f"Cache miss for image at index {index} but data is not provided.")
+    return InvalidRequestError(cache_miss_message(index))
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +109,7 @@ class SimEngine:
         return self._session
 
     async def admit(self, raw_body: bytes) -> Admitted:
-        """Parse, validate and preprocess a request; raise mmgate errors (4xx) for bad input."""
+        """Parse, validate and preprocess a request; raise sim errors (4xx) for bad input."""
         try:
             body = orjson.loads(raw_body)
         except orjson.JSONDecodeError as exc:

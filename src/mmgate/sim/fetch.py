@@ -13,7 +13,7 @@ from urllib.parse import unquote_to_bytes, urlsplit
 import aiohttp
 import pybase64
 
-from mmgate.errors import ImageTooLargeError, InvalidRequestError, OriginError, OriginTimeoutError
+from mmgate.sim.errors import ImageTooLargeError, InvalidRequestError, OriginError, OriginTimeoutError
 
 FETCH_CHUNK = 64 * 1024
 

@@ -15,9 +15,9 @@ import warnings
 import numpy as np
 from PIL import Image
 
-from mmgate.errors import ImageTooLargeError, InvalidRequestError
 from mmgate.sim.cache import ProcessedImage
 from mmgate.sim.config import SimSettings
+from mmgate.sim.errors import ImageTooLargeError, InvalidRequestError
 
 
 def content_hash(data: bytes) -> str:

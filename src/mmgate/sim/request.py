@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from mmgate.errors import InvalidRequestError, ModelNotFoundError
 from mmgate.sim.config import SimSettings
+from mmgate.sim.errors import InvalidRequestError, ModelNotFoundError
 
 TEXT_PART_TYPES = frozenset({"text", "input_text", "refusal"})
 IMAGE_PART_TYPES = frozenset({"image_url", "input_image"})

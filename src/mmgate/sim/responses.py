@@ -6,7 +6,7 @@ from typing import Any
 
 import orjson
 
-from mmgate.errors import MmgateError
+from mmgate.sim.errors import SimError
 
 SSE_DONE = b"data: [DONE]\n\n"
 
@@ -22,7 +22,7 @@ def error_body(status: int, message: str, param: str | None = None) -> dict[str,
     return {"error": {"message": message, "type": err_type, "param": param, "code": status}}
 
 
-def error_from_exception(exc: MmgateError) -> tuple[int, dict[str, Any]]:
+def error_from_exception(exc: SimError) -> tuple[int, dict[str, Any]]:
     """Status and vLLM-style body for one of mmgate's errors."""
     return exc.status, error_body(exc.status, exc.message, exc.param)
 

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from mmgate.aio import json_response, start_app
-from mmgate.errors import MmgateError
 from mmgate.sim import responses
 from mmgate.sim.config import SimSettings
 from mmgate.sim.engine import Admitted, SimEngine
+from mmgate.sim.errors import SimError
 from mmgate.sim.metrics import SimStats
+from mmgate.wire import json_response, start_app
 
 ENGINE_KEY = web.AppKey("mmgate_sim_engine", SimEngine)
 
@@ -75,7 +75,7 @@ async def start_sim(settings: SimSettings) -> SimServer:
     return SimServer(app=app, runner=runner, port=port, host=settings.host)
 
 
-def _error(engine: SimEngine, exc: MmgateError) -> web.Response:
+def _error(engine: SimEngine, exc: SimError) -> web.Response:
     status, body = responses.error_from_exception(exc)
     engine.metrics.request(status)
     return json_response(body, status=status)
@@ -91,7 +91,7 @@ async def _chat(request: web.Request) -> web.StreamResponse:
         return json_response(body, status=413)
     try:
         admitted = await engine.admit(raw)
-    except MmgateError as exc:
+    except SimError as exc:
         return _error(engine, exc)
     engine.metrics.tokens(admitted.prompt_tokens, 0)
     engine.metrics.running(+1)

@@ -7,10 +7,11 @@ from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.connection import SSLConnection, UnixDomainSocketConnection
 
-from mmgate.config import CacheSettings, MediaSettings, build
+from mmgate._settings import build
+from mmgate.config import CacheSettings, MediaSettings
 from mmgate.errors import ConfigError
-from mmgate.media.shared import RedisSharedTier, build_shared_tier
-from mmgate.media.shared_client import build_client
+from mmgate.store.redis.client import build_client
+from mmgate.store.redis.tier import RedisSharedTier, build_shared_tier
 
 
 def _build(url: str | None, *, cluster: bool = False) -> RedisSharedTier | None:

@@ -18,8 +18,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from mmgate.config import CacheSettings, MediaSettings
-from mmgate.media.shared import RedisSharedTier, build_shared_tier
-from mmgate.media.types import LoadedImage
+from mmgate.store.redis.tier import RedisSharedTier, build_shared_tier
+from mmgate.store.types import LoadedImage
 from tests.support.redis_servers import RedisClusterServers, RedisServer, running_cluster, running_standalone
 
 T = TypeVar("T")
@@ -167,12 +167,12 @@ async def test_warnings_are_rate_limited(standalone: RedisServer, caplog: pytest
     tier = make_tier(standalone.url, cluster=False)
     standalone.stop()
     try:
-        with caplog.at_level(logging.WARNING, logger="mmgate.media.shared"):
+        with caplog.at_level(logging.WARNING, logger="mmgate.store.redis.tier"):
             for _ in range(5):
                 await assert_fails_open(tier, new_key())
     finally:
         await tier.close()
-    warnings = [r for r in caplog.records if r.name == "mmgate.media.shared"]
+    warnings = [r for r in caplog.records if r.name == "mmgate.store.redis.tier"]
     assert len(warnings) == 1
     assert "failing open" in warnings[0].getMessage()
 

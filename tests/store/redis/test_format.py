@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from mmgate.media.shared_format import (
+from mmgate.store.redis.format import (
     HEADER_SIZE,
     SIZE_BUCKET_LABELS,
     CorruptEntryError,
@@ -19,7 +19,7 @@ from mmgate.media.shared_format import (
     entry_payload_size,
     size_bucket,
 )
-from mmgate.media.types import LoadedImage
+from mmgate.store.types import LoadedImage
 
 KiB = 1024
 MiB = 1024 * KiB

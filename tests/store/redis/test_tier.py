@@ -14,9 +14,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from mmgate.config import CacheSettings, MediaSettings
-from mmgate.media.shared import RedisSharedTier, build_shared_tier
-from mmgate.media.shared_format import HEADER_SIZE
-from mmgate.media.types import LoadedImage
+from mmgate.store.redis.format import HEADER_SIZE
+from mmgate.store.redis.tier import RedisSharedTier, build_shared_tier
+from mmgate.store.types import LoadedImage
 from tests.support.redis_servers import (
     RedisTarget,
     running_standalone,

@@ -1,6 +1,6 @@
 """Pure pieces of the shared image cache tier: entry format, key names, metric buckets, limiters.
 
-Nothing here does I/O or needs an event loop; ``mmgate.media.shared`` wires it to Redis.
+Nothing here does I/O or needs an event loop; ``mmgate.store.redis.tier`` wires it to Redis.
 
 Entry layout (one Redis string per image; big-endian)::
 
@@ -23,7 +23,7 @@ import hashlib
 import struct
 import zlib
 
-from mmgate.media.types import LoadedImage
+from mmgate.store.types import LoadedImage
 
 ENTRY_MAGIC = b"MMGI"
 ENTRY_VERSION = 1

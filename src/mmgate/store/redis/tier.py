@@ -1,6 +1,6 @@
 """The shared image cache tier: Redis or Redis Cluster through redis-py asyncio, failing open.
 
-``RedisSharedTier`` implements ``mmgate.media.types.SharedTier``:
+``RedisSharedTier`` implements ``mmgate.store.types.SharedTier``:
 
 * one Redis string per image (header + bytes, see ``shared_format``), written with ``SET … EX``;
   a hit checks the header's CRC and never decodes the image; a corrupt or truncated entry is
@@ -32,8 +32,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from mmgate.config import CacheSettings, MediaSettings
 from mmgate.errors import CacheError
-from mmgate.media.shared_client import SharedClient, build_client, operation_timeout_s
-from mmgate.media.shared_format import (
+from mmgate.store.redis.client import SharedClient, build_client, operation_timeout_s
+from mmgate.store.redis.format import (
     CorruptEntryError,
     ErrorCooldown,
     MiB,
@@ -43,7 +43,7 @@ from mmgate.media.shared_format import (
     entry_keys,
     size_bucket,
 )
-from mmgate.media.types import LoadedImage, SharedTier
+from mmgate.store.types import LoadedImage, SharedTier
 
 log = logging.getLogger(__name__)
 

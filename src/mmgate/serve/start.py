@@ -1,0 +1,99 @@
+"""The composition root of ``mmgate serve``: ``start_gateway(settings)`` builds everything from
+settings — the shared tier, the media loader, the backends (embedded ``sim`` engines when none is
+configured), the router, the UUID store, tenants — wires them into a ``Gateway`` and serves it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from mmgate.api import Gateway, build_app
+from mmgate.backends import HTTPBackend
+from mmgate.config import GatewaySettings
+from mmgate.media import MediaLoader
+from mmgate.metrics import GatewayMetrics
+from mmgate.reuse import TenantKeys, UUIDStore
+from mmgate.routing import Router
+from mmgate.serve.engines import start_embedded_engines
+from mmgate.sim import SimSettings
+from mmgate.store import build_shared_tier
+from mmgate.wire import start_app
+
+
+@dataclass
+class RunningGateway:
+    """A gateway serving on ``url``; ``stop()`` shuts it and its embedded engines down."""
+
+    gateway: Gateway
+    runner: web.AppRunner
+    port: int
+    host: str
+    _cleanups: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    async def stop(self) -> None:
+        await self.runner.cleanup()
+        await self.gateway.close()
+        for cleanup in self._cleanups:
+            with contextlib.suppress(Exception):
+                await cleanup()
+
+
+async def start_gateway(
+    settings: GatewaySettings, *, sim_settings: SimSettings | None = None
+) -> RunningGateway:
+    """Build and start a gateway from settings (embedded sim engines when no backend is set).
+
+    Everything that can reject a setting (API keys file, Redis URL) is checked before anything
+    starts; a failure part-way through stops what was started.
+    """
+    tenants = TenantKeys.from_file(settings.api_keys_file) if settings.api_keys_file else None
+    registry = CollectorRegistry()
+    shared = build_shared_tier(settings.cache, settings.media, registry)
+    cleanups: list[Callable[[], Awaitable[None]]] = []
+    if shared is not None:
+        cleanups.append(shared.close)
+    gateway: Gateway | None = None
+    try:
+        specs = list(settings.backends)
+        if not specs:
+            first_port = settings.port + 1 if 0 < settings.port < 65535 - settings.embedded_engines else 0
+            specs, stop_engines = await start_embedded_engines(
+                settings.embedded_engines, sim_settings, first_port=first_port
+            )
+            cleanups.insert(0, stop_engines)
+        backends = [
+            HTTPBackend(
+                spec.name or f"{spec.kind}-{i}",
+                spec.kind,
+                spec.url,
+                connect_timeout_s=settings.backend_connect_timeout_s,
+                read_timeout_s=settings.backend_read_timeout_s,
+                max_connections=settings.backend_max_connections,
+            )
+            for i, spec in enumerate(specs)
+        ]
+        metrics = GatewayMetrics(registry)
+        loader = MediaLoader(settings.media, settings.cache, registry=registry, shared=shared)
+        router = Router.from_settings(backends, settings, metrics=metrics)
+        store = UUIDStore(settings.uuid_store_bytes, settings.uuid_ttl_s, shared)
+        gateway = Gateway(settings, loader=loader, router=router, metrics=metrics, store=store, tenants=tenants)
+        await router.refresh_models()
+        await router.start()
+        runner, port = await start_app(build_app(gateway), settings.host, settings.port)
+    except BaseException:
+        if gateway is not None:
+            await gateway.close()
+        for cleanup in cleanups:
+            with contextlib.suppress(Exception):
+                await cleanup()
+        raise
+    return RunningGateway(gateway=gateway, runner=runner, port=port, host=settings.host, _cleanups=cleanups)
