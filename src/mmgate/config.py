@@ -172,6 +172,11 @@ class GatewaySettings(Frozen):
     api_keys_file: str | None = setting(
         None, flag="--api-keys-file", group="routing, reuse and tenants",
         help="API keys -> tenants (JSON object or 'KEY TENANT' lines); requests then need a key")
+    tenant_secret: str | None = setting(
+        None, flag="--tenant-secret", group="routing, reuse and tenants", repr=False, min_length=16,
+        help="secret (16+ characters) keying the tenant tags of backend uuids (HMAC); prefer the "
+        "MMGATE_TENANT_SECRET variable. Unset: random per process, so gateways that share a Redis "
+        "must set the same one")
     health_interval_s: float = setting(5.0, flag="--health-interval", group="routing, reuse and tenants", gt=0,
                                        help="seconds between backend health probes")
     health_timeout_s: float = setting(2.0, flag="--health-timeout", group="routing, reuse and tenants", gt=0,

@@ -1,6 +1,8 @@
 """Fuzz the gateway with garbage: random mutations of a valid multimodal request and raw junk bytes,
-sent for real over loopback. Every answer must be a 2xx or an OpenAI-style 4xx — never a 5xx, never
-a crash — and afterwards the gateway still serves the valid request with the right image."""
+sent for real over loopback. Mutations draw on every part shape vLLM's chat parser acts on (media
+keys and part types, uuids on any part). Every answer must be a 2xx or an OpenAI-style 4xx — never a
+5xx, never a crash — every part that reaches the backend is in the gateway's canonical form, and
+afterwards the gateway still serves the valid request with the right image."""
 
 from __future__ import annotations
 
@@ -29,8 +31,9 @@ def png(seed: int) -> str:
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
 
 
-def valid_request() -> dict[str, Any]:
-    return {
+def valid_request(all_shapes: bool = True) -> dict[str, Any]:
+    """A request the gateway answers 200; ``all_shapes=False``: only the shapes the sim reads."""
+    body = {
         "model": MODEL,
         "max_tokens": 4,
         "messages": [
@@ -39,16 +42,26 @@ def valid_request() -> dict[str, Any]:
                 {"type": "text", "text": "look"},
                 {"type": "image_url", "image_url": {"url": png(1)}, "uuid": "fz-1"},
                 {"type": "image_url", "image_url": None, "uuid": "fz-1"},
+                {"type": "input_image", "image_url": png(2), "detail": "auto"},
+                {"image_url": {"url": png(3)}, "uuid": "fz-3"},
             ]},
         ],
     }
+    if not all_shapes:
+        del body["messages"][1]["content"][3:]  # type: ignore[index]
+    return body
 
 
 JUNK: list[Any] = [
     None, True, 0, -1, 2**70, 1.5e308, "", "x" * 300, "data:image/png;base64,", "data:text/html;base64,PGI+",
     "http://[::1]/x.png", "file:///etc/passwd", "gopher://x", [], {}, [None], {"url": None}, {"uuid": 5},
     "data:image/png;base64," + "A" * 4096, "\u0000\ud800", {"url": "data:image/png;base64,iVBORw0KGgo="},
+    "input_image", "image_pil", "image_embeds", "video_url", "audio_url", "input_audio", "tool_reference",
+    "thinking", "prompt_embeds", "http://127.0.0.1:1/secret", {"url": "http://169.254.169.254/"},
+    {"data": "AA==", "format": "wav"}, "~sha256:" + "0" * 64,
 ]
+MEDIA_KEYS = ["uuid", "image_url", "type", "zzz", "image_pil", "image_embeds", "audio_embeds", "video_embeds",
+              "prompt_embeds", "video_url", "audio_url", "input_audio", "input_image", "file_id", "detail"]
 
 
 def paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
@@ -75,13 +88,34 @@ def mutate(rng: random.Random) -> bytes:
         elif action < 0.8 and isinstance(parent, dict):
             del parent[target[-1]]
         elif isinstance(parent, dict):
-            parent[rng.choice(["uuid", "image_url", "type", "zzz"])] = copy.deepcopy(rng.choice(JUNK))
+            parent[rng.choice(MEDIA_KEYS)] = copy.deepcopy(rng.choice(JUNK))
     # The stdlib writes what orjson refuses to (lone surrogates, ints past 64 bits): more garbage.
     raw = json.dumps(body).encode() if rng.random() < 0.9 else b""
     if rng.random() < 0.1:
         cut = rng.randrange(1, max(2, len(raw)))
         raw = raw[:cut]  # truncated JSON
     return raw
+
+
+TEXT_TYPES = {"text", "input_text", "output_text", "refusal", "thinking", "tool_reference"}
+MEDIA = {"image_url", "input_image", "image_pil", "image_embeds", "audio_embeds", "video_embeds", "prompt_embeds",
+         "audio_url", "input_audio", "video_url"}
+
+
+def assert_canonical(body: dict[str, Any]) -> None:
+    """Every content part the backend got is one the gateway built: a text part with no uuid and no
+    media key, or an image_url part with a data: URL or none, and a uuid."""
+    for message in body["messages"]:
+        for part in message.get("content") if isinstance(message.get("content"), list) else []:
+            if isinstance(part, str):
+                continue
+            if part.get("type") in TEXT_TYPES:
+                assert "uuid" not in part and not (MEDIA & set(part)), part
+                continue
+            assert part["type"] == "image_url" and set(part) == {"type", "image_url", "uuid"}, part
+            assert isinstance(part["uuid"], str) and part["uuid"]
+            url = (part["image_url"] or {}).get("url")
+            assert url is None or url.startswith("data:image/"), part
 
 
 async def test_mutated_requests_and_junk_never_5xx_and_poison_nothing() -> None:
@@ -102,6 +136,8 @@ async def test_mutated_requests_and_junk_never_5xx_and_poison_nothing() -> None:
                         err = orjson.loads(text)["error"]
                         assert err["message"] and err["type"]
             assert statuses.get(400, 0) > 500  # the garbage really was garbage
+            for sent in rec.bodies:
+                assert_canonical(sent)
             # Still alive, and the valid request still sends the right bytes for fz-1.
             async with s.post(url, json=valid_request()) as r:
                 assert r.status == 200, await r.text()
@@ -117,8 +153,12 @@ async def test_the_embedded_engine_survives_the_same_garbage() -> None:
     rng = random.Random(SEED + 1)
     async with running_sims(1) as sims, aiohttp.ClientSession() as s:
         url = sims[0].url + "/v1/chat/completions"
+        first = valid_request(all_shapes=False)
+        del first["messages"][1]["content"][2]  # the reference to fz-1: the engine sees fz-1 first
+        async with s.post(url, json=first) as r:
+            assert r.status == 200
         for raw in [mutate(rng) for _ in range(800)] + [rng.randbytes(rng.randint(0, 500)) for _ in range(50)]:
             async with s.post(url, data=raw, headers={"Content-Type": "application/json"}) as r:
                 assert r.status < 500, (r.status, raw[:200], (await r.read())[:300])
-        async with s.post(url, json=valid_request()) as r:
+        async with s.post(url, json=valid_request(all_shapes=False)) as r:
             assert r.status == 200

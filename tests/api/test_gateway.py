@@ -86,12 +86,13 @@ async def test_no_uuid_gets_a_content_uuid_and_extra_fields_are_forwarded() -> N
             sent = rec.bodies[-1]
             assert sent["top_k"] == 3 and sent["mm_processor_kwargs"] == {}
             part = rec.image_parts()[0]
-            assert part["uuid"].startswith("sha256:") and len(part["uuid"]) == 7 + 64
+            assert part["uuid"].startswith("~sha256:") and len(part["uuid"]) == 8 + 64
             assert part["image_url"]["url"].startswith("data:image/png;base64,")
-            # The cache-only form the gateway sends for a reference: image_url null + uuid.
-            status, _ = await post(gw.url, {"model": MODEL, "messages": user(image(None, part["uuid"]))})
-            assert status == 200
-            assert rec.image_parts()[0] == {"type": "image_url", "image_url": None, "uuid": part["uuid"]}
+            # A client uuid can never name a content key: the key as a client uuid is another key
+            # (no entry anywhere: 400), so nobody can read or overwrite an unlabelled image by it.
+            status, err = await post(gw.url, {"model": MODEL, "messages": user(image(None, part["uuid"]))})
+            assert status == 400 and err["error"]["code"] == "unknown_image_uuid"
+            assert rec.image_parts()[0] == {"type": "image_url", "image_url": None, "uuid": "~" + part["uuid"]}
 
 
 async def test_openai_kind_never_sees_a_uuid_and_gets_cache_only_refs_resolved() -> None:

@@ -34,6 +34,7 @@ def parse(raw: bytes) -> Any:
         ({"type": "image_url", "image_url": {"url": URL, "uuid": "n1"}}, URL, "n1"),
         ({"type": "image_url", "image_url": {"url": URL, "uuid": "u1"}, "uuid": "u1"}, URL, "u1"),
         ({"type": "image_url", "image_url": {"url": URL}, "uuid": None}, URL, None),
+        ({"type": "image_url", "image_url": URL}, URL, None),
     ],
 )
 def test_accepted_image_shapes(part: dict[str, Any], url: str | None, uuid: str | None) -> None:
@@ -44,6 +45,7 @@ def test_accepted_image_shapes(part: dict[str, Any], url: str | None, uuid: str 
     assert (slot.url is None) == (url is None)
     assert slot.param == "messages[1].content[1]"
     assert slot.part is req.body["messages"][1]["content"][1]
+    assert slot.part["type"] == "image_url" and set(slot.part) == {"type", "image_url"}
 
 
 @pytest.mark.parametrize(
@@ -57,7 +59,7 @@ def test_accepted_image_shapes(part: dict[str, Any], url: str | None, uuid: str 
         ({"type": "image_url", "image_url": None, "uuid": "x" * 257}, "longer than 256"),
         ({"type": "image_url", "image_url": {"url": URL, "uuid": "a"}, "uuid": "b"}, "differ"),
         ({"type": "image_url", "image_url": {"url": 5}}, "must be a string"),
-        ({"type": "image_url", "image_url": "http://x/y.png"}, "must be an object"),
+        ({"type": "image_url", "image_url": 5}, "must be an object"),
         ({"type": "input_audio", "input_audio": {"data": "AA==", "format": "wav"}, "uuid": "a"}, "images only"),
         ({"type": "video_url", "video_url": {"url": URL}, "uuid": "v"}, "images only"),
         ({"type": "audio_url", "audio_url": {"url": URL}, "uuid": "v"}, "images only"),
@@ -71,13 +73,14 @@ def test_rejected_part_names_the_part(part: dict[str, Any], fragment: str) -> No
     assert fragment in info.value.message
 
 
-def test_audio_and_video_pass_through_untouched() -> None:
-    audio = {"type": "input_audio", "input_audio": {"data": "AA==", "format": "wav"}}
-    video = {"type": "video_url", "video_url": {"url": URL}}
+def test_audio_and_video_are_rebuilt_and_their_urls_listed_for_the_policy() -> None:
+    audio = {"type": "input_audio", "input_audio": {"data": "AA==", "format": "wav"}, "extra": 1}
+    video = {"type": "video_url", "video_url": {"url": URL}, "zzz": 2}
     req = parse(body(audio, video))
     assert req.slots == []
-    assert req.body["messages"][1]["content"][1] == audio
-    assert req.body["messages"][1]["content"][2] == video
+    assert req.body["messages"][1]["content"][1] == {"type": "input_audio", "input_audio": {"data": "AA==", "format": "wav"}}
+    assert req.body["messages"][1]["content"][2] == {"type": "video_url", "video_url": {"url": URL}}
+    assert [(p.kind, p.url, p.param) for p in req.passthrough] == [("video_url", URL, "messages[1].content[2]")]
 
 
 def test_too_many_images_names_the_first_extra_part() -> None:

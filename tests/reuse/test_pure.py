@@ -10,7 +10,7 @@ import pytest
 
 from mmgate.errors import AuthenticationError, ConfigError
 from mmgate.reuse import ImageSlot
-from mmgate.reuse.namespace import backend_uuid, content_uuid, tenant_tag
+from mmgate.reuse.namespace import CONTENT_PREFIX, KeySpace
 from mmgate.reuse.plan import SlotPlan, render
 from mmgate.reuse.sent import SentTracker, estimated_processed_bytes
 from mmgate.reuse.tenants import TenantKeys
@@ -61,11 +61,36 @@ def test_sent_tracker_is_bounded_by_the_backend_budget() -> None:
 
 
 def test_namespacing() -> None:
-    assert backend_uuid(None, "u1") == "u1"
-    assert content_uuid(None, "ab") == "sha256:ab"
-    a, b = backend_uuid("tenant-a", "u1"), backend_uuid("tenant-b", "u1")
-    assert a != b and a.endswith("/u1") and a.startswith(tenant_tag("tenant-a"))
+    keys = KeySpace(b"s" * 32)
+    assert keys.backend_uuid(None, "u1") == "u1"
+    assert keys.content_uuid(None, "ab") == CONTENT_PREFIX + "ab"
+    a, b = keys.backend_uuid("tenant-a", "u1"), keys.backend_uuid("tenant-b", "u1")
+    assert a != b and a.endswith("/u1") and a.startswith(keys.tenant_tag("tenant-a"))
     assert "tenant-a" not in a
+
+
+def test_tenant_tags_are_keyed_by_the_server_secret() -> None:
+    one, two = KeySpace(b"1" * 32), KeySpace(b"2" * 32)
+    assert one.tenant_tag("alpha") == KeySpace(b"1" * 32).tenant_tag("alpha")
+    assert one.tenant_tag("alpha") != two.tenant_tag("alpha")
+    # The old unkeyed tag (blake2b of the name) is computable by anyone: it is not what we use.
+    import hashlib
+
+    assert one.tenant_tag("alpha") != "t" + hashlib.blake2b(b"alpha", digest_size=8).hexdigest()
+    assert KeySpace().tenant_tag("alpha") != KeySpace().tenant_tag("alpha")  # random per process
+
+
+@pytest.mark.parametrize("tenant", [None, "alpha"])
+@pytest.mark.parametrize(
+    "uuid", ["~sha256:ab", "sha256:ab", "~~sha256:ab", "~", "~s", "~sha256:" + "0" * 64, "x/~sha256:ab"]
+)
+def test_client_uuids_never_produce_a_content_key(tenant: str | None, uuid: str) -> None:
+    keys = KeySpace(b"k" * 32)
+    digest = "0" * 64 if uuid.endswith("0" * 64) else "ab"
+    assert keys.backend_uuid(tenant, uuid) != keys.content_uuid(tenant, digest)
+    assert keys.backend_uuid(tenant, uuid) != keys.backend_uuid(tenant, uuid + "x")
+    tag = "" if tenant is None else keys.tenant_tag(tenant) + "/"
+    assert not keys.backend_uuid(tenant, uuid).startswith(tag + CONTENT_PREFIX)
 
 
 def test_tenant_keys(tmp_path: Path) -> None:

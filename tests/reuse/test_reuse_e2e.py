@@ -115,7 +115,7 @@ async def test_auto_reuse_strips_repeats_without_uuids() -> None:
             assert reuse_counts(h1) == {"sent": 1, "stripped": 0, "referenced": 0, "healed": 0}
             assert reuse_counts(h2) == {"sent": 1, "stripped": 1, "referenced": 0, "healed": 0}
             first, second = rec.image_parts()
-            assert first["image_url"] is None and first["uuid"].startswith("sha256:")
+            assert first["image_url"] is None and first["uuid"].startswith("~sha256:")
             assert second["image_url"]["url"] == two
             assert sims[0].stats.images_processed == 2 and sims[0].stats.cache_hits == 1
 

@@ -16,11 +16,12 @@ from dataclasses import dataclass, field
 from mmgate.api.parse import ChatRequest, parse_chat_request
 from mmgate.backends import Backend, BackendReply
 from mmgate.config import GatewaySettings
-from mmgate.errors import BackendConnectError, BackendTimeoutError
+from mmgate.errors import BackendConnectError, BackendTimeoutError, InvalidRequestError
 from mmgate.media import MediaLoader
 from mmgate.metrics import GatewayMetrics
 from mmgate.reuse import (
     ImageSlot,
+    KeySpace,
     ReuseSender,
     SentTracker,
     SlotPlan,
@@ -31,6 +32,12 @@ from mmgate.reuse import (
 )
 from mmgate.routing import Router
 from mmgate.store import LoadedImage
+
+
+def is_header_text(value: str) -> bool:
+    """True for a header value that is printable text: aiohttp hands undecodable bytes over as
+    lone surrogates (not printable), which nothing downstream can encode."""
+    return value.isprintable()
 
 
 @dataclass(slots=True)
@@ -61,6 +68,7 @@ class Gateway:
         metrics: GatewayMetrics,
         store: UUIDStore,
         tenants: TenantKeys | None = None,
+        keys: KeySpace | None = None,
     ) -> None:
         self.settings = settings
         self.loader = loader
@@ -68,14 +76,20 @@ class Gateway:
         self.metrics = metrics
         self.store = store
         self.tenants = tenants
+        self.keys = keys if keys is not None else KeySpace()
         sent = SentTracker(int(settings.reuse_backend_cache_gb * 1024**3))
         self.reuse = ReuseSender(store, sent, metrics, auto=settings.reuse == "auto")
 
     def session_id(self, headers: Mapping[str, str]) -> str | None:
-        """The first present session header of the configured list."""
+        """The first present session header of the configured list (400 when it is not text)."""
         for name in self.settings.session_headers:
             value = headers.get(name)
             if value:
+                if not is_header_text(value):
+                    raise InvalidRequestError(
+                        f"the {name} header must be printable text (UTF-8, no control characters)",
+                        param=name,
+                    )
                 return value
         return None
 
@@ -91,11 +105,13 @@ class Gateway:
         tenant = self.tenants.tenant_for(headers.get("Authorization")) if self.tenants is not None else None
         request = self.parse(raw)
         session_id = self.session_id(headers)
+        for p in request.passthrough:  # audio/video URLs the backend fetches: policed first
+            p.part[p.kind]["url"] = await self.loader.check_passthrough(p.url, param=p.param)
         # Session scoping promises that nothing crosses sessions: no reuse of known uuids then.
         scoped = self.settings.cache.session_scoping
-        images = {} if scoped else known_by_uuid(self.store, request.slots, tenant)
+        images = {} if scoped else known_by_uuid(self.store, request.slots, self.keys, tenant)
         images.update(await self._load_images([s for s in request.slots if s.index not in images], session_id))
-        plans = plan_slots(self.store, request.slots, images, tenant)
+        plans = plan_slots(self.store, request.slots, images, self.keys, tenant)
         # The router's order of preference: the first is its pick, the second the failover.
         ranked = self.router.ranked(request.model, session_id)
         try:

@@ -1,23 +1,25 @@
 """Parse and validate a chat-completions request; every image part becomes an ``ImageSlot``.
 
-Pure logic: no I/O, no event loop. The parsed body stays the client's own dict, so unknown fields
-(vLLM has many) are forwarded untouched; slots keep a reference to their part so the gateway can
-rewrite it in place for the backend.
+Pure logic: no I/O, no event loop. The parsed body stays the client's own dict, so unknown
+top-level fields (vLLM has many) are forwarded untouched. Content parts are not: each one is
+classified the way vLLM reads it (``mmgate.api.parts``) and replaced by its canonical form, or the
+request is refused; slots keep a reference to their canonical part so the gateway can fill it in
+for the backend.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
+from mmgate.api.parts import ImageSpec, PassthroughSpec, parse_part
 from mmgate.errors import InvalidRequestError
 from mmgate.reuse import ImageSlot
 
-IMAGE_PART = "image_url"
-NON_IMAGE_MEDIA_PARTS = frozenset({"input_audio", "audio_url", "video_url"})
-
+# Deepest JSON nesting accepted (orjson writes at most 254 levels; real requests use < 10).
+MAX_JSON_DEPTH = 64
 
 @dataclass(slots=True)
 class ChatRequest:
@@ -27,6 +29,18 @@ class ChatRequest:
     model: str
     stream: bool
     slots: list[ImageSlot]
+    passthrough: list[PassthroughSlot] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class PassthroughSlot:
+    """An ``audio_url``/``video_url`` part the backend fetches: its URL must pass the URL policy
+    first (``mmgate.media.passthrough``); ``part[kind]["url"]`` is then set to the checked URL."""
+
+    param: str
+    kind: str
+    url: str
+    part: dict[str, Any]
 
 
 def parse_chat_request(raw: bytes, *, max_images: int, max_uuid_length: int) -> ChatRequest:
@@ -37,6 +51,7 @@ def parse_chat_request(raw: bytes, *, max_images: int, max_uuid_length: int) -> 
         raise InvalidRequestError(f"request body is not valid JSON: {exc}") from exc
     if not isinstance(body, dict):
         raise InvalidRequestError("request body must be a JSON object")
+    check_depth(body, MAX_JSON_DEPTH)
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise InvalidRequestError("'model' is required and must be a non-empty string", param="model")
@@ -49,6 +64,7 @@ def parse_chat_request(raw: bytes, *, max_images: int, max_uuid_length: int) -> 
     if not isinstance(messages, list) or not messages:
         raise InvalidRequestError("'messages' must be a non-empty array", param="messages")
     slots: list[ImageSlot] = []
+    passthrough: list[PassthroughSlot] = []
     for i, message in enumerate(messages):
         if not isinstance(message, dict):
             raise InvalidRequestError("each message must be an object", param=f"messages[{i}]")
@@ -63,58 +79,42 @@ def parse_chat_request(raw: bytes, *, max_images: int, max_uuid_length: int) -> 
             )
         for j, part in enumerate(content):
             param = f"messages[{i}].content[{j}]"
-            if not isinstance(part, dict):
-                raise InvalidRequestError("each content part must be an object", param=param)
-            ptype = part.get("type")
-            if not isinstance(ptype, str):
-                raise InvalidRequestError("each content part needs a string 'type'", param=param)
-            if ptype == IMAGE_PART:
-                slots.append(_image_slot(part, len(slots), param, max_uuid_length))
+            try:
+                spec = parse_part(part, max_uuid_length=max_uuid_length)
+            except InvalidRequestError as exc:
+                exc.param = param
+                raise
+            if isinstance(spec, ImageSpec):
+                canonical = _image_part(spec)
+                content[j] = canonical
+                slots.append(ImageSlot(index=len(slots), param=param, part=canonical, url=spec.url, uuid=spec.uuid))
                 if len(slots) > max_images:
                     raise InvalidRequestError(
                         f"too many images: at most {max_images} per request", param=param
                     )
-            elif ptype in NON_IMAGE_MEDIA_PARTS and "uuid" in part:
-                raise InvalidRequestError(
-                    f"'uuid' on a {ptype} part: UUID reuse is for images only", param=param
-                )
-    return ChatRequest(body=body, model=model, stream=stream, slots=slots)
+            elif isinstance(spec, PassthroughSpec):
+                canonical = {"type": spec.kind, spec.kind: {"url": spec.url}}
+                content[j] = canonical
+                passthrough.append(PassthroughSlot(param=param, kind=spec.kind, url=spec.url, part=canonical))
+            else:
+                content[j] = spec.part
+    return ChatRequest(body=body, model=model, stream=stream, slots=slots, passthrough=passthrough)
 
 
-def _check_uuid(value: Any, param: str, max_len: int, where: str) -> str:
-    if not isinstance(value, str):
-        raise InvalidRequestError(f"{where} must be a string", param=param)
-    if not value:
-        raise InvalidRequestError(f"{where} must not be empty", param=param)
-    if len(value) > max_len:
-        raise InvalidRequestError(f"{where} is longer than {max_len} characters", param=param)
-    return value
+def _image_part(spec: ImageSpec) -> dict[str, Any]:
+    """The canonical image part (``render`` fills ``image_url`` and ``uuid`` for the backend)."""
+    return {"type": "image_url", "image_url": {"detail": spec.detail} if spec.detail is not None else None}
 
 
-def _image_slot(part: dict[str, Any], index: int, param: str, max_uuid_length: int) -> ImageSlot:
-    image_url = part.get("image_url")
-    url: str | None = None
-    nested: str | None = None
-    if isinstance(image_url, dict):
-        raw_url = image_url.get("url")
-        if raw_url is not None and not isinstance(raw_url, str):
-            raise InvalidRequestError("'image_url.url' must be a string", param=param)
-        url = raw_url or None
-        if image_url.get("uuid") is not None:
-            nested = _check_uuid(image_url["uuid"], param, max_uuid_length, "'image_url.uuid'")
-    elif image_url is not None:
-        raise InvalidRequestError("'image_url' must be an object with a 'url', or null", param=param)
-    top: str | None = None
-    if part.get("uuid") is not None:
-        top = _check_uuid(part["uuid"], param, max_uuid_length, "'uuid'")
-    if top is not None and nested is not None and top != nested:
-        raise InvalidRequestError(
-            "'uuid' and the deprecated 'image_url.uuid' differ: send one (the top-level 'uuid')", param=param
-        )
-    uuid = top if top is not None else nested
-    if url is None and uuid is None:
-        raise InvalidRequestError(
-            "image part has neither 'image_url.url' nor a 'uuid' (a cache-only reference needs a uuid)",
-            param=param,
-        )
-    return ImageSlot(index=index, param=param, part=part, url=url, uuid=uuid)
+def check_depth(node: Any, limit: int) -> None:
+    """Refuse JSON nested deeper than ``limit`` (400): it could not be forwarded, and no chat
+    request needs it. Iterative, one visit per container."""
+    stack: list[tuple[Any, int]] = [(node, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            raise InvalidRequestError(f"the request nests JSON deeper than {limit} levels")
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values() if isinstance(v, dict | list))
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item if isinstance(v, dict | list))

@@ -32,6 +32,7 @@ from mmgate.media.inflight import InflightMap
 from mmgate.media.keys import data_url_key, scope_key, url_key
 from mmgate.media.metrics import MediaMetrics, Outcome
 from mmgate.media.origin import OriginFetcher
+from mmgate.media.passthrough import check_passthrough_url
 from mmgate.media.policy import UrlPolicy
 from mmgate.media.validate import ImageInfo, validate_image
 from mmgate.store import ByteLRU, LoadedImage, SharedTier
@@ -65,6 +66,7 @@ class MediaLoader:
         self._cache = cache
         self._shared = shared
         self.policy = UrlPolicy(media)
+        self._lookup = lookup
         self.metrics = MediaMetrics(registry if registry is not None else CollectorRegistry())
         self._fetcher = OriginFetcher(
             media, self.policy, on_bytes=self.metrics.origin_bytes.inc, lookup=lookup
@@ -95,6 +97,15 @@ class MediaLoader:
             raise _with_param(exc, param) from exc.__cause__
         self.metrics.load(outcome)
         return image
+
+    async def check_passthrough(self, url: str, *, param: str | None = None) -> str:
+        """The checked URL to forward for an audio/video part the backend fetches itself."""
+        try:
+            return await check_passthrough_url(
+                self.policy, url, timeout_s=self._media.connect_timeout_s, lookup=self._lookup
+            )
+        except MediaError as exc:
+            raise _with_param(exc, param) from exc.__cause__
 
     async def close(self) -> None:
         """Stop running fetches, close the HTTP session and the thread pool."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from mmgate.reuse.namespace import backend_uuid, content_uuid
+from mmgate.reuse.namespace import KeySpace
 from mmgate.reuse.store import UUIDStore
 from mmgate.store import LoadedImage
 
@@ -64,7 +64,9 @@ class ReuseCounts:
         return f"sent={self.sent}; stripped={self.stripped}; referenced={self.references}; healed={self.healed}"
 
 
-def known_by_uuid(store: UUIDStore, slots: list[ImageSlot], tenant: str | None) -> dict[int, LoadedImage]:
+def known_by_uuid(
+    store: UUIDStore, slots: list[ImageSlot], keys: KeySpace, tenant: str | None
+) -> dict[int, LoadedImage]:
     """Images the client labelled with a uuid the gateway already holds: not loaded again.
 
     vLLM's own contract: a uuid identifies its image, so a repeat of (uuid, url) needs no
@@ -74,14 +76,14 @@ def known_by_uuid(store: UUIDStore, slots: list[ImageSlot], tenant: str | None) 
     known = {}
     for slot in slots:
         if slot.uuid is not None and slot.url is not None:
-            image = store.peek(backend_uuid(tenant, slot.uuid))
+            image = store.peek(keys.backend_uuid(tenant, slot.uuid))
             if image is not None:
                 known[slot.index] = image
     return known
 
 
 def plan_slots(
-    store: UUIDStore, slots: list[ImageSlot], images: dict[int, LoadedImage], tenant: str | None
+    store: UUIDStore, slots: list[ImageSlot], images: dict[int, LoadedImage], keys: KeySpace, tenant: str | None
 ) -> list[SlotPlan]:
     """Each slot's plan: its backend uuid and loaded bytes. A client uuid that came with its image
     is remembered in the UUID store (for healing and for ``openai`` backends)."""
@@ -89,11 +91,11 @@ def plan_slots(
     for slot in slots:
         image = images.get(slot.index)
         if slot.uuid is not None:
-            key = backend_uuid(tenant, slot.uuid)
+            key = keys.backend_uuid(tenant, slot.uuid)
             if image is not None:
                 store.put(key, image)
         elif image is not None:
-            key = content_uuid(tenant, image.digest)
+            key = keys.content_uuid(tenant, image.digest)
         else:  # the parser guarantees a url or a uuid
             raise AssertionError("slot without url or uuid")
         plans.append(SlotPlan(slot=slot, key=key, image=image, from_client=image is not None))

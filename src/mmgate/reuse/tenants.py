@@ -71,6 +71,8 @@ class TenantKeys:
         """The tenant of a request's Authorization header; AuthenticationError (401) otherwise."""
         if not authorization:
             raise AuthenticationError("missing API key: send 'Authorization: Bearer <key>'")
+        if not authorization.isascii() or not authorization.isprintable():
+            raise AuthenticationError("malformed Authorization header: expected 'Bearer <key>' in ASCII")
         scheme, _, key = authorization.strip().partition(" ")
         if scheme.lower() != "bearer" or not key.strip():
             raise AuthenticationError("malformed Authorization header: expected 'Bearer <key>'")

@@ -6,6 +6,7 @@ configured), the router, the UUID store, tenants — wires them into a ``Gateway
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -17,12 +18,14 @@ from mmgate.backends import HTTPBackend
 from mmgate.config import GatewaySettings
 from mmgate.media import MediaLoader
 from mmgate.metrics import GatewayMetrics
-from mmgate.reuse import TenantKeys, UUIDStore
+from mmgate.reuse import KeySpace, TenantKeys, UUIDStore
 from mmgate.routing import Router
 from mmgate.serve.engines import start_embedded_engines
 from mmgate.sim import SimSettings
 from mmgate.store import build_shared_tier
 from mmgate.wire import start_app
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -85,7 +88,12 @@ async def start_gateway(
         loader = MediaLoader(settings.media, settings.cache, registry=registry, shared=shared)
         router = Router.from_settings(backends, settings, metrics=metrics)
         store = UUIDStore(settings.uuid_store_bytes, settings.uuid_ttl_s, shared)
-        gateway = Gateway(settings, loader=loader, router=router, metrics=metrics, store=store, tenants=tenants)
+        if tenants is not None and shared is not None and not settings.tenant_secret:
+            log.warning("tenants and a shared Redis without --tenant-secret: this gateway's uuid keys "
+                        "differ from every other gateway's (set the same MMGATE_TENANT_SECRET on all)")
+        keys = KeySpace(settings.tenant_secret.encode() if settings.tenant_secret else None)
+        gateway = Gateway(settings, loader=loader, router=router, metrics=metrics, store=store,
+                          tenants=tenants, keys=keys)
         await router.refresh_models()
         await router.start()
         runner, port = await start_app(build_app(gateway), settings.host, settings.port)
