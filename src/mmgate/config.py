@@ -102,6 +102,31 @@ class CacheSettings(Frozen):
         return value
 
 
+class RoutingSettings(Frozen):
+    """How a backend is chosen (``mmgate.routing.policy`` explains each mode and parameter)."""
+
+    model_config = ConfigDict(title="routing")
+
+    mode: Literal["round-robin", "session", "lru-history", "image-affinity"] = setting(
+        "session", flag="--routing",
+        help="backend choice: session (the session's rendezvous home, else the less loaded of two), "
+        "image-affinity (shared images at their rendezvous homes, a session's own images at the "
+        "session's home, bounded loads), lru-history (llm-d-like recent-image history + load), round-robin")
+    load_factor: float = setting(
+        1.3, flag="--routing-load-factor", ge=1.0, le=100.0,
+        help="image-affinity: no backend above this x the mean in-flight requests (bounded loads)")
+    session_weight: float = setting(
+        1.0, flag="--routing-session-weight", ge=0.0, le=100.0,
+        help="image-affinity: a session's own images (not seen with another session) count this share "
+        "of their weight at the session's home")
+    held_weight: float = setting(
+        0.0, flag="--routing-held-weight", ge=0.0, le=100.0,
+        help="image-affinity: a backend this gateway recently sent a shared image counts this share of "
+        "its weight (0: homes only, so every gateway agrees)")
+    history_keys: int = setting(100_000, flag="--routing-history-keys", ge=1,
+                                help="images the routing history remembers (bounded LRU)")
+
+
 class BackendSpec(Frozen):
     """One backend: ``--backend KIND=URL`` on the command line."""
 
@@ -158,6 +183,7 @@ class GatewaySettings(Frozen):
                                            help="connection pool size per backend")
     media: MediaSettings = MediaSettings()
     cache: CacheSettings = CacheSettings()
+    routing: RoutingSettings = RoutingSettings()
     reuse: Literal["auto", "off"] = setting(
         "auto", flag="--reuse", group="routing, reuse and tenants",
         help="auto: send repeats of an image to a vllm backend as cache-only references "

@@ -64,6 +64,18 @@ class GatewayMetrics:
             "mmgate_reuse_heals", "Backend cache misses healed by re-sending bytes from the gateway",
             registry=registry,
         )
+        self.routing_decisions = Counter(
+            "mmgate_routing_decisions",
+            "Backend choices by reason: session, image_affinity, image_history, load_spill, least_loaded, "
+            "round_robin",
+            ["reason"], registry=registry,
+        )
+        self.routing_image_weight = Counter(
+            "mmgate_routing_image_weight",
+            "Image weight (tokens, else bytes) sent to each backend, by whether this gateway believed the "
+            "backend already held it (hit) or not (miss): hit / (hit + miss) is its image-weight hit ratio",
+            ["backend", "outcome"], registry=registry,
+        )
         # Label children bound once: ``labels()`` costs a lock and a dict lookup per call, and these
         # are on every request. Keys are bounded (HTTP statuses, configured backend names).
         self._chat_seconds = self.request_seconds.labels(CHAT_ROUTE)

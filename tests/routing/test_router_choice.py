@@ -200,3 +200,38 @@ def test_from_settings_and_bad_arguments() -> None:
         Router([])
     with pytest.raises(ValueError):
         Router([StaticBackend("a"), StaticBackend("a")])
+
+
+async def test_routing_metrics_by_reason_and_image_weight_hit_ratio() -> None:
+    from mmgate.routing.policy import RoutingPolicy
+    from mmgate.routing.weights import RoutedImage
+
+    registry = CollectorRegistry()
+    backends = [StaticBackend(f"b{i}") for i in range(3)]
+    router = Router(backends, metrics=GatewayMetrics(registry),  # type: ignore[arg-type]
+                    policy=RoutingPolicy("image-affinity"), readmit_after_s=0.0)
+    await router.refresh_models()
+    images = [RoutedImage("content:abc", 256.0), RoutedImage("content:def", 100.0)]
+    first = router.ranked(MODEL, None, images)[0]
+    router.record_sent(first, images, "a-session-id")
+    router.record_sent(first, images[:1], "a-session-id")
+    router.ranked(MODEL, None, [])
+    router.ranked(MODEL, "a-session-id", [RoutedImage("content:new", 10.0)])
+
+    def sample(name: str, labels: dict[str, str]) -> float | None:
+        return registry.get_sample_value(name, labels)
+
+    assert sample("mmgate_routing_decisions_total", {"reason": "image_affinity"}) == 1
+    assert sample("mmgate_routing_decisions_total", {"reason": "least_loaded"}) == 1
+    assert sample("mmgate_routing_decisions_total", {"reason": "session"}) == 1
+    assert sample("mmgate_routing_image_weight_total", {"backend": first.name, "outcome": "miss"}) == 356
+    assert sample("mmgate_routing_image_weight_total", {"backend": first.name, "outcome": "hit"}) == 256
+    # Bounded labels only: no image key, no session id anywhere in the exposition.
+    from prometheus_client import generate_latest
+
+    text = generate_latest(registry).decode()
+    assert "abc" not in text and "a-session-id" not in text
+    # A re-admitted backend is believed empty again.
+    router.report_failure(first)
+    router.report_success(first)
+    assert router.policy.history.holders("content:abc") == ()

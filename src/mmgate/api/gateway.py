@@ -1,5 +1,6 @@
 """The request pipeline of one gateway, one step after the other:
-tenant (API key) → parse → load images → plan reuse → route → send (healing a backend cache miss).
+tenant (API key) → parse → load images → plan reuse (keys) → route (session, image keys, load) →
+send (healing a backend cache miss).
 
 ``Gateway`` owns the long-lived parts (media loader, router, reuse sender with its UUID store and
 sent tracker, metrics) and is what the HTTP layer (``mmgate.api.app``) calls. It knows nothing of
@@ -30,7 +31,7 @@ from mmgate.reuse import (
     known_by_uuid,
     plan_slots,
 )
-from mmgate.routing import Router
+from mmgate.routing import RoutedImage, Router, image_weight
 from mmgate.store import LoadedImage
 
 
@@ -38,6 +39,19 @@ def is_header_text(value: str) -> bool:
     """True for a header value that is printable text: aiohttp hands undecodable bytes over as
     lone surrogates (not printable), which nothing downstream can encode."""
     return value.isprintable()
+
+
+def routed_images(store: UUIDStore, plans: list[SlotPlan]) -> list[RoutedImage]:
+    """Each slot's backend key and weight, for the router: its image tokens (a cache-only reference
+    weighs what its bytes in the local UUID store do, one the gateway does not hold a default)."""
+    routed = []
+    for plan in plans:
+        image = plan.image if plan.image is not None else store.peek(plan.key)
+        if image is None:
+            routed.append(RoutedImage(plan.key, image_weight(None, None, None)))
+        else:
+            routed.append(RoutedImage(plan.key, image_weight(image.width, image.height, image.num_bytes)))
+    return routed
 
 
 @dataclass(slots=True)
@@ -105,6 +119,7 @@ class Gateway:
         tenant = self.tenants.tenant_for(headers.get("Authorization")) if self.tenants is not None else None
         request = self.parse(raw)
         session_id = self.session_id(headers)
+        self.router.candidates(request.model)  # an unknown model is a 404 before any image is loaded
         for p in request.passthrough:  # audio/video URLs the backend fetches: policed first
             p.part[p.kind]["url"] = await self.loader.check_passthrough(p.url, param=p.param)
         # Session scoping promises that nothing crosses sessions: no reuse of known uuids then.
@@ -112,17 +127,22 @@ class Gateway:
         images = {} if scoped else known_by_uuid(self.store, request.slots, self.keys, tenant)
         images.update(await self._load_images([s for s in request.slots if s.index not in images], session_id))
         plans = plan_slots(self.store, request.slots, images, self.keys, tenant)
-        # The router's order of preference: the first is its pick, the second the failover.
-        ranked = self.router.ranked(request.model, session_id)
+        routed = routed_images(self.store, plans)
+        # The router's order of preference, by the images' keys: the first is its pick, the second
+        # the failover.
+        ranked = self.router.ranked(request.model, session_id, routed)
         try:
-            return await self._tracked_send(request, plans, ranked[0])
+            return await self._tracked_send(request, plans, ranked[0], routed, session_id)
         except BackendConnectError:
             # Nothing reached that backend (whether or not it is ejected yet): try the next one once.
             if len(ranked) < 2:
                 raise
-            return await self._tracked_send(request, plans, ranked[1])
+            return await self._tracked_send(request, plans, ranked[1], routed, session_id)
 
-    async def _tracked_send(self, request: ChatRequest, plans: list[SlotPlan], backend: Backend) -> ChatOutcome:
+    async def _tracked_send(
+        self, request: ChatRequest, plans: list[SlotPlan], backend: Backend, routed: list[RoutedImage],
+        session_id: str | None,
+    ) -> ChatOutcome:
         """One send with the router's outstanding-request count and passive health reports."""
         router = self.router
         router.begin(backend)
@@ -136,6 +156,7 @@ class Gateway:
             router.end(backend)
             raise
         router.report_success(backend)
+        router.record_sent(backend, routed, session_id)
         headers = {"x-mmgate-backend": backend.name, "x-mmgate-reuse": counts.header()}
         return ChatOutcome(reply=reply, backend=backend, headers=headers, on_finish=lambda: router.end(backend))
 

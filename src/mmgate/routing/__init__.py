@@ -1,7 +1,13 @@
-"""Backend choice: session affinity (rendezvous hash) else least-outstanding (power of two
-choices), with active health probes and passive ejection."""
+"""Backend choice by a routing policy (session affinity, image affinity with bounded loads, an
+llm-d-like image history, round robin), with active health probes and passive ejection."""
 
 from mmgate.routing.health import BackendHealth, HealthStatus
+from mmgate.routing.history import ImageHistory
+from mmgate.routing.policy import ROUTING_MODES, Decision, RoutingPolicy
 from mmgate.routing.router import Router
+from mmgate.routing.weights import RoutedImage, image_tokens, image_weight
 
-__all__ = ["BackendHealth", "HealthStatus", "Router"]
+__all__ = [
+    "ROUTING_MODES", "BackendHealth", "Decision", "HealthStatus", "ImageHistory", "RoutedImage", "Router",
+    "RoutingPolicy", "image_tokens", "image_weight",
+]

@@ -1,18 +1,21 @@
-"""Backend choice: session affinity by rendezvous hash over healthy backends, least outstanding
-requests (power of two choices) otherwise; passive ejection and active health probes.
+"""Backend choice by a routing policy over the healthy backends; passive ejection and active
+health probes.
 
 Backends are grouped by the models they serve, learnt from their ``/v1/models``; ``Router.models``
 is the union the gateway's own ``/v1/models`` shows. For one request:
 
 * candidates: the backends serving the model that are healthy;
-* with a session id: the rendezvous winner of the candidates' names — every gateway process agrees
-  without coordination; when a backend is ejected only its sessions move, and they come back when
-  it is re-admitted;
-* without: the less loaded (requests in flight, see ``begin``/``end``) of two random candidates.
+* their order comes from the ``RoutingPolicy`` (``--routing``, see ``mmgate.routing.policy``). The
+  default, ``session``: with a session id the rendezvous winner of the candidates' names — every
+  gateway process agrees without coordination; when a backend is ejected only its sessions move,
+  and they come back when it is re-admitted; without one, the less loaded (requests in flight, see
+  ``begin``/``end``) of two random candidates. ``image-affinity`` also weighs the homes of the
+  request's images (rendezvous on each image's backend key) under a bounded-load cap.
 
-Only the session id and configured backend names are routing keys. Client image uuids never are:
-they are client-chosen, unbounded and per image, and the gateway heals a cache miss on any backend
-(it re-sends the bytes), so pinning by uuid would buy nothing and let a client steer load.
+Routing keys are the session id, configured backend names and, for ``image-affinity`` and
+``lru-history``, each image's backend key (tenant-scoped uuid or content hash, as the reuse plan
+computed it): a client can steer its own requests by its images, but the load cap keeps any one
+image from piling a fleet's load on one backend. No key is ever a metric label.
 
 Health: ``report_failure`` (the gateway, on a connect error or a timeout) ejects a backend after
 ``eject_after_failures`` consecutive failures; ``start()`` runs one background task that probes every
@@ -32,9 +35,10 @@ from mmgate.backends import Backend
 from mmgate.config import GatewaySettings
 from mmgate.errors import MmgateError, ModelNotFoundError
 from mmgate.metrics import GatewayMetrics
-from mmgate.routing.balance import p2c_pick, p2c_rank
 from mmgate.routing.health import BackendHealth
-from mmgate.routing.rendezvous import rendezvous_pick, rendezvous_rank
+from mmgate.routing.history import ImageHistory
+from mmgate.routing.policy import RoutingPolicy
+from mmgate.routing.weights import RoutedImage
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +63,7 @@ class Router:
         readmit_after_s: float = 5.0,
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.monotonic,
+        policy: RoutingPolicy | None = None,
     ) -> None:
         if not backends:
             raise ValueError("at least one backend is required")
@@ -72,6 +77,7 @@ class Router:
         self._health_interval_s = health_interval_s
         self._health_timeout_s = health_timeout_s
         self._rng = rng if rng is not None else random.Random()
+        self.policy = policy if policy is not None else RoutingPolicy("session", rng=self._rng)
         self._clock = clock
         self._health = {
             b.name: BackendHealth(eject_after_failures=eject_after_failures, readmit_after_s=readmit_after_s)
@@ -89,7 +95,13 @@ class Router:
     def from_settings(
         cls, backends: Sequence[Backend], settings: GatewaySettings, *, metrics: GatewayMetrics | None = None
     ) -> Router:
-        """A router configured by the gateway's settings (``health_*``, ``eject_*``, ``readmit_*``)."""
+        """A router configured by the gateway's settings (``health_*``, ``eject_*``, ``readmit_*``,
+        ``routing``)."""
+        r = settings.routing
+        policy = RoutingPolicy(
+            r.mode, load_factor=r.load_factor, session_weight=r.session_weight, held_weight=r.held_weight,
+            history=ImageHistory(r.history_keys),
+        )
         return cls(
             backends,
             metrics=metrics,
@@ -97,6 +109,7 @@ class Router:
             health_timeout_s=settings.health_timeout_s,
             eject_after_failures=settings.eject_after_failures,
             readmit_after_s=settings.readmit_after_s,
+            policy=policy,
         )
 
     # Models -----------------------------------------------------------------------------------
@@ -136,28 +149,39 @@ class Router:
 
     # Choice -----------------------------------------------------------------------------------
 
-    def pick(self, model: str, session_id: str | None) -> Backend:
+    def pick(self, model: str, session_id: str | None, images: Sequence[RoutedImage] = ()) -> Backend:
         """The backend for one request; raises ``ModelNotFoundError`` (404) for an unknown model."""
-        candidates = self.candidates(model)
-        pool = [b for b in candidates if self.is_healthy(b)] or candidates  # fail-open: see class doc
-        if len(pool) == 1:
-            return pool[0]
-        if session_id is not None:
-            return pool[rendezvous_pick(session_id, [b.name for b in pool])]
-        return pool[p2c_pick([self._outstanding[b.name] for b in pool], self._rng)]
+        return self.ranked(model, session_id, images)[0]
 
-    def ranked(self, model: str, session_id: str | None) -> list[Backend]:
-        """Every candidate in the order to try them: healthy ones by the ``pick`` rule, then the
-        ejected ones by the same rule. The first is what ``pick`` would answer (for failover)."""
+    def ranked(self, model: str, session_id: str | None, images: Sequence[RoutedImage] = ()) -> list[Backend]:
+        """Every candidate in the order to try them: healthy ones by the policy, then the ejected
+        ones by the same policy. The first is the choice, the second the failover. Counts the
+        decision's reason (``mmgate_routing_decisions_total``)."""
         candidates = self.candidates(model)
         healthy = [b for b in candidates if self.is_healthy(b)]
         ejected = [b for b in candidates if not self.is_healthy(b)]
-        return self._order(healthy, session_id) + self._order(ejected, session_id)
+        order: list[Backend] = []
+        for pool in (healthy, ejected):
+            if not pool:
+                continue
+            decision = self.policy.decide(
+                [b.name for b in pool], [self._outstanding[b.name] for b in pool], session_id, images
+            )
+            if not order and self._metrics is not None:
+                self._metrics.routing_decisions.labels(decision.reason).inc()
+            order.extend(pool[i] for i in decision.order)
+        return order
 
-    def _order(self, pool: list[Backend], session_id: str | None) -> list[Backend]:
-        if session_id is not None:
-            return [pool[i] for i in rendezvous_rank(session_id, [b.name for b in pool])]
-        return [pool[i] for i in p2c_rank([self._outstanding[b.name] for b in pool], self._rng)]
+    def record_sent(self, backend: Backend, images: Sequence[RoutedImage], session_id: str | None = None) -> None:
+        """``backend`` was just sent ``images``: count the weight it was believed to hold (the
+        image-weight hit ratio) and remember it in the history."""
+        history = self.policy.history
+        if self._metrics is not None and images:
+            hit = sum(i.weight for i in images if history.holds(i.key, backend.name))
+            total = sum(i.weight for i in images)
+            self._metrics.routing_image_weight.labels(backend.name, "hit").inc(hit)
+            self._metrics.routing_image_weight.labels(backend.name, "miss").inc(total - hit)
+        history.record(backend.name, (i.key for i in images), session_id)
 
     # Load -------------------------------------------------------------------------------------
 
@@ -197,6 +221,8 @@ class Router:
         """``backend`` answered (any HTTP status): resets its failures, may re-admit it."""
         if self._health[backend.name].record_success(self._clock()):
             log.info("backend %s re-admitted", backend.name)
+            # Back from an ejection it may have restarted: believe it holds no image.
+            self.policy.history.forget_backend(backend.name)
             self._publish_health(backend)
 
     async def probe_once(self) -> None:

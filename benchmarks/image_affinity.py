@@ -1,0 +1,272 @@
+"""Image-affinity routing on a shared-pool workload: how often the engines process each image.
+
+Many sessions; each turn shows ``--pool-per-turn`` images drawn (Zipf, exponent ``--zipf``) from a
+pool of ``--pool`` popular images, plus one image of its own (new each turn), optionally a hot
+image in every request (``--hot``). Turns of a session run in order; ``--concurrency`` sessions
+at once; turn t of session s goes to gateway (s + t) mod G, so one session's turns cross gateways.
+Every run starts fresh processes: B sim engines (vLLM stand-ins, their own processes) behind G
+gateway processes (``mmgate serve --routing MODE``), all on loopback.
+
+Reported per (backends, gateways, mode): images the engines processed (decoded + resized +
+normalised: their processor-cache misses, ``mmgate_sim_images_processed_total``) / unique images
+of the workload (the physical limit: 1.00), image bytes the engines received, TTFT p50/p90, and
+load imbalance: every 50 ms the gateways' in-flight counts per backend are summed over the
+gateways, and the mean over samples of max/mean (samples with at least B requests in flight).
+
+    .venv/bin/python benchmarks/image_affinity.py --backends 2,4 --gateways 1,3
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import io
+import json
+import random
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+import zlib
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from PIL import Image
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _procs import MMGATE, free_port, stop
+
+MODEL = "mmgate-sim-vl"
+MODES = ("round-robin", "session", "lru-history", "image-affinity")
+_SAMPLE = re.compile(r'^mmgate_backend_outstanding\{backend="([^"]+)"\} ([0-9.e+-]+)$', re.M)
+
+
+def make_image(seed: int, side: int) -> str:
+    rng = random.Random(seed)
+    img = Image.new("RGB", (side, side), (rng.randrange(256), rng.randrange(256), rng.randrange(256)))
+    noise = Image.frombytes("RGB", (side // 8, side // 8), rng.randbytes((side // 8) ** 2 * 3))
+    img.paste(noise.resize((side, side)), (0, 0))
+    buf = io.BytesIO()
+    img.save(buf, "JPEG", quality=85)
+    return "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def workload(args: argparse.Namespace) -> list[list[list[str]]]:
+    """sessions -> turns -> image names (``pool-i``, ``own-s-t``, ``hot``)."""
+    rng = random.Random(args.seed)
+    weights = [1 / (i + 1) ** args.zipf for i in range(args.pool)]
+    sessions = []
+    for s in range(args.sessions):
+        turns = []
+        for t in range(args.turns):
+            drawn = list(dict.fromkeys(rng.choices(range(args.pool), weights=weights, k=args.pool_per_turn)))
+            names = (["hot"] if args.hot else []) + [f"pool-{i}" for i in drawn] + [f"own-{s}-{t}"]
+            turns.append(names)
+        sessions.append(turns)
+    return sessions
+
+
+def scrape(url: str) -> str:
+    with urllib.request.urlopen(url + "/metrics", timeout=5) as r:
+        return str(r.read().decode())
+
+
+def total(text: str, name: str) -> float:
+    return sum(float(m.group(1)) for m in re.finditer(rf"^{re.escape(name)}(?:\{{[^}}]*\}})? ([0-9.e+-]+)$", text, re.M))
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))] if ordered else float("nan")
+
+
+def start_all(commands: list[tuple[list[str], int]], timeout_s: float = 90.0) -> list[subprocess.Popen[bytes]]:
+    """Start every process at once, then wait until each one's /health answers."""
+    procs = [subprocess.Popen([*MMGATE, *a], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for a, _ in commands]
+    deadline = time.monotonic() + timeout_s
+    try:
+        for proc, (cmd, port) in zip(procs, commands, strict=True):
+            while True:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"mmgate {' '.join(cmd)} exited: {proc.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as r:
+                        if r.status == 200:
+                            break
+                except OSError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"mmgate {' '.join(cmd)} did not come up")
+                time.sleep(0.1)
+    except BaseException:
+        for p in procs:
+            stop(p)
+        raise
+    return procs
+
+
+async def sample_loads(session: aiohttp.ClientSession, gateways: list[str], backends: int,
+                       out: list[float], done: asyncio.Event) -> None:
+    while not done.is_set():
+        loads: dict[str, float] = {}
+        for gw in gateways:
+            try:
+                async with session.get(gw + "/metrics") as r:
+                    text = await r.text()
+            except aiohttp.ClientError:
+                continue
+            for name, value in _SAMPLE.findall(text):
+                loads[name] = loads.get(name, 0.0) + float(value)
+        in_flight = sum(loads.values())
+        if len(loads) == backends and in_flight >= backends:
+            out.append(max(loads.values()) / (in_flight / backends))
+        try:
+            await asyncio.wait_for(done.wait(), 0.05)
+        except TimeoutError:
+            pass
+
+
+async def run_session(client: aiohttp.ClientSession, gateways: list[str], sid: int, turns: list[list[str]],
+                      urls: dict[str, str], out: dict[str, list[float]], max_tokens: int) -> None:
+    for t, names in enumerate(turns):
+        parts: list[dict[str, Any]] = [{"type": "text", "text": f"turn {t}: compare these"}]
+        parts += [{"type": "image_url", "image_url": {"url": urls[n]}} for n in names]
+        body = json.dumps({"model": MODEL, "stream": True, "max_tokens": max_tokens,
+                           "messages": [{"role": "user", "content": parts}]}).encode()
+        gw = gateways[(sid + t) % len(gateways)]
+        t0 = time.perf_counter()
+        ttft = None
+        async with client.post(gw + "/v1/chat/completions", data=body,
+                               headers={"Content-Type": "application/json", "x-session-id": f"session-{sid}"}) as r:
+            if r.status != 200:
+                out["errors"].append(float(r.status))
+                await r.read()
+                continue
+            async for line in r.content:
+                if ttft is None and line.startswith(b"data: {") and b'"content":"' in line:
+                    ttft = time.perf_counter() - t0
+        out["ttft_ms"].append(1000 * (ttft if ttft is not None else time.perf_counter() - t0))
+
+
+async def drive(gateways: list[str], backends: int, sessions: list[list[list[str]]], urls: dict[str, str],
+                args: argparse.Namespace) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {"ttft_ms": [], "errors": [], "imbalance": []}
+    queue = list(enumerate(sessions))
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as client:
+        done = asyncio.Event()
+        sampler = asyncio.create_task(sample_loads(client, gateways, backends, out["imbalance"], done))
+
+        async def worker() -> None:
+            while queue:
+                sid, turns = queue.pop(0)
+                await run_session(client, gateways, sid, turns, urls, out, args.max_tokens)
+
+        await asyncio.gather(*(worker() for _ in range(args.concurrency)))
+        done.set()
+        await sampler
+    return out
+
+
+def run_one(backends: int, gateways: int, mode: str, sessions: list[list[list[str]]], urls: dict[str, str],
+            args: argparse.Namespace) -> dict[str, Any]:
+    sim_ports = [free_port() for _ in range(backends)]
+    gw_ports = [free_port() for _ in range(gateways)]
+    sim_cmds = [(["sim", "--port", str(p), "--speedup", str(args.sim_speedup),
+                  "--mm-processor-cache-gb", str(args.sim_cache_gb)], p) for p in sim_ports]
+    backend_args = [a for p in sim_ports for a in ("--backend", f"vllm=http://127.0.0.1:{p}")]
+    extra = args.affinity_args.split() if mode == "image-affinity" else []
+    gw_cmds = [(["serve", "--port", str(p), "--routing", mode, "--log-level", "warning", *backend_args, *extra], p)
+               for p in gw_ports]
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        procs += start_all(sim_cmds)
+        procs += start_all(gw_cmds)
+        gw_urls = [f"http://127.0.0.1:{p}" for p in gw_ports]
+        t0 = time.perf_counter()
+        out = asyncio.run(drive(gw_urls, backends, sessions, urls, args))
+        wall = time.perf_counter() - t0
+        sims = [scrape(f"http://127.0.0.1:{p}") for p in sim_ports]
+        gws = [scrape(u) for u in gw_urls]
+    finally:
+        for p in reversed(procs):
+            stop(p)
+    unique = len({n for turns in sessions for names in turns for n in names})
+    processed = sum(total(m, "mmgate_sim_images_processed_total") for m in sims)
+    reasons: dict[str, float] = {}
+    for text in gws:
+        for reason, value in re.findall(r'^mmgate_routing_decisions_total\{reason="([^"]+)"\} ([0-9.e+-]+)$', text, re.M):
+            reasons[reason] = reasons.get(reason, 0.0) + float(value)
+    hits = sum(float(v) for t in gws for v in re.findall(r'^mmgate_routing_image_weight_total\{[^}]*outcome="hit"\} (\S+)$', t, re.M))
+    misses = sum(float(v) for t in gws for v in re.findall(r'^mmgate_routing_image_weight_total\{[^}]*outcome="miss"\} (\S+)$', t, re.M))
+    return {
+        "backends": backends, "gateways": gateways, "mode": mode,
+        "requests": len(out["ttft_ms"]) + len(out["errors"]), "errors": len(out["errors"]),
+        "unique_images": unique,
+        "engine_images_processed": processed,
+        "processed_per_unique": processed / unique,
+        "engine_image_bytes": sum(total(m, "mmgate_sim_image_bytes_received_total") for m in sims),
+        "ttft_p50_ms": pct(out["ttft_ms"], 50), "ttft_p90_ms": pct(out["ttft_ms"], 90),
+        "imbalance_mean": sum(out["imbalance"]) / len(out["imbalance"]) if out["imbalance"] else float("nan"),
+        "imbalance_samples": len(out["imbalance"]),
+        "decisions": reasons,
+        "gateway_weight_hit_ratio": hits / (hits + misses) if hits + misses else float("nan"),
+        "wall_s": wall,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sessions", type=int, default=32)
+    parser.add_argument("--turns", type=int, default=4)
+    parser.add_argument("--pool", type=int, default=24)
+    parser.add_argument("--pool-per-turn", type=int, default=2)
+    parser.add_argument("--zipf", type=float, default=1.0)
+    parser.add_argument("--hot", action="store_true", help="one hot image in every request")
+    parser.add_argument("--image-size", type=int, default=448)
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--max-tokens", type=int, default=8)
+    parser.add_argument("--sim-speedup", type=float, default=4.0)
+    parser.add_argument("--sim-cache-gb", type=float, default=4.0)
+    parser.add_argument("--backends", default="2,4")
+    parser.add_argument("--gateways", default="1,3")
+    parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--affinity-args", default="", help="extra mmgate serve flags for image-affinity runs")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--out", default="results/image_affinity.json")
+    args = parser.parse_args()
+    sessions = workload(args)
+    names = sorted({n for turns in sessions for t in turns for n in t})
+    urls = {n: make_image(hash_seed(n), args.image_size) for n in names}
+    rows = []
+    for b in (int(x) for x in args.backends.split(",")):
+        for g in (int(x) for x in args.gateways.split(",")):
+            for mode in args.modes.split(","):
+                row = run_one(b, g, mode, sessions, urls, args)
+                rows.append(row)
+                print(f"  done {b} backends, {g} gateways, {mode}: {row['processed_per_unique']:.2f}x, "
+                      f"{row['wall_s']:.1f}s", file=sys.stderr, flush=True)
+    print(f"{args.sessions} sessions x {args.turns} turns; each turn {args.pool_per_turn} of {args.pool} pool "
+          f"images (zipf {args.zipf}) + 1 own{' + 1 hot' if args.hot else ''}; {args.image_size}px JPEG; "
+          f"unique images {rows[0]['unique_images']}; concurrency {args.concurrency}")
+    print(f"{'B':>2}{'G':>3} {'mode':<15}{'err':>4}{'processed':>10}{'/unique':>8}{'MB to eng':>10}"
+          f"{'TTFT p50':>10}{'TTFT p90':>10}{'imbalance':>10}{'gw hit':>8}")
+    for r in rows:
+        print(f"{r['backends']:>2}{r['gateways']:>3} {r['mode']:<15}{r['errors']:>4}{int(r['engine_images_processed']):>10}"
+              f"{r['processed_per_unique']:>7.2f}x{r['engine_image_bytes'] / 1e6:>10.1f}"
+              f"{r['ttft_p50_ms']:>8.1f}ms{r['ttft_p90_ms']:>8.1f}ms{r['imbalance_mean']:>10.2f}"
+              f"{r['gateway_weight_hit_ratio']:>8.2f}")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"args": vars(args), "command": " ".join(sys.argv), "rows": rows}, indent=2))
+    print(f"wrote {out}")
+
+
+def hash_seed(name: str) -> int:
+    return zlib.crc32(name.encode())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,202 @@
+"""Routing policies: the order in which to try a request's healthy backends, and why. Pure.
+
+Modes (``--routing``):
+
+* ``round-robin``    rotate over the healthy backends, nothing else;
+* ``session``        the session's rendezvous home, else the less loaded of two random picks
+                     (mmgate's routing before image affinity);
+* ``lru-history``    like llm-d's ``mm-cache-affinity-scorer``: the share of the request's image
+                     weight each backend was recently sent (``ImageHistory``, one gateway's memory),
+                     plus a load score (``(max - load) / (max - min)``), equally weighted;
+* ``image-affinity`` every image has a *home*, the rendezvous winner of its key over the healthy
+                     backends, so every gateway process agrees with no shared state. A backend
+                     scores the weight of the request's shared images it is home of (plus, with
+                     ``held_weight``, of those it is believed to hold), and the session's home
+                     scores ``session_weight`` x the weight of the session's own images (see
+                     ``affinity_scores``). Ties go to the session home, then the first image's
+                     rendezvous order.
+
+``image-affinity`` then applies bounded loads (consistent hashing with bounded loads, Mirrokni et
+al.): no backend may have more than ``c x (outstanding + 1) / n`` requests in
+flight once the request is placed (see ``bounded_capacity``); the request spills to the next backend of its order. ``c >= 1`` guarantees one backend has
+room. Loads are this gateway's own in-flight counts: several gateways each bound their share.
+
+A decision's ``reason`` is one of ``REASONS``, a bounded metric label.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from mmgate.routing.balance import p2c_rank
+from mmgate.routing.history import ImageHistory
+from mmgate.routing.rendezvous import rendezvous_rank, rendezvous_score
+from mmgate.routing.weights import RoutedImage
+
+RoutingMode = Literal["round-robin", "session", "lru-history", "image-affinity"]
+ROUTING_MODES: tuple[RoutingMode, ...] = ("round-robin", "session", "lru-history", "image-affinity")
+REASONS = ("round_robin", "session", "least_loaded", "image_affinity", "image_history", "load_spill")
+
+
+@dataclass(slots=True)
+class Decision:
+    """Indexes into the candidate list, best first, and the reason the first one won."""
+
+    order: list[int]
+    reason: str
+
+
+def bounded_capacity(loads: Sequence[int], load_factor: float) -> int:
+    """Most requests one backend may hold once this one is placed: ``floor(c (m+1) / n)``, but
+    never below ``ceil((m+1) / n)``, so some backend always has room. (Mirrokni et al. round up;
+    rounding down keeps max/mean within ``c`` at the small in-flight counts of one gateway.)"""
+    mean = (sum(loads) + 1) / len(loads)
+    return max(math.ceil(mean), math.floor(load_factor * mean))
+
+
+def spill(order: list[int], loads: Sequence[int], load_factor: float) -> tuple[list[int], bool]:
+    """``order`` with its first backend under capacity moved to the front; True when that is not
+    the preferred one (the request spilled over)."""
+    capacity = bounded_capacity(loads, load_factor)
+    for position, index in enumerate(order):
+        if loads[index] + 1 <= capacity:
+            if position == 0:
+                return order, False
+            return [index, *order[:position], *order[position + 1:]], True
+    return order, False  # unreachable with load_factor >= 1: some backend is at or below the mean
+
+
+def image_homes(images: Sequence[RoutedImage], names: Sequence[str]) -> list[int]:
+    """The home (index into ``names``) of each image: the rendezvous winner of its key."""
+    homes = []
+    for image in images:
+        best, best_score = 0, -1
+        for i, name in enumerate(names):
+            score = rendezvous_score(image.key, name)
+            if score > best_score:
+                best, best_score = i, score
+        homes.append(best)
+    return homes
+
+
+def affinity_scores(
+    images: Sequence[RoutedImage], names: Sequence[str], session_id: str | None,
+    history: ImageHistory | None, *, session_weight: float, held_weight: float,
+) -> tuple[list[float], list[float]]:
+    """Each backend's ``image-affinity`` score, as (from the session, from image homes and holders).
+
+    A session's own images (never seen, or seen only with this session: ``ImageHistory.is_shared``)
+    count ``session_weight`` x their weight at the session's home, so a conversation and the
+    images it brings stay together; shared images (and every image of a request without a
+    session, or when there is no history) count at their own home, plus ``held_weight`` x their
+    weight at each backend the history says holds them.
+    """
+    from_session = [0.0] * len(names)
+    from_images = [0.0] * len(names)
+    session_home = rendezvous_rank(session_id, names)[0] if session_id is not None else None
+    for image, home in zip(images, image_homes(images, names), strict=True):
+        if session_home is not None and history is not None and not history.is_shared(image.key, session_id):
+            from_session[session_home] += session_weight * image.weight
+        else:
+            from_images[home] += image.weight
+        if history is not None and held_weight > 0:
+            for holder in history.holders(image.key):
+                if holder in names:
+                    from_images[names.index(holder)] += held_weight * image.weight
+    return from_session, from_images
+
+
+def history_scores(images: Sequence[RoutedImage], names: Sequence[str], history: ImageHistory) -> list[float]:
+    """Share of the request's image weight each backend was recently sent (0..1)."""
+    total = sum(image.weight for image in images)
+    scores = [0.0] * len(names)
+    if total <= 0:
+        return scores
+    for image in images:
+        for holder in history.holders(image.key):
+            if holder in names:
+                scores[names.index(holder)] += image.weight / total
+    return scores
+
+
+def load_scores(loads: Sequence[int]) -> list[float]:
+    """llm-d's queue scorer: 1 for the least loaded, 0 for the most, linear between."""
+    low, high = min(loads), max(loads)
+    if high == low:
+        return [1.0] * len(loads)
+    return [(high - load) / (high - low) for load in loads]
+
+
+class RoutingPolicy:
+    """One mode with its parameters; ``decide`` orders a list of healthy candidates."""
+
+    def __init__(
+        self, mode: RoutingMode = "session", *, load_factor: float = 1.3, session_weight: float = 1.0,
+        held_weight: float = 0.0, history: ImageHistory | None = None, rng: random.Random | None = None,
+    ) -> None:
+        if mode not in ROUTING_MODES:
+            raise ValueError(f"unknown routing mode {mode!r}")
+        if load_factor < 1:
+            raise ValueError("load_factor must be at least 1 (below it no backend may have room)")
+        self.mode = mode
+        self.load_factor = load_factor
+        self.session_weight = session_weight
+        self.held_weight = held_weight
+        self.history = history if history is not None else ImageHistory()
+        self._rng = rng if rng is not None else random.Random()
+        self._turn = 0
+
+    def decide(
+        self, names: Sequence[str], loads: Sequence[int], session_id: str | None,
+        images: Sequence[RoutedImage] = (),
+    ) -> Decision:
+        """The order to try ``names`` in (``loads``: requests in flight to each) and its reason."""
+        count = len(names)
+        images = _unique(images)
+        if count == 0:
+            return Decision([], "least_loaded")
+        if self.mode == "round-robin":
+            start = self._turn % count
+            self._turn += 1
+            return Decision([(start + i) % count for i in range(count)], "round_robin")
+        if self.mode == "session" or not images:
+            if session_id is not None:
+                return Decision(rendezvous_rank(session_id, names), "session")
+            return Decision(p2c_rank(loads, self._rng), "least_loaded")
+        if self.mode == "lru-history":
+            affinity = history_scores(images, names, self.history)
+            load = load_scores(loads)
+            combined = [a + b for a, b in zip(affinity, load, strict=True)]
+            order = self._by_score(combined, names, session_id, images)
+            return Decision(order, "image_history" if affinity[order[0]] > 0 else "least_loaded")
+        from_session, from_images = affinity_scores(
+            images, names, session_id, self.history, session_weight=self.session_weight,
+            held_weight=self.held_weight,
+        )
+        scores = [a + b for a, b in zip(from_session, from_images, strict=True)]
+        order, spilled = spill(self._by_score(scores, names, session_id, images), loads, self.load_factor)
+        if spilled:
+            return Decision(order, "load_spill")
+        first = order[0]
+        return Decision(order, "session" if from_session[first] >= from_images[first] else "image_affinity")
+
+    @staticmethod
+    def _by_score(
+        scores: Sequence[float], names: Sequence[str], session_id: str | None, images: Sequence[RoutedImage]
+    ) -> list[int]:
+        """Highest score first; ties by the session's (else the first image's) rendezvous order."""
+        tie_key = session_id if session_id is not None else images[0].key
+        tie = {index: position for position, index in enumerate(rendezvous_rank(tie_key, names))}
+        return sorted(range(len(names)), key=lambda i: (-scores[i], tie[i]))
+
+
+def _unique(images: Sequence[RoutedImage]) -> list[RoutedImage]:
+    """The request's images, each key once (an image shown twice is held or processed once)."""
+    seen: dict[str, RoutedImage] = {}
+    for image in images:
+        seen.setdefault(image.key, image)
+    return list(seen.values())
