@@ -10,7 +10,7 @@ import pytest
 from mmgate._settings import ConfigError, MiB, add_flags, flags_of, from_args, help_text
 from mmgate.bench import BenchSettings
 from mmgate.cli import build_parser
-from mmgate.config import CacheSettings, GatewaySettings, MediaSettings
+from mmgate.config import CacheSettings, GatewaySettings, MediaSettings, RoutingSettings
 from mmgate.serve.cli import settings_from_args, sim_settings_from_args
 from mmgate.sim import SimSettings
 
@@ -35,8 +35,9 @@ def serve(*argv: str) -> argparse.Namespace:
 
 def test_every_gateway_setting_has_a_flag() -> None:
     flagged = {f.path for f in flags_of(GatewaySettings)}
-    fields = {(name,) for name, info in GatewaySettings.model_fields.items() if name not in ("media", "cache")}
-    fields |= {("media", n) for n in MediaSettings.model_fields} | {("cache", n) for n in CacheSettings.model_fields}
+    nested = {"media": MediaSettings, "cache": CacheSettings, "routing": RoutingSettings}
+    fields = {(name,) for name in GatewaySettings.model_fields if name not in nested}
+    fields |= {(group, n) for group, model in nested.items() for n in model.model_fields}
     assert fields - flagged == set()
 
 
@@ -121,3 +122,17 @@ def test_switches_and_scaled_flags(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ConfigError) as info:
         from_args(parser.parse_args(["--dataset", "d", "--header", "nocolon"]), BenchSettings, flags)
     assert info.value.setting == "--header"
+
+
+def test_routing_flags_and_variables() -> None:
+    settings = settings_from_args(serve("--routing", "image-affinity", "--routing-load-factor", "1.25"))
+    assert (settings.routing.mode, settings.routing.load_factor) == ("image-affinity", 1.25)
+    assert settings_from_args(serve()).routing.mode == "session"
+
+
+def test_routing_from_the_environment_and_a_bad_value_names_the_flag(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MMGATE_ROUTING", "lru-history")
+    assert settings_from_args(serve()).routing.mode == "lru-history"
+    with pytest.raises(ConfigError) as err:
+        settings_from_args(serve("--routing-load-factor", "0.5"))
+    assert "--routing-load-factor" in str(err.value.setting)
