@@ -71,7 +71,16 @@ class HTTPBackend:
         (502, and safe to retry elsewhere)."""
         try:
             yield
+        except aiohttp.ConnectionTimeoutError as exc:
+            # Also a TimeoutError, so caught first: no connection was made (or none came free in
+            # the pool), nothing was sent, and another backend may take the request.
+            raise BackendConnectError(f"backend {self.name} ({self.url}) did not accept a connection "
+                                      f"within the connect timeout") from exc
+        except aiohttp.ClientConnectorError as exc:
+            # Refused, reset or unreachable while connecting (before a byte of the request left).
+            raise BackendConnectError(f"backend {self.name} ({self.url}) is unreachable: {exc}") from exc
         except TimeoutError as exc:
+            # A read timeout (aiohttp's SocketTimeoutError or our own): the request was sent.
             raise BackendTimeoutError(f"backend {self.name} timed out {doing}") from exc
         except aiohttp.ClientConnectionError as exc:
             if not sent:
