@@ -44,7 +44,6 @@ from tests.support.redis_servers import RedisClusterServers, RedisServer  # noqa
 from mmgate.config import CacheSettings, MediaSettings  # noqa: E402
 from mmgate.media.keys import url_key  # noqa: E402
 from mmgate.media.loader import MediaLoader  # noqa: E402
-from mmgate.store.redis.client import build_client  # noqa: E402
 from mmgate.store.redis.tier import RedisSharedTier, build_shared_tier  # noqa: E402
 from mmgate.wire import install_uvloop, start_app  # noqa: E402
 
@@ -140,10 +139,11 @@ async def latency_rows(origin: Origin, urls: dict[str, str], args: argparse.Name
         rows.append({"name": f"shared hit 1 MiB, {kind} (tier.get only)",
                      **await timed(args.iterations, lambda tier=tier, key=key: tier.get(key))})
         value_key = tier.storage_keys(key)[0]
-        client = build_client(cache)  # the floor: redis-py's own GET of the same entry
+        route = tier.nodes.route(value_key)
+        assert route is not None
+        client = route[1]  # the floor: redis-py's own GET of the same entry, on its node
         rows.append({"name": f"redis-py GET 1 MiB, {kind} (floor)",
                      **await timed(args.iterations, lambda c=client, k=value_key: c.get(k))})
-        await client.aclose()
         await loader.close()
         await tier.close()
 

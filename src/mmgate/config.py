@@ -85,6 +85,10 @@ class CacheSettings(Frozen):
                                              help="seconds to connect to a Redis node")
     redis_io_timeout_s: float = setting(0.5, flag="--redis-io-timeout", gt=0,
                                         help="seconds for one Redis operation")
+    fill_wait_s: float = setting(
+        1.0, flag="--fill-wait", gt=0, le=60,
+        help="seconds a request waits for another gateway's fill of the same image before "
+             "fetching it itself (also the fill lease's lifetime)")
     cache_ttl_s: int = setting(3600, flag="--cache-ttl", gt=0, help="shared entry TTL, seconds")
     session_scoping: bool = setting(False, flag="--session-scoping",
                                     help="scope image caches by session id (no session id: caches bypassed)")

@@ -183,12 +183,13 @@ class MediaLoader:
             return hit, "shared_hit"
         try:
             image = await produce()
-        except BaseException:
-            if holds_lease:  # let other processes' waiters fall back now, not at lease expiry
+            self._put_local(key, image)
+            await shared.put(key, image)  # with our lease: stores and drops it in one step
+        finally:
+            if holds_lease:
+                # Every path (fetch failed, write failed or bypassed, cancelled): other processes'
+                # waiters fall back now, not at lease expiry. A no-op once the put dropped it.
                 await shared.release_fill_lease(key)
-            raise
-        self._put_local(key, image)
-        await shared.put(key, image)
         return image, "origin"
 
     def _put_local(self, key: str, image: LoadedImage) -> None:

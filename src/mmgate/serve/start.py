@@ -96,6 +96,8 @@ async def start_gateway(
                           tenants=tenants, keys=keys)
         await router.refresh_models()
         await router.start()
+        if shared is not None:
+            await shared.start()  # a cluster's slot map, learnt once before the first request
         runner, port = await start_app(build_app(gateway), settings.host, settings.port)
     except BaseException:
         if gateway is not None:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 from prometheus_client import CollectorRegistry
-from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.connection import SSLConnection, UnixDomainSocketConnection
+from redis.exceptions import MovedError
 
 from mmgate._settings import build
 from mmgate.config import CacheSettings, MediaSettings
 from mmgate.errors import ConfigError
 from mmgate.store.redis.client import build_client
+from mmgate.store.redis.nodes import ClusterNodes, StandaloneNodes
 from mmgate.store.redis.tier import RedisSharedTier, build_shared_tier
 
 
@@ -62,33 +63,39 @@ def test_bad_scheme_fails_in_settings() -> None:
 async def test_standalone_client_honours_url_and_settings() -> None:
     cache = CacheSettings(redis_url="rediss://user:secret@cache.example:6380/2?ssl_cert_reqs=none",
                           redis_connect_timeout_s=0.25, redis_io_timeout_s=0.75)
-    client = build_client(cache)
-    assert isinstance(client, Redis)
-    kwargs = client.connection_pool.connection_kwargs
-    assert client.connection_pool.connection_class is SSLConnection
+    nodes = build_client(cache)
+    assert isinstance(nodes, StandaloneNodes)
+    pool = nodes.client.connection_pool
+    kwargs = pool.connection_kwargs
+    assert pool.connection_class is SSLConnection
     assert (kwargs["host"], kwargs["port"], kwargs["db"]) == ("cache.example", 6380, 2)
     assert (kwargs["username"], kwargs["password"]) == ("user", "secret")
     assert kwargs["socket_connect_timeout"] == 0.25 and kwargs["socket_timeout"] == 0.75
     assert kwargs["retry"].get_retries() == 0
-    await client.aclose()
+    assert pool.timeout == 1.0  # waiting for a pooled connection is bounded like the operation
+    await nodes.aclose()
 
 
 async def test_unix_socket_client() -> None:
-    client = build_client(CacheSettings(redis_url="unix:///run/redis.sock"))
-    assert isinstance(client, Redis)
-    assert client.connection_pool.connection_class is UnixDomainSocketConnection
-    await client.aclose()
+    nodes = build_client(CacheSettings(redis_url="unix:///run/redis.sock"))
+    assert isinstance(nodes, StandaloneNodes)
+    assert nodes.client.connection_pool.connection_class is UnixDomainSocketConnection
+    await nodes.aclose()
 
 
-async def test_cluster_client_rediscovers_through_the_configured_url() -> None:
+async def test_cluster_nodes_learn_the_map_through_the_configured_url_only() -> None:
     cache = CacheSettings(redis_url="rediss://:pw@cluster.example:7000", redis_cluster=True,
                           redis_connect_timeout_s=0.2, redis_io_timeout_s=0.3)
-    client = build_client(cache)
-    assert isinstance(client, RedisCluster)
-    assert client.nodes_manager._dynamic_startup_nodes is False
-    assert client.retry.get_retries() == 0
-    assert [(n.host, n.port) for n in client.startup_nodes] == [("cluster.example", 7000)]
-    kwargs = client.connection_kwargs
-    assert kwargs["connection_class"] is SSLConnection and kwargs["password"] == "pw"
-    assert kwargs["socket_connect_timeout"] == 0.2 and kwargs["socket_timeout"] == 0.3
-    await client.aclose()
+    nodes = build_client(cache)
+    assert isinstance(nodes, ClusterNodes)
+    assert not nodes.known and nodes.route("k") is None  # nothing learnt before start()
+    moved = nodes.redirected(MovedError("1234 10.0.0.9:7001"))
+    assert moved is not None and moved[0] == "10.0.0.9:7001"
+    for client in (nodes.seed, moved[1]):
+        pool = client.connection_pool
+        kwargs = pool.connection_kwargs
+        assert pool.connection_class is SSLConnection and kwargs["password"] == "pw"
+        assert kwargs["socket_connect_timeout"] == 0.2 and kwargs["socket_timeout"] == 0.3
+        assert kwargs["retry"].get_retries() == 0
+    assert nodes.seed.connection_pool.connection_kwargs["host"] == "cluster.example"
+    await nodes.aclose()

@@ -12,7 +12,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -222,14 +222,13 @@ async def test_cluster_all_nodes_restarted_recovers_through_the_url(cluster: Red
         await tier.close()
 
 
-def _client_startup_nodes(tier: RedisSharedTier) -> Any:
-    return tier._client.nodes_manager.startup_nodes  # type: ignore[union-attr]
-
-
-async def test_cluster_client_keeps_only_the_configured_startup_node(cluster: RedisClusterServers) -> None:
+async def test_cluster_map_is_learnt_through_the_configured_node_only(cluster: RedisClusterServers) -> None:
     tier = make_tier(cluster.url, cluster=True)
     try:
-        await hit_now(tier)  # the client has discovered all three masters
-        assert list(_client_startup_nodes(tier)) == [f"127.0.0.1:{cluster.nodes[0].port}"]
+        await tier.start()
+        await hit_now(tier)  # the tier knows all three masters
+        assert sorted(tier.nodes.names()) == sorted(f"127.0.0.1:{n.port}" for n in cluster.nodes)
+        seed = tier.nodes.seed.connection_pool.connection_kwargs  # type: ignore[union-attr]
+        assert (seed["host"], seed["port"]) == ("127.0.0.1", cluster.nodes[0].port)
     finally:
         await tier.close()

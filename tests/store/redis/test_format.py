@@ -1,4 +1,4 @@
-"""Pure parts of the shared tier: entry format, keys, size buckets, warning limiter, cooldown."""
+"""Pure parts of the shared tier: entry format, keys, size buckets, warning limiter, node breakers."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from mmgate.store.redis.format import (
     HEADER_SIZE,
     SIZE_BUCKET_LABELS,
     CorruptEntryError,
-    ErrorCooldown,
+    NodeBreakers,
     WarningLimiter,
     decode_entry,
     encode_entry,
@@ -126,15 +126,16 @@ def test_warning_limiter_lets_one_through_per_interval() -> None:
     assert limiter.allow(500.0) == 1
 
 
-def test_error_cooldown() -> None:
-    gate = ErrorCooldown(cooldown_s=1.0)
-    assert not gate.is_open(10.0)
-    gate.record_failure(10.0)
-    assert gate.is_open(10.5)
-    assert not gate.is_open(11.0)
-    gate.record_failure(20.0)
-    gate.record_success()
-    assert not gate.is_open(20.1)
-    disabled = ErrorCooldown(cooldown_s=0.0)
-    disabled.record_failure(5.0)
-    assert not disabled.is_open(5.0)
+def test_node_breakers_open_per_node_and_wait_for_a_probe() -> None:
+    breakers = NodeBreakers(cooldown_s=0.5)
+    assert breakers.record_failure("a:1", 10.0) is True
+    assert breakers.record_failure("a:1", 10.1) is False  # already open
+    assert breakers.is_open("a:1") and not breakers.is_open("b:2")  # the other node is untouched
+    assert breakers.due_for_probe(10.4) == []
+    assert breakers.due_for_probe(10.5) == ["a:1"]
+    assert breakers.is_open("a:1")  # open until a probe (or an operation) succeeds, not by time
+    breakers.record_success("a:1")
+    assert not breakers.is_open("a:1") and breakers.open_nodes == []
+    disabled = NodeBreakers(cooldown_s=0.0)
+    assert disabled.record_failure("a:1", 5.0) is False
+    assert not disabled.is_open("a:1")

@@ -34,8 +34,9 @@ def target(redis_target: RedisTarget) -> RedisTarget:
 def make_tier(target: RedisTarget, registry: CollectorRegistry | None = None, *,
               lease_s: float = 5.0, ttl_s: int = 600, max_image_bytes: int = 20 * MiB) -> RedisSharedTier:
     cache = CacheSettings(redis_url=target.url, redis_cluster=target.cluster, cache_ttl_s=ttl_s,
-                          redis_connect_timeout_s=1.0, redis_io_timeout_s=1.0, key_prefix="t:")
-    media = MediaSettings(total_timeout_s=lease_s, max_image_bytes=max_image_bytes)
+                          redis_connect_timeout_s=1.0, redis_io_timeout_s=1.0, key_prefix="t:",
+                          fill_wait_s=lease_s)
+    media = MediaSettings(max_image_bytes=max_image_bytes)
     tier = build_shared_tier(cache, media, registry if registry is not None else CollectorRegistry())
     assert isinstance(tier, RedisSharedTier)
     return tier

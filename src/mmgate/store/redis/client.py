@@ -1,4 +1,4 @@
-"""Build the redis-py asyncio client of the shared tier from settings, without any I/O.
+"""Build the shared tier's node clients (redis-py asyncio) from settings, without any I/O.
 
 A bad configuration raises ``ConfigError`` naming the setting; a server that is down is not a
 configuration error (the tier fails open until it comes up). Our settings own the timeouts and
@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from redis.asyncio import BlockingConnectionPool, Redis, RedisCluster
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.connection import (
     Connection,
-    SSLConnection,
     UnixDomainSocketConnection,
     parse_url,
 )
@@ -22,6 +21,7 @@ from redis.exceptions import RedisClusterException, RedisError
 
 from mmgate.config import CacheSettings
 from mmgate.errors import ConfigError
+from mmgate.store.redis.nodes import ClusterNodes, Nodes, StandaloneNodes
 
 URL_SETTING = "--redis-url"
 CLUSTER_SETTING = "--redis-cluster"
@@ -38,7 +38,7 @@ _OWNED_BY_SETTINGS = frozenset({
     "socket_timeout", "socket_connect_timeout", "timeout", "retry_on_timeout", "retry_on_error",
 })
 
-SharedClient = Redis | RedisCluster
+SharedClient = Nodes
 
 
 def operation_timeout_s(cache: CacheSettings) -> float:
@@ -64,13 +64,14 @@ def _url_options(url: str) -> dict[str, Any]:
     return options
 
 
-def build_client(cache: CacheSettings) -> SharedClient:
-    """A lazily connecting ``Redis`` or ``RedisCluster`` for ``cache.redis_url``."""
+def build_client(cache: CacheSettings) -> Nodes:
+    """Lazily connecting node clients for ``cache.redis_url``: one server, or a cluster reached
+    through that address (``mmgate.store.redis.nodes``)."""
     url = cache.redis_url
     if not url:
         raise ConfigError(URL_SETTING, "no Redis URL configured")
     options = _url_options(url)
-    connection_class = options.pop("connection_class", None)
+    connection_class = options.pop("connection_class", None) or Connection
     if connection_class is UnixDomainSocketConnection:
         if cache.redis_cluster:
             raise ConfigError(CLUSTER_SETTING, "Redis Cluster needs a redis:// or rediss:// URL, "
@@ -79,39 +80,33 @@ def build_client(cache: CacheSettings) -> SharedClient:
             raise ConfigError(URL_SETTING, "unix:// URL without a socket path")
     elif not options.get("host"):
         raise ConfigError(URL_SETTING, "Redis URL without a host")
-    common: dict[str, Any] = {
-        "socket_connect_timeout": cache.redis_connect_timeout_s,
-        "socket_timeout": cache.redis_io_timeout_s,
-        # One attempt per operation: no client-side retries, no backoff sleeps.
-        "retry": Retry(NoBackoff(), 0),
-    }
     options.setdefault("max_connections", MAX_CONNECTIONS)
+    options.update(
+        connection_class=connection_class,
+        socket_connect_timeout=cache.redis_connect_timeout_s,
+        socket_timeout=cache.redis_io_timeout_s,
+        # One attempt per operation: no client-side retries, no backoff sleeps.
+        retry=Retry(NoBackoff(), 0),
+        # Waiting for a free pooled connection counts against the operation's bound too.
+        timeout=operation_timeout_s(cache),
+    )
+    if cache.redis_cluster:
+        db = options.pop("db", 0)
+        if db:
+            raise ConfigError(URL_SETTING, f"Redis Cluster has only database 0, the URL selects {db}")
     try:
-        if cache.redis_cluster:
-            return _cluster_client(options, common, ssl=connection_class is SSLConnection)
-        pool = BlockingConnectionPool(
-            connection_class=connection_class or Connection,
-            timeout=operation_timeout_s(cache),
-            **options,
-            **common,
-        )
-        return Redis.from_pool(pool)
+        seed = _node_client(options)
+        if not cache.redis_cluster:
+            return StandaloneNodes(seed)
+
+        def make_node(node_host: str, node_port: int) -> Redis:
+            return _node_client({**options, "host": node_host, "port": node_port})
+
+        return ClusterNodes(seed, str(options["host"]), make_node)
     except (TypeError, ValueError, RedisError, RedisClusterException) as exc:
         # redis-py validates arguments at construction (no I/O yet): a bad option in the URL.
         raise ConfigError(URL_SETTING, f"invalid Redis configuration: {exc}") from exc
 
 
-def _cluster_client(options: dict[str, Any], common: dict[str, Any], *, ssl: bool) -> RedisCluster:
-    db = options.pop("db", 0)
-    if db:
-        raise ConfigError(URL_SETTING, f"Redis Cluster has only database 0, the URL selects {db}")
-    return RedisCluster(
-        **options,
-        **common,
-        ssl=ssl,
-        # Rediscovery always goes through the configured address (a DNS name or a proxy may
-        # stand for the cluster), never through node addresses learnt earlier.
-        dynamic_startup_nodes=False,
-        # A cache can serve the slots that are up; uncovered slots fail open one by one.
-        require_full_coverage=False,
-    )
+def _node_client(options: dict[str, Any]) -> Redis:
+    return Redis.from_pool(BlockingConnectionPool(**options))

@@ -148,24 +148,41 @@ class WarningLimiter:
         return suppressed
 
 
-class ErrorCooldown:
-    """After a cache failure, skip the cache for ``cooldown_s`` (fail open without I/O).
+class NodeBreakers:
+    """One circuit breaker per cache node (``"standalone"``, or a cluster master's ``host:port``).
 
-    A frozen or black-holed server costs a full I/O timeout per operation; without this, every
-    load would pay it for get, lease and put. When the window ends, operations try the server
-    again, so hits resume by themselves once it is back. ``cooldown_s = 0`` disables the gate.
+    A failure opens the failing node's breaker only: its keys skip the cache (fail open without
+    I/O) while keys on the other nodes keep hitting. A frozen or black-holed node would otherwise
+    cost a full operation timeout for every get, lease and put of its keys. An open breaker stays
+    open for at least ``cooldown_s``, then closes as soon as a probe of that node succeeds (the
+    caller probes ``due_for_probe`` nodes in the background, so no request pays for a probe).
+    ``cooldown_s = 0`` disables the breakers: every operation goes to its node.
     """
 
-    def __init__(self, cooldown_s: float = 1.0) -> None:
+    def __init__(self, cooldown_s: float = 0.25) -> None:
         self.cooldown_s = cooldown_s
-        self._until = 0.0
+        self._opened_at: dict[str, float] = {}
 
-    def is_open(self, now: float) -> bool:
-        """True while the cache should be bypassed."""
-        return now < self._until
+    @property
+    def open_nodes(self) -> list[str]:
+        return list(self._opened_at)
 
-    def record_failure(self, now: float) -> None:
-        self._until = now + self.cooldown_s
+    def is_open(self, node: str) -> bool:
+        """True while ``node``'s keys should bypass the cache."""
+        return node in self._opened_at
 
-    def record_success(self) -> None:
-        self._until = 0.0
+    def record_failure(self, node: str, now: float) -> bool:
+        """Open ``node``'s breaker (True when it was closed until now)."""
+        if self.cooldown_s <= 0:
+            return False
+        if node in self._opened_at:
+            return False
+        self._opened_at[node] = now
+        return True
+
+    def record_success(self, node: str) -> None:
+        self._opened_at.pop(node, None)
+
+    def due_for_probe(self, now: float) -> list[str]:
+        """Open nodes whose minimum open time has passed."""
+        return [n for n, at in self._opened_at.items() if now - at >= self.cooldown_s]

@@ -5,14 +5,20 @@
 * one Redis string per image (header + bytes, see ``shared_format``), written with ``SET … EX``;
   a hit checks the header's CRC and never decodes the image; a corrupt or truncated entry is
   deleted and reported as a miss, so the loader refills it from the origin;
-* every operation is one attempt (no client retries), bounded by the connect/I/O socket timeouts
-  and, on top, by ``asyncio.timeout(connect + io)`` so a frozen server cannot hang a request;
+* every operation is one attempt (no client retries) on the node that owns its key
+  (``shared_nodes``), bounded as a whole — pool wait, connect, I/O and one cluster redirect — by
+  ``asyncio.timeout(connect + io)``, so a frozen server cannot hang a request;
 * every failure — ``RedisError``, ``RedisClusterException`` (not a ``RedisError``), timeouts,
   ``OSError`` — becomes a ``CacheError`` at one boundary (``_call``) and is swallowed there: a
-  miss, a no-op, or "fetch it yourself". Warnings are rate-limited; after a failure the cache is
-  bypassed for a short cooldown, then tried again (the client reconnects by itself);
+  miss, a no-op, or "fetch it yourself". Warnings are rate-limited. A failure opens the breaker
+  of the failing node only (``NodeBreakers``): that node's keys bypass the cache, the other
+  nodes' keys keep hitting, and a background probe closes it once the node serves again
+  (``shared_health``);
 * a cross-process fill lease (``SET NX PX`` inside a Lua script that first checks the value)
-  lets one process fetch a missing image while the others poll for it.
+  lets one process fetch a missing image while the others poll for it — for at most the
+  fill-wait bound (``--fill-wait``), which is also the lease's lifetime, so a lease its holder
+  could not release (a failed write, a cancelled request) stalls nobody for longer. The holder
+  releases it on every path (the loader's ``finally``).
 
 Value and lease keys of one entry share a hash tag, so on Redis Cluster both live on one slot
 and the scripts and ``MGET`` touching both are single-slot commands.
@@ -25,29 +31,29 @@ import logging
 import secrets
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
+from redis.exceptions import AskError
 
 from mmgate.config import CacheSettings, MediaSettings
 from mmgate.errors import CacheError
-from mmgate.store.redis.client import SharedClient, build_client, operation_timeout_s
+from mmgate.store.redis.client import build_client, operation_timeout_s
 from mmgate.store.redis.format import (
     CorruptEntryError,
-    ErrorCooldown,
     MiB,
+    NodeBreakers,
     WarningLimiter,
     decode_entry,
     encode_entry,
     entry_keys,
     size_bucket,
 )
-from mmgate.store.types import LoadedImage, SharedTier
+from mmgate.store.redis.health import NodeHealth
+from mmgate.store.redis.nodes import Nodes, run_redirected
+from mmgate.store.types import LoadedImage
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 _LATENCY_BUCKETS = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
@@ -58,6 +64,8 @@ _THREAD_BYTES = 2 * MiB
 # wait_for_fill polls every 5 ms at first, backing off to 50 ms.
 _POLL_FIRST_S = 0.005
 _POLL_MAX_S = 0.05
+# Probe rounds of open breakers (and topology refreshes) this often.
+_PROBE_INTERVAL_S = 0.1
 # Leases this process holds and may release (oldest forgotten first: they expire by themselves).
 _MAX_HELD_LEASES = 4096
 
@@ -111,29 +119,40 @@ class RedisSharedTier:
 
     def __init__(
         self,
-        client: SharedClient,
+        nodes: Nodes,
         cache: CacheSettings,
         media: MediaSettings,
         metrics: SharedCacheMetrics,
         *,
-        error_cooldown_s: float = 1.0,
+        error_cooldown_s: float = 0.25,
         warn_interval_s: float = 60.0,
     ) -> None:
-        self._client = client
+        self.nodes = nodes
         self._prefix = cache.key_prefix
         self._ttl_s = cache.cache_ttl_s
         self._op_timeout_s = operation_timeout_s(cache)
-        # The lease lives about as long as an origin fetch may take.
-        self._lease_ttl_ms = max(1, round(media.total_timeout_s * 1000))
+        # Waiters give up after the fill-wait bound; the lease lasts no longer than that.
+        self._fill_wait_s = cache.fill_wait_s
+        self._lease_ttl_ms = max(1, round(cache.fill_wait_s * 1000))
         self._max_image_bytes = media.max_image_bytes
         self._metrics = metrics
-        self._cooldown = ErrorCooldown(error_cooldown_s)
+        self.health = NodeHealth(nodes, NodeBreakers(error_cooldown_s), interval_s=_PROBE_INTERVAL_S,
+                                 timeout_s=self._op_timeout_s)
         self._warnings = WarningLimiter(warn_interval_s)
         self._held: OrderedDict[str, str] = OrderedDict()
 
     @property
     def lease_ttl_s(self) -> float:
         return self._lease_ttl_ms / 1000
+
+    async def start(self) -> None:
+        """Learn a cluster's slot map before the gateway serves (bounded by one operation
+        timeout). A cluster that does not answer is no start-up failure: the tier fails open and
+        keeps trying in the background."""
+        if self.nodes.is_cluster and not await self.health.refresh():
+            log.warning("shared image cache: the cluster did not answer at start-up; failing open "
+                        "and retrying in the background")
+            self.health.want_refresh()
 
     def storage_keys(self, key: str) -> tuple[str, str]:
         """The Redis keys (value, lease) behind cache key ``key``."""
@@ -143,7 +162,7 @@ class RedisSharedTier:
         value_key, _ = entry_keys(self._prefix, key)
         start = time.perf_counter()
         try:
-            raw = await self._call("get", lambda: self._client.get(value_key))
+            raw = await self._call("get", value_key, "GET", value_key)
         except CacheError:  # fail-open: a broken cache is a miss
             self._observe_get("error", None, start)
             return None
@@ -167,24 +186,28 @@ class RedisSharedTier:
         except ValueError as exc:  # an image we cannot describe in the header: just not shared
             self._warn("put", exc)
             return
-        token = self._held.pop(key, None)
+        token = self._held.get(key)
         try:
             if token is None:
-                await self._call("put", lambda: self._client.set(value_key, raw, ex=self._ttl_s))
+                await self._call("put", value_key, "SET", value_key, raw, "EX", self._ttl_s)
             else:
-                await self._call("put", lambda: self._client.eval(
-                    _PUT_AND_RELEASE_SCRIPT, 2, value_key, lease_key, raw, self._ttl_s, token))
-        except CacheError:  # fail-open: the image was served; it is just not shared
+                await self._call("put", value_key, "EVAL", _PUT_AND_RELEASE_SCRIPT, 2,
+                                 value_key, lease_key, raw, self._ttl_s, token)
+        except CacheError:
+            # fail-open: the image was served; it is just not shared. The lease stays ours to
+            # release: the caller's release_fill_lease tries (and it expires with the fill wait).
             self._observe_set("error", image.num_bytes, start)
             return
+        if token is not None and self._held.get(key) == token:
+            del self._held[key]  # the script dropped it with the write
         self._observe_set("success", image.num_bytes, start)
 
     async def acquire_fill_lease(self, key: str) -> bool:
         value_key, lease_key = entry_keys(self._prefix, key)
         token = secrets.token_hex(16)
         try:
-            taken = await self._call("lease", lambda: self._client.eval(
-                _ACQUIRE_SCRIPT, 2, value_key, lease_key, token, self._lease_ttl_ms))
+            taken = await self._call("lease", value_key, "EVAL", _ACQUIRE_SCRIPT, 2,
+                                     value_key, lease_key, token, self._lease_ttl_ms)
         except CacheError:
             return True  # the cache is broken: fetch from the origin ourselves
         if int(taken) != 1:
@@ -196,22 +219,25 @@ class RedisSharedTier:
         return True
 
     async def wait_for_fill(self, key: str) -> LoadedImage | None:
+        """Poll for another process's fill for at most the fill-wait bound, polls included."""
         value_key, lease_key = entry_keys(self._prefix, key)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.lease_ttl_s + self._op_timeout_s
         delay = _POLL_FIRST_S
-        while True:
-            try:
-                raw, lease = await self._call("wait", lambda: self._client.mget(value_key, lease_key))
-            except CacheError:  # fail-open: stop waiting, the caller fetches from the origin
-                return None
-            if raw is not None:
-                return await self._decode(value_key, raw)
-            remaining = deadline - loop.time()
-            if lease is None or remaining <= 0:
-                return None
-            await asyncio.sleep(min(delay, remaining))
-            delay = min(delay * 2, _POLL_MAX_S)
+        raw: bytes | str | None = None
+        try:
+            async with asyncio.timeout(self._fill_wait_s):
+                while raw is None:
+                    try:
+                        raw, lease = await self._call("wait", value_key, "MGET", value_key, lease_key)
+                    except CacheError:  # fail-open: stop waiting, the caller fetches from the origin
+                        return None
+                    if raw is None and lease is None:
+                        return None  # released or expired without a value: fetch it yourself
+                    if raw is None:
+                        await asyncio.sleep(delay)
+                        delay = min(delay * 2, _POLL_MAX_S)
+        except TimeoutError:  # the fill wait is over: the caller fetches from the origin
+            return None
+        return await self._decode(value_key, raw)
 
     async def release_fill_lease(self, key: str) -> None:
         token = self._held.pop(key, None)
@@ -219,33 +245,50 @@ class RedisSharedTier:
             return
         _, lease_key = entry_keys(self._prefix, key)
         try:
-            await self._call("release", lambda: self._client.eval(_RELEASE_SCRIPT, 1, lease_key, token))
+            await self._call("release", lease_key, "EVAL", _RELEASE_SCRIPT, 1, lease_key, token)
         except CacheError:
             pass  # the lease expires by itself; waiters fall back to the origin then
 
     async def close(self) -> None:
+        await self.health.aclose()
         try:
-            await self._client.aclose()
+            await self.nodes.aclose()
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # closing a broken connection must not fail shutdown
             log.debug("closing the shared cache client failed: %r", exc)
 
-    async def _call(self, operation: str, command: Callable[[], Awaitable[T]]) -> T:
-        """Run one Redis command, bounded; any failure becomes a ``CacheError``."""
-        if self._cooldown.is_open(time.monotonic()):
+    async def _call(self, operation: str, key: str, *args: Any) -> Any:
+        """Run one command on the node owning ``key``, bounded as a whole (one redirect
+        included); any failure opens that node's breaker and becomes a ``CacheError``."""
+        route = self.nodes.route(key)
+        # start() was not called: the first operations join one bounded refresh.
+        if route is None and self.nodes.first_refresh_pending and await self.health.refresh():
+            route = self.nodes.route(key)
+        if route is None or self.health.is_open(route[0]):
+            if route is None:
+                self.health.want_refresh()  # a slot with no known owner: learn the map again
             self._metrics.bypassed.labels(operation).inc()
-            raise CacheError(f"shared cache bypassed after a recent failure ({operation})")
+            raise CacheError(f"shared cache bypassed for this key's node ({operation})")
+        node, client = route
         try:
             async with asyncio.timeout(self._op_timeout_s):
-                result = await command()
+                try:
+                    result = await client.execute_command(*args)
+                except AskError as exc:  # MOVED (a subclass) or ASK: follow it once, same bound
+                    redirect = self.nodes.redirected(exc)
+                    if redirect is None:
+                        raise
+                    self.health.want_refresh()
+                    node, client = redirect
+                    result = await run_redirected(client, args, asking=type(exc) is AskError)
         except asyncio.CancelledError:
             raise  # our caller was cancelled: never swallowed
         except Exception as exc:  # fail-open: RedisError, RedisClusterException, timeouts, OSError
-            self._cooldown.record_failure(time.monotonic())
+            self.health.failed(node)
             self._warn(operation, exc)
             raise CacheError(f"shared cache {operation} failed: {type(exc).__name__}") from exc
-        self._cooldown.record_success()
+        self.health.succeeded(node)
         return result
 
     async def _decode(self, value_key: str, raw: bytes | str) -> LoadedImage | None:
@@ -262,7 +305,7 @@ class RedisSharedTier:
             self._warn("get (corrupt entry deleted)", exc)
             try:
                 # Plain DEL: a fresh entry stored in between would be lost too, and refilled.
-                await self._call("delete", lambda: self._client.delete(value_key))
+                await self._call("delete", value_key, "DEL", value_key)
             except CacheError:
                 pass  # the corrupt entry expires with its TTL; every reader keeps rejecting it
             return None
@@ -289,8 +332,8 @@ class RedisSharedTier:
 
 def build_shared_tier(
     cache: CacheSettings, media: MediaSettings, registry: CollectorRegistry | None,
-    *, error_cooldown_s: float = 1.0,
-) -> SharedTier | None:
+    *, error_cooldown_s: float = 0.25,
+) -> RedisSharedTier | None:
     """The shared tier for ``cache.redis_url`` (None when unset).
 
     Raises ``ConfigError`` naming the setting for a bad URL or flag combination; does not
@@ -298,6 +341,5 @@ def build_shared_tier(
     """
     if not cache.redis_url:
         return None
-    client = build_client(cache)
     return RedisSharedTier(
-        client, cache, media, SharedCacheMetrics(registry), error_cooldown_s=error_cooldown_s)
+        build_client(cache), cache, media, SharedCacheMetrics(registry), error_cooldown_s=error_cooldown_s)
