@@ -78,7 +78,9 @@ class RedisServer:
                      str(self.tls_cert.with_name("key.pem")), "--tls-auth-clients", "no"]
         if self.cluster:
             args += ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                     "--cluster-port", str(self.cluster_port), "--cluster-node-timeout", "5000"]
+                     "--cluster-port", str(self.cluster_port), "--cluster-node-timeout", "5000",
+                     # A master down must not stop the others serving their own slots (a cache).
+                     "--cluster-require-full-coverage", "no"]
         if self.password:
             args += ["--requirepass", self.password]
         return args + list(self.extra_args)
@@ -203,6 +205,12 @@ class RedisClusterServers:
         """A plain synchronous cluster client (for setup and inspection)."""
         return redis.cluster.RedisCluster(host="127.0.0.1", port=self.nodes[0].port,
                                           socket_timeout=2, socket_connect_timeout=2)
+
+    def nodes_for_keys(self, keys: list[str]) -> list[RedisServer]:
+        """The master holding each key (one client for all the lookups)."""
+        by_port = {n.port: n for n in self.nodes}
+        with self.client() as c:
+            return [by_port[int(c.get_node_from_key(k).port)] for k in keys]
 
     def node_for_key(self, key: str) -> RedisServer:
         with self.client() as c:

@@ -59,10 +59,13 @@ class NodeHealth:
             self._refresh_wanted = True
             self._wake()
 
-    async def refresh(self) -> bool:
-        """Refresh the slot map now, bounded; False (logged) when the cluster did not answer."""
+    async def refresh(self, deadline: float | None = None) -> bool:
+        """Refresh the slot map now, bounded by the operation timeout (or by ``deadline``, a loop
+        time); False (logged) when the cluster did not answer."""
+        if deadline is None:
+            deadline = asyncio.get_running_loop().time() + self._timeout_s
         try:
-            async with asyncio.timeout(self._timeout_s):
+            async with asyncio.timeout_at(deadline):
                 await self.nodes.refresh()
         except asyncio.CancelledError:
             raise

@@ -10,8 +10,8 @@
   ``asyncio.timeout(connect + io)``, so a frozen server cannot hang a request;
 * every failure — ``RedisError``, ``RedisClusterException`` (not a ``RedisError``), timeouts,
   ``OSError`` — becomes a ``CacheError`` at one boundary (``_call``) and is swallowed there: a
-  miss, a no-op, or "fetch it yourself". Warnings are rate-limited. A failure opens the breaker
-  of the failing node only (``NodeBreakers``): that node's keys bypass the cache, the other
+  miss, a no-op, or "fetch it yourself". Warnings are rate-limited. A node that does not answer
+  (an error reply is an answer) opens the breaker of that node only (``NodeBreakers``): that node's keys bypass the cache, the other
   nodes' keys keep hitting, and a background probe closes it once the node serves again
   (``shared_health``);
 * a cross-process fill lease (``SET NX PX`` inside a Lua script that first checks the value)
@@ -34,7 +34,7 @@ from collections import OrderedDict
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from redis.exceptions import AskError
+from redis.exceptions import AskError, ResponseError
 
 from mmgate.config import CacheSettings, MediaSettings
 from mmgate.errors import CacheError
@@ -261,9 +261,10 @@ class RedisSharedTier:
     async def _call(self, operation: str, key: str, *args: Any) -> Any:
         """Run one command on the node owning ``key``, bounded as a whole (one redirect
         included); any failure opens that node's breaker and becomes a ``CacheError``."""
+        deadline = asyncio.get_running_loop().time() + self._op_timeout_s
         route = self.nodes.route(key)
-        # start() was not called: the first operations join one bounded refresh.
-        if route is None and self.nodes.first_refresh_pending and await self.health.refresh():
+        # start() was not called: the first operations join one refresh, inside their bound.
+        if route is None and self.nodes.first_refresh_pending and await self.health.refresh(deadline):
             route = self.nodes.route(key)
         if route is None or self.health.is_open(route[0]):
             if route is None:
@@ -272,7 +273,7 @@ class RedisSharedTier:
             raise CacheError(f"shared cache bypassed for this key's node ({operation})")
         node, client = route
         try:
-            async with asyncio.timeout(self._op_timeout_s):
+            async with asyncio.timeout_at(deadline):
                 try:
                     result = await client.execute_command(*args)
                 except AskError as exc:  # MOVED (a subclass) or ASK: follow it once, same bound
@@ -285,7 +286,8 @@ class RedisSharedTier:
         except asyncio.CancelledError:
             raise  # our caller was cancelled: never swallowed
         except Exception as exc:  # fail-open: RedisError, RedisClusterException, timeouts, OSError
-            self.health.failed(node)
+            if not isinstance(exc, ResponseError):  # an error reply means the node is up: no breaker
+                self.health.failed(node)
             self._warn(operation, exc)
             raise CacheError(f"shared cache {operation} failed: {type(exc).__name__}") from exc
         self.health.succeeded(node)
