@@ -40,7 +40,7 @@ from tests.support.redis_servers import RedisClusterServers, RedisServer  # noqa
 from mmgate.config import CacheSettings, MediaSettings  # noqa: E402
 from mmgate.media.keys import url_key  # noqa: E402
 from mmgate.media.loader import MediaLoader  # noqa: E402
-from mmgate.media.shared import RedisSharedTier, build_shared_tier  # noqa: E402
+from mmgate.store.redis.tier import RedisSharedTier, build_shared_tier  # noqa: E402
 
 CONNECT_S = IO_S = 0.5
 ORIGIN_DELAY_S = 0.05

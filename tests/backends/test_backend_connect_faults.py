@@ -11,8 +11,8 @@ from contextlib import asynccontextmanager
 import aiohttp
 import pytest
 
-from mmgate.api.app import RunningGateway
 from mmgate.config import BackendSpec
+from mmgate.serve import RunningGateway
 from tests.support.flaky_proxy import FlakyProxy, Mode
 from tests.support.gateway import gateway_settings, running_gateway, running_sims
 

@@ -21,8 +21,8 @@ from prometheus_client import CollectorRegistry
 from mmgate.config import CacheSettings, MediaSettings
 from mmgate.media.keys import url_key
 from mmgate.media.loader import MediaLoader
-from mmgate.media.shared import RedisSharedTier, build_shared_tier
-from mmgate.media.types import LoadedImage
+from mmgate.store.redis.tier import RedisSharedTier, build_shared_tier
+from mmgate.store.types import LoadedImage
 from tests.support.images import make_image
 from tests.support.origin import ImageOrigin
 from tests.support.redis_servers import RedisClusterServers, RedisServer, running_cluster, running_standalone
