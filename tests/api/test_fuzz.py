@@ -6,29 +6,20 @@ afterwards the gateway still serves the valid request with the right image."""
 
 from __future__ import annotations
 
-import base64
 import copy
-import io
 import json
 import random
 from typing import Any
 
 import aiohttp
 import orjson
-from PIL import Image
 
 from tests.support.gateway import gateway_settings, running_gateway, running_sims, vllm_specs
+from tests.support.images import png_data_url
 from tests.support.recorder import recording_proxy
 
 MODEL = "mmgate-sim-vl"
 SEED = 20261129
-
-
-def png(seed: int) -> str:
-    img = Image.new("RGB", (40, 30), (seed % 256, 10, 200))
-    buf = io.BytesIO()
-    img.save(buf, "PNG")
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
 
 
 def valid_request(all_shapes: bool = True) -> dict[str, Any]:
@@ -40,10 +31,10 @@ def valid_request(all_shapes: bool = True) -> dict[str, Any]:
             {"role": "system", "content": "be brief"},
             {"role": "user", "content": [
                 {"type": "text", "text": "look"},
-                {"type": "image_url", "image_url": {"url": png(1)}, "uuid": "fz-1"},
+                {"type": "image_url", "image_url": {"url": png_data_url(1, 40, 30)}, "uuid": "fz-1"},
                 {"type": "image_url", "image_url": None, "uuid": "fz-1"},
-                {"type": "input_image", "image_url": png(2), "detail": "auto"},
-                {"image_url": {"url": png(3)}, "uuid": "fz-3"},
+                {"type": "input_image", "image_url": png_data_url(2, 40, 30), "detail": "auto"},
+                {"image_url": {"url": png_data_url(3, 40, 30)}, "uuid": "fz-3"},
             ]},
         ],
     }
@@ -143,7 +134,7 @@ async def test_mutated_requests_and_junk_never_5xx_and_poison_nothing() -> None:
                 assert r.status == 200, await r.text()
             # Garbage sent under uuid fz-1 never replaced the validated image the gateway holds.
             stored = gw.gateway.store.peek("fz-1")
-            assert stored is not None and stored.data_url() == png(1)
+            assert stored is not None and stored.data_url() == png_data_url(1, 40, 30)
             async with s.post(url, json={"model": MODEL, "messages": [{"role": "user", "content": [
                 {"type": "image_url", "image_url": None, "uuid": "fz-1"}]}]}) as r:
                 assert r.status == 200

@@ -4,25 +4,18 @@ cannot run here), the OpenAI SDK and raw aiohttp as clients."""
 from __future__ import annotations
 
 import base64
-import io
 from typing import Any
 
 import aiohttp
 import pytest
 from openai import AsyncOpenAI, BadRequestError, NotFoundError
-from PIL import Image
 
 from tests.support.gateway import gateway_settings, running_gateway, running_sims, vllm_specs
+from tests.support.http import post
+from tests.support.images import png_data_url
 from tests.support.recorder import recording_proxy
 
 MODEL = "mmgate-sim-vl"
-
-
-def png_data_url(seed: int = 0, size: int = 64) -> str:
-    image = Image.new("RGB", (size, size), ((seed * 37) % 256, (seed * 91) % 256, 120))
-    buf = io.BytesIO()
-    image.save(buf, "PNG")
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
 
 
 def user(*parts: dict[str, Any]) -> list[dict[str, Any]]:
@@ -34,11 +27,6 @@ def image(url: str | None, uuid: str | None = None) -> dict[str, Any]:
     if uuid is not None:
         part["uuid"] = uuid
     return part
-
-
-async def post(url: str, body: Any, headers: dict[str, str] | None = None) -> tuple[int, Any]:
-    async with aiohttp.ClientSession() as s, s.post(url + "/v1/chat/completions", json=body, headers=headers) as r:
-        return r.status, await r.json(content_type=None)
 
 
 async def test_uuid_then_cache_only_reference_hits_the_same_engine() -> None:
@@ -81,7 +69,7 @@ async def test_no_uuid_gets_a_content_uuid_and_extra_fields_are_forwarded() -> N
         async with running_gateway(settings) as gw:
             url = png_data_url(3)
             body = {"model": MODEL, "messages": user(image(url)), "top_k": 3, "mm_processor_kwargs": {}}
-            status, _ = await post(gw.url, body)
+            status, _, _ = await post(gw.url, body)
             assert status == 200
             sent = rec.bodies[-1]
             assert sent["top_k"] == 3 and sent["mm_processor_kwargs"] == {}
@@ -90,7 +78,7 @@ async def test_no_uuid_gets_a_content_uuid_and_extra_fields_are_forwarded() -> N
             assert part["image_url"]["url"].startswith("data:image/png;base64,")
             # A client uuid can never name a content key: the key as a client uuid is another key
             # (no entry anywhere: 400), so nobody can read or overwrite an unlabelled image by it.
-            status, err = await post(gw.url, {"model": MODEL, "messages": user(image(None, part["uuid"]))})
+            status, err, _ = await post(gw.url, {"model": MODEL, "messages": user(image(None, part["uuid"]))})
             assert status == 400 and err["error"]["code"] == "unknown_image_uuid"
             assert rec.image_parts()[0] == {"type": "image_url", "image_url": None, "uuid": "~" + part["uuid"]}
 
@@ -101,15 +89,15 @@ async def test_openai_kind_never_sees_a_uuid_and_gets_cache_only_refs_resolved()
 
         settings = gateway_settings(backends=(BackendSpec(kind="openai", url=rec.url, name="plain"),))
         async with running_gateway(settings) as gw:
-            status, _ = await post(gw.url, {"model": MODEL, "messages": user(image(png_data_url(4), "u4"))})
+            status, _, _ = await post(gw.url, {"model": MODEL, "messages": user(image(png_data_url(4), "u4"))})
             assert status == 200
             assert "uuid" not in rec.image_parts()[0]
             sent_first = rec.image_parts()[0]["image_url"]["url"]
             # A cache-only reference is resolved from the gateway's UUID store: the bytes go again.
-            status, _ = await post(gw.url, {"model": MODEL, "messages": user(image(None, "u4"))})
+            status, _, _ = await post(gw.url, {"model": MODEL, "messages": user(image(None, "u4"))})
             assert status == 200
             assert rec.image_parts()[0] == {"type": "image_url", "image_url": {"url": sent_first}}
-            status, err = await post(gw.url, {"model": MODEL, "messages": user(image(None, "nope"))})
+            status, err, _ = await post(gw.url, {"model": MODEL, "messages": user(image(None, "nope"))})
             assert status == 400
             assert err["error"]["param"] == "messages[0].content[1]" and "nope" in err["error"]["message"]
             assert len(rec.bodies) == 2
@@ -147,7 +135,7 @@ async def test_rejections_are_openai_errors_naming_the_part(
     messages: list[dict[str, Any]], status: int, param: str
 ) -> None:
     async with running_gateway() as gw:
-        got, body = await post(gw.url, {"model": MODEL, "messages": messages})
+        got, body, _ = await post(gw.url, {"model": MODEL, "messages": messages})
         assert got == status, body
         assert body["error"]["param"] == param
         assert body["error"]["type"] == "invalid_request_error"
@@ -164,7 +152,7 @@ async def test_malformed_json_unknown_model_and_too_many_images() -> None:
             await client.chat.completions.create(model="no-such-model", messages=[{"role": "user", "content": "x"}])
         await client.close()
         three = user(*(image(png_data_url(i)) for i in range(3)))
-        status, body = await post(gw.url, {"model": MODEL, "messages": three})
+        status, body, _ = await post(gw.url, {"model": MODEL, "messages": three})
         assert status == 400 and body["error"]["param"] == "messages[0].content[3]"
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import aiohttp
 
 from tests.support.gateway import gateway_settings, running_gateway
+from tests.support.http import post
 from tests.support.images import make_image
 from tests.support.origin import ImageOrigin
 from tests.support.redis_servers import RedisTarget, running_standalone
@@ -23,12 +24,6 @@ def body(url: str) -> dict[str, Any]:
         {"type": "text", "text": "what is it?"}, {"type": "image_url", "image_url": {"url": url}}]}]}
 
 
-async def post(session: aiohttp.ClientSession, gw_url: str, payload: Any) -> int:
-    async with session.post(gw_url + "/v1/chat/completions", json=payload) as r:
-        await r.read()
-        return r.status
-
-
 async def test_second_gateway_gets_a_shared_hit(redis_target: RedisTarget, origin: ImageOrigin) -> None:
     url = origin.add(f"cat-{redis_target.kind}.png", make_image("PNG", 128, 96, seed=1))
     path = f"/img/cat-{redis_target.kind}.png"
@@ -36,8 +31,8 @@ async def test_second_gateway_gets_a_shared_hit(redis_target: RedisTarget, origi
     async with running_gateway(gateway_settings(cache=cache)) as gw1, running_gateway(
         gateway_settings(cache=cache)
     ) as gw2, aiohttp.ClientSession() as s:
-        assert await post(s, gw1.url, body(url)) == 200
-        assert await post(s, gw2.url, body(url)) == 200
+        assert (await post(gw1.url, body(url), session=s)).status == 200
+        assert (await post(gw2.url, body(url), session=s)).status == 200
         assert origin.hits[path] == 1
         loads = gw2.gateway.loader.metrics.image_loads
         assert loads.labels(outcome="shared_hit")._value.get() == 1
@@ -47,8 +42,8 @@ async def test_fifty_concurrent_requests_make_one_origin_request(origin: ImageOr
     url = origin.add("dog.png", make_image("PNG", 128, 96, seed=2))
     path = "/img/dog.png"
     async with running_gateway() as gw, aiohttp.ClientSession() as s:
-        statuses = await asyncio.gather(*(post(s, gw.url, body(url)) for _ in range(50)))
-        assert statuses == [200] * 50
+        replies = await asyncio.gather(*(post(gw.url, body(url), session=s) for _ in range(50)))
+        assert [r.status for r in replies] == [200] * 50
         assert origin.hits[path] == 1
 
 
@@ -57,11 +52,11 @@ async def test_redis_down_every_request_still_succeeds(tmp_path: Path, origin: I
         cache = {"redis_url": server.url, "redis_io_timeout_s": 0.3, "redis_connect_timeout_s": 0.3}
         async with running_gateway(gateway_settings(cache=cache)) as gw, aiohttp.ClientSession() as s:
             first = origin.add("a.png", make_image("PNG", 64, 64, seed=3))
-            assert await post(s, gw.url, body(first)) == 200
+            assert (await post(gw.url, body(first), session=s)).status == 200
             server.stop()
             for i in range(5):
                 url = origin.add(f"b{i}.png", make_image("PNG", 64, 64, seed=10 + i))
-                assert await post(s, gw.url, body(url)) == 200
+                assert (await post(gw.url, body(url), session=s)).status == 200
                 assert origin.hits[f"/img/b{i}.png"] == 1
 
 
@@ -71,10 +66,10 @@ async def test_a_repeated_uuid_and_url_is_not_loaded_again(origin: ImageOrigin) 
     payload = {"model": MODEL, "messages": [{"role": "user", "content": [part]}]}
     # No media cache at all: only the uuid store can spare the second download.
     async with running_gateway(gateway_settings(cache={"local_cache_bytes": 0})) as gw, aiohttp.ClientSession() as s:
-        assert await post(s, gw.url, payload) == 200
-        assert await post(s, gw.url, payload) == 200
+        assert (await post(gw.url, payload, session=s)).status == 200
+        assert (await post(gw.url, payload, session=s)).status == 200
         assert origin.hits["/img/shot.png"] == 1
         # Another uuid for the same URL is a new image to the gateway: loaded again.
         other = {"model": MODEL, "messages": [{"role": "user", "content": [{**part, "uuid": "shot-2"}]}]}
-        assert await post(s, gw.url, other) == 200
+        assert (await post(gw.url, other, session=s)).status == 200
         assert origin.hits["/img/shot.png"] == 2

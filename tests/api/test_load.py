@@ -4,24 +4,15 @@ in-flight counts return to zero, engines stop generating for clients that left).
 from __future__ import annotations
 
 import asyncio
-import base64
-import io
 from typing import Any
 
 import aiohttp
-from PIL import Image
 
 from mmgate.sim.config import SimSettings
 from tests.support.gateway import gateway_settings, running_gateway, running_sims, vllm_specs
+from tests.support.images import png_data_url
 
 MODEL = "mmgate-sim-vl"
-
-
-def data_url(seed: int) -> str:
-    img = Image.new("RGB", (64, 48), (seed % 256, (seed * 3) % 256, 7))
-    buf = io.BytesIO()
-    img.save(buf, "PNG")
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
 
 
 async def session_turns(s: aiohttp.ClientSession, url: str, sid: int, turns: int) -> list[int]:
@@ -29,7 +20,7 @@ async def session_turns(s: aiohttp.ClientSession, url: str, sid: int, turns: int
     for t in range(turns):
         parts: list[dict[str, Any]] = [{"type": "text", "text": f"turn {t}"}]
         parts += [{"type": "image_url", "image_url": None, "uuid": f"s{sid}-{i}"} for i in range(t)]
-        parts.append({"type": "image_url", "image_url": {"url": data_url(sid * 100 + t)}, "uuid": f"s{sid}-{t}"})
+        parts.append({"type": "image_url", "image_url": {"url": png_data_url(sid * 100 + t, 64, 48)}, "uuid": f"s{sid}-{t}"})
         body = {"model": MODEL, "messages": [{"role": "user", "content": parts}], "stream": t % 2 == 0}
         async with s.post(url, json=body, headers={"x-session-id": f"load-{sid}"}) as r:
             await r.read()

@@ -6,39 +6,21 @@ http(s) URLs itself)."""
 
 from __future__ import annotations
 
-import base64
-import io
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-from PIL import Image
-
 from tests.support.gateway import gateway_settings, running_gateway, running_sims, vllm_specs
+from tests.support.http import post
+from tests.support.images import png_data_url, solid_image
 from tests.support.origin import ImageOrigin
 from tests.support.recorder import Recorder, recording_proxy
 
 MODEL = "mmgate-sim-vl"
 
 
-def png(seed: int, size: int = 64) -> bytes:
-    buf = io.BytesIO()
-    Image.new("RGB", (size, size), (seed * 40 % 256, 90, 10)).save(buf, "PNG")
-    return buf.getvalue()
-
-
-def data_url(seed: int, size: int = 64) -> str:
-    return "data:image/png;base64," + base64.b64encode(png(seed, size)).decode()
-
-
 def turn(*parts: Any) -> dict[str, Any]:
     return {"model": MODEL, "max_tokens": 2,
             "messages": [{"role": "user", "content": [{"type": "text", "text": "look"}, *parts]}]}
-
-
-async def post(url: str, body: Any, headers: dict[str, str] | None = None) -> tuple[int, Any]:
-    async with aiohttp.ClientSession() as s, s.post(url + "/v1/chat/completions", json=body, headers=headers) as r:
-        return r.status, await r.json(content_type=None)
 
 
 def forwarded_uuids(rec: Recorder) -> list[str]:
@@ -54,7 +36,7 @@ async def test_a_tenant_cannot_use_another_tenants_backend_key_in_any_image_shap
     async with running_sims(1) as sims, recording_proxy(sims[0].url) as rec:
         settings = gateway_settings(backends=vllm_specs([rec]), api_keys_file=str(keys))
         async with running_gateway(settings) as gw:
-            status, _ = await post(gw.url, turn({"type": "image_url", "image_url": {"url": data_url(1, 256)},
+            status, _, _ = await post(gw.url, turn({"type": "image_url", "image_url": {"url": png_data_url(1, 256)},
                                                  "uuid": "secret-doc"}), a)
             assert status == 200
             key_a = forwarded_uuids(rec)[0]  # what B would need to know (it leaked, say)
@@ -70,21 +52,21 @@ async def test_a_tenant_cannot_use_another_tenants_backend_key_in_any_image_shap
             ]
             for attack in attacks:
                 before = len(rec.bodies)
-                status, body = await post(gw.url, turn(attack), b)
+                status, body, _ = await post(gw.url, turn(attack), b)
                 assert status == 400, (attack, body)
                 assert body["error"]["param"] == "messages[0].content[1]"
                 if len(rec.bodies) > before:  # it reached the backend: only under B's own tag
                     assert all(u.startswith(tag_b + "/") for u in forwarded_uuids(rec)), rec.bodies[-1]
             # B's own image under A's key (a write) lands in B's namespace, not on A's entry.
-            status, _ = await post(gw.url, turn({"type": "input_image", "image_url": data_url(2), "uuid": key_a}), b)
+            status, _, _ = await post(gw.url, turn({"type": "input_image", "image_url": png_data_url(2), "uuid": key_a}), b)
             assert status == 200 and forwarded_uuids(rec)[0].startswith(tag_b + "/")
-            status, _ = await post(gw.url, turn({"type": "image_url", "image_url": None, "uuid": "secret-doc"}), a)
+            status, _, _ = await post(gw.url, turn({"type": "image_url", "image_url": None, "uuid": "secret-doc"}), a)
             assert status == 200 and sims[0].stats.cache_hits >= 1
-            assert gw.gateway.store.peek(key_a) is not None and gw.gateway.store.peek(key_a).data_url() == data_url(1, 256)
+            assert gw.gateway.store.peek(key_a) is not None and gw.gateway.store.peek(key_a).data_url() == png_data_url(1, 256)
 
 
 async def test_urls_in_every_media_shape_pass_the_url_policy_first(origin: ImageOrigin) -> None:
-    secret = origin.add("secret.png", png(9))
+    secret = origin.add("secret.png", solid_image(64, 64, "PNG", 9))
     settings_media = {"allowed_private": ()}  # the secret origin (loopback) is private: refused
     async with running_sims(1) as sims, recording_proxy(sims[0].url) as rec:
         settings = gateway_settings(backends=vllm_specs([rec]), media=settings_media)
@@ -106,7 +88,7 @@ async def test_urls_in_every_media_shape_pass_the_url_policy_first(origin: Image
                 {"type": "video_url", "video_url": {"url": "http://example.com\\@127.0.0.1/x"}},
             ]
             for shape in shapes:
-                status, body = await post(gw.url, turn(shape))
+                status, body, _ = await post(gw.url, turn(shape))
                 assert status == 400, (shape, body)
                 assert body["error"]["param"] == "messages[0].content[1]"
             assert origin.hits["/img/secret.png"] == 0
@@ -119,19 +101,19 @@ async def test_urls_in_every_media_shape_pass_the_url_policy_first(origin: Image
 
 
 async def test_a_client_uuid_spelling_a_content_key_cannot_poison_unlabelled_images() -> None:
-    victim = data_url(5)
+    victim = png_data_url(5)
     async with running_sims(1) as sims, recording_proxy(sims[0].url) as rec:
         async with running_gateway(gateway_settings(backends=vllm_specs([rec]))) as gw:
-            status, _ = await post(gw.url, turn({"type": "image_url", "image_url": {"url": victim}}))
+            status, _, _ = await post(gw.url, turn({"type": "image_url", "image_url": {"url": victim}}))
             assert status == 200
             content_key = forwarded_uuids(rec)[0]
             digest = content_key.rsplit(":", 1)[1]
             # The attacker labels its own image with the victim's content key (old and new spelling).
             for forged in (content_key, "sha256:" + digest):
-                status, _ = await post(gw.url, turn({"type": "image_url", "image_url": {"url": data_url(6)},
+                status, _, _ = await post(gw.url, turn({"type": "image_url", "image_url": {"url": png_data_url(6)},
                                                      "uuid": forged}))
                 assert status == 200 and forwarded_uuids(rec)[0] != content_key
-            status, _ = await post(gw.url, turn({"type": "image_url", "image_url": {"url": victim}}))
+            status, _, _ = await post(gw.url, turn({"type": "image_url", "image_url": {"url": victim}}))
             sent = rec.bodies[-1]["messages"][0]["content"][1]
             assert status == 200 and sent["uuid"] == content_key
             stored = gw.gateway.store.peek(content_key)

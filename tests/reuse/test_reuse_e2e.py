@@ -5,27 +5,18 @@ a sliding window over an engine cache too small for it."""
 from __future__ import annotations
 
 import asyncio
-import base64
-import io
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-from PIL import Image
 
 from mmgate.sim.config import SimSettings
 from tests.support.gateway import gateway_settings, running_gateway, running_sims, vllm_specs
+from tests.support.http import post
+from tests.support.images import png_data_url
 from tests.support.recorder import recording_proxy
 
 MODEL = "mmgate-sim-vl"
-
-
-def data_url(seed: int, size: int = 96) -> str:
-    img = Image.new("RGB", (size, size), (seed % 251, (seed * 7) % 251, (seed * 13) % 251))
-    img.putpixel((seed % size, 0), (255, 255, 255))
-    buf = io.BytesIO()
-    img.save(buf, "PNG")
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
 
 
 def turn(parts: list[dict[str, Any]]) -> dict[str, Any]:
@@ -39,13 +30,6 @@ def img(url: str | None, uuid: str | None = None) -> dict[str, Any]:
     return part
 
 
-async def post(gw_url: str, body: Any, headers: dict[str, str] | None = None) -> tuple[int, Any, dict[str, str]]:
-    async with aiohttp.ClientSession() as s, s.post(
-        gw_url + "/v1/chat/completions", json=body, headers=headers or {}
-    ) as r:
-        return r.status, await r.json(content_type=None), dict(r.headers)
-
-
 def reuse_counts(headers: dict[str, str]) -> dict[str, int]:
     items = (kv.split("=") for kv in headers["x-mmgate-reuse"].split("; "))
     return {k: int(v) for k, v in items}
@@ -56,7 +40,7 @@ async def test_session_sticks_then_fails_over_and_heals_cache_only_references() 
         settings = gateway_settings(backends=vllm_specs(sims), health_interval_s=0.2)
         async with running_gateway(settings) as gw:
             h = {"x-session-id": "agent-7"}
-            status, _, headers = await post(gw.url, turn([img(data_url(1), "shot-1")]), h)
+            status, _, headers = await post(gw.url, turn([img(png_data_url(1), "shot-1")]), h)
             assert status == 200
             home = headers["x-mmgate-backend"]
             for _ in range(19):
@@ -83,7 +67,7 @@ async def test_tenant_cannot_reference_another_tenants_uuid(tmp_path: Path) -> N
         async with running_gateway(settings) as gw:
             a = {"Authorization": "Bearer key-a"}
             b = {"Authorization": "Bearer key-b"}
-            assert (await post(gw.url, turn([img(data_url(2), "shared-name")]), a))[0] == 200
+            assert (await post(gw.url, turn([img(png_data_url(2), "shared-name")]), a))[0] == 200
             key_a = rec.image_parts()[0]["uuid"]
             assert key_a.endswith("/shared-name") and key_a != "shared-name"
             assert (await post(gw.url, turn([img(None, "shared-name")]), a))[0] == 200
@@ -99,17 +83,17 @@ async def test_missing_or_wrong_key_is_401_and_nothing_is_loaded(tmp_path: Path)
     keys.write_text('{"key-a": "tenant-a"}')
     async with running_gateway(gateway_settings(api_keys_file=str(keys))) as gw:
         for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic key-a"}):
-            status, body, _ = await post(gw.url, turn([img(data_url(3))]), headers)
+            status, body, _ = await post(gw.url, turn([img(png_data_url(3))]), headers)
             assert status == 401 and body["error"]["type"] == "authentication_error"
         assert len(gw.gateway.loader.local) == 0
-        status, _, _ = await post(gw.url, turn([img(data_url(3))]), {"Authorization": "Bearer key-a"})
+        status, _, _ = await post(gw.url, turn([img(png_data_url(3))]), {"Authorization": "Bearer key-a"})
         assert status == 200
 
 
 async def test_auto_reuse_strips_repeats_without_uuids() -> None:
     async with running_sims(1) as sims, recording_proxy(sims[0].url) as rec:
         async with running_gateway(gateway_settings(backends=vllm_specs([rec]))) as gw:
-            one, two = data_url(4), data_url(5)
+            one, two = png_data_url(4), png_data_url(5)
             _, _, h1 = await post(gw.url, turn([img(one)]))
             _, _, h2 = await post(gw.url, turn([img(one), img(two)]))
             assert reuse_counts(h1) == {"sent": 1, "stripped": 0, "referenced": 0, "healed": 0}
@@ -124,7 +108,7 @@ async def test_reuse_off_sends_every_image() -> None:
     async with running_sims(1) as sims, recording_proxy(sims[0].url) as rec:
         async with running_gateway(gateway_settings(backends=vllm_specs([rec]), reuse="off")) as gw:
             for _ in range(3):
-                _, _, headers = await post(gw.url, turn([img(data_url(6))]))
+                _, _, headers = await post(gw.url, turn([img(png_data_url(6))]))
                 assert reuse_counts(headers)["stripped"] == 0
             assert all(p["image_url"] is not None for b in range(3) for p in rec.image_parts(b))
 
@@ -137,7 +121,7 @@ async def test_sliding_window_over_a_too_small_engine_cache_has_no_client_errors
         async with running_gateway(settings) as gw:
             healed = 0
             for t in range(12):
-                window = [img(data_url(100 + i, 224), f"w{i}") for i in range(max(0, t - 3), t + 1)]
+                window = [img(png_data_url(100 + i, 224), f"w{i}") for i in range(max(0, t - 3), t + 1)]
                 status, body, headers = await post(gw.url, turn(window), {"x-session-id": "win"})
                 assert status == 200, body
                 healed += reuse_counts(headers)["healed"]
@@ -154,7 +138,7 @@ async def test_another_gateway_heals_from_the_shared_uuid_store(standalone_serve
         one = gateway_settings(backends=vllm_specs(sims[:1]), cache=cache)
         two = gateway_settings(backends=vllm_specs(sims[1:]), cache=cache)
         async with running_gateway(one) as gw1, running_gateway(two) as gw2:
-            status, _, _ = await post(gw1.url, turn([img(data_url(7), "shared-shot")]))
+            status, _, _ = await post(gw1.url, turn([img(png_data_url(7), "shared-shot")]))
             assert status == 200
             for _ in range(100):  # the shared write runs in the background: wait for it (bounded)
                 if len(standalone_server.client().keys("*:v")) >= 2:  # the image entry + the uuid entry
@@ -172,7 +156,7 @@ async def test_streaming_request_heals_before_the_first_byte() -> None:
     async with running_sims(2) as sims:
         async with running_gateway(gateway_settings(backends=vllm_specs(sims))) as gw:
             h = {"x-session-id": "stream-heal"}
-            status, _, headers = await post(gw.url, turn([img(data_url(8), "st-1")]), h)
+            status, _, headers = await post(gw.url, turn([img(png_data_url(8), "st-1")]), h)
             assert status == 200
             home = headers["x-mmgate-backend"]
             await {f"sim-{i}": s for i, s in enumerate(sims)}[home].stop()
@@ -190,7 +174,7 @@ async def test_streaming_request_heals_before_the_first_byte() -> None:
 async def test_session_scoping_keeps_sessions_apart_and_bypasses_without_one() -> None:
     settings = gateway_settings(cache={"session_scoping": True})
     async with running_gateway(settings) as gw:
-        url = data_url(9)
+        url = png_data_url(9)
         loads = gw.gateway.loader.metrics.image_loads
         for sid in ("a", "a", "b"):
             status, _, _ = await post(gw.url, turn([img(url)]), {"x-session-id": sid})
@@ -209,7 +193,7 @@ async def test_failover_does_not_wait_for_ejection() -> None:
         settings = gateway_settings(backends=vllm_specs(sims), eject_after_failures=3, health_interval_s=60)
         async with running_gateway(settings) as gw:
             h = {"x-session-id": "slow-eject"}
-            status, _, headers = await post(gw.url, turn([img(data_url(10), "fo-1")]), h)
+            status, _, headers = await post(gw.url, turn([img(png_data_url(10), "fo-1")]), h)
             assert status == 200
             home = headers["x-mmgate-backend"]
             await {f"sim-{i}": s for i, s in enumerate(sims)}[home].stop()

@@ -16,6 +16,7 @@ from mmgate.backends.base import BackendKind, BackendReply
 from mmgate.config import GatewaySettings
 from mmgate.errors import BackendConnectError, ModelNotFoundError
 from mmgate.metrics import GatewayMetrics
+from mmgate.routing.rendezvous import rendezvous_rank
 from mmgate.routing.router import Router
 
 MODEL = "m"
@@ -65,23 +66,23 @@ async def make(count: int = 3, **kwargs: object) -> tuple[Router, list[StaticBac
 async def test_session_sticks_and_moves_only_when_its_backend_is_ejected() -> None:
     router, backends = await make(3, readmit_after_s=0.0)
     sessions = [f"s{i}" for i in range(300)]
-    before = {s: router.pick(MODEL, s).name for s in sessions}
+    before = {s: router.ranked(MODEL, s)[0].name for s in sessions}
     assert len(set(before.values())) == 3
     router.report_failure(backends[1])
-    after = {s: router.pick(MODEL, s).name for s in sessions}
+    after = {s: router.ranked(MODEL, s)[0].name for s in sessions}
     assert all(after[s] != "b1" for s in sessions)
     assert {s for s in sessions if after[s] != before[s]} == {s for s in sessions if before[s] == "b1"}
     router.report_success(backends[1])
-    assert {s: router.pick(MODEL, s).name for s in sessions} == before
+    assert {s: router.ranked(MODEL, s)[0].name for s in sessions} == before
 
 
 async def test_without_session_least_outstanding_of_two() -> None:
     router, backends = await make(2)
     router.begin(backends[0])
-    assert {router.pick(MODEL, None).name for _ in range(50)} == {"b1"}
+    assert {router.ranked(MODEL, None)[0].name for _ in range(50)} == {"b1"}
     router.begin(backends[1])
     router.begin(backends[1])
-    assert {router.pick(MODEL, None).name for _ in range(50)} == {"b0"}
+    assert {router.ranked(MODEL, None)[0].name for _ in range(50)} == {"b0"}
     router.end(backends[1])
     router.end(backends[1])
     router.end(backends[1])  # one too many: clamps at zero
@@ -91,29 +92,30 @@ async def test_without_session_least_outstanding_of_two() -> None:
 async def test_ejected_backends_get_no_traffic_without_session() -> None:
     router, backends = await make(3)
     router.report_failure(backends[0])
-    assert "b0" not in {router.pick(MODEL, None).name for _ in range(100)}
+    assert "b0" not in {router.ranked(MODEL, None)[0].name for _ in range(100)}
 
 
 async def test_all_ejected_fails_open_with_the_same_affinity() -> None:
     router, backends = await make(3)
     sessions = [f"s{i}" for i in range(100)]
-    before = {s: router.pick(MODEL, s).name for s in sessions}
+    before = {s: router.ranked(MODEL, s)[0].name for s in sessions}
     for b in backends:
         router.report_failure(b)
-    assert router.healthy_backends == []
-    assert {s: router.pick(MODEL, s).name for s in sessions} == before
-    assert router.pick(MODEL, None) in backends
+    assert not any(router.is_healthy(b) for b in router.backends)
+    assert {s: router.ranked(MODEL, s)[0].name for s in sessions} == before
+    assert router.ranked(MODEL, None)[0] in backends
 
 
-async def test_ranked_healthy_first_then_ejected_and_first_is_pick() -> None:
+async def test_ranked_healthy_first_by_rendezvous_then_ejected() -> None:
     router, backends = await make(4)
     router.report_failure(backends[2])
+    healthy = ["b0", "b1", "b3"]
     for s in ("a", "b", "c", None):
-        order = router.ranked(MODEL, s)
-        assert sorted(b.name for b in order) == ["b0", "b1", "b2", "b3"]
-        assert order[-1].name == "b2"
+        order = [b.name for b in router.ranked(MODEL, s)]
+        assert sorted(order) == ["b0", "b1", "b2", "b3"]
+        assert order[-1] == "b2"
         if s is not None:
-            assert order[0] is router.pick(MODEL, s)
+            assert order[:3] == [healthy[i] for i in rendezvous_rank(s, healthy)]
 
 
 async def test_readmission_waits_for_the_minimum_time_out() -> None:
@@ -133,9 +135,9 @@ async def test_models_union_and_per_model_candidates() -> None:
     router = Router([a, b])
     await router.refresh_models()
     assert router.models == ["m1", "m2"]
-    assert {router.pick("m2", f"s{i}").name for i in range(30)} == {"b"}
+    assert {router.ranked("m2", f"s{i}")[0].name for i in range(30)} == {"b"}
     with pytest.raises(ModelNotFoundError) as info:
-        router.pick("nope", "s")
+        router.ranked("nope", "s")[0]
     assert info.value.status == 404
 
 
@@ -152,7 +154,7 @@ async def test_no_backend_ever_answered_routes_anyway() -> None:
     a = StaticBackend("a", up=False)
     router = Router([a])
     await router.refresh_models()
-    assert router.pick("anything", None) is a
+    assert router.ranked("anything", None)[0] is a
 
 
 async def test_probe_round_ejects_and_readmits() -> None:

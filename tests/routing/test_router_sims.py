@@ -63,7 +63,7 @@ async def chat(router: Router, b: HTTPBackend) -> int:
 
 async def test_session_sticks_then_moves_on_a_failed_request() -> None:
     async with sims_and_router(2) as (sims, router):
-        picks = {router.pick(MODEL, SESSION) for _ in range(20)}
+        picks = {router.ranked(MODEL, SESSION)[0] for _ in range(20)}
         assert len(picks) == 1
         home = picks.pop()
         assert isinstance(home, HTTPBackend)
@@ -74,7 +74,7 @@ async def test_session_sticks_then_moves_on_a_failed_request() -> None:
             await chat(router, home)
         router.report_failure(home)
         assert router.outstanding(home) == 0
-        moved = router.pick(MODEL, SESSION)
+        moved = router.ranked(MODEL, SESSION)[0]
         assert moved is other
         assert await chat(router, other) == 200  # type: ignore[arg-type]
 
@@ -83,20 +83,20 @@ async def test_probe_ejects_a_stopped_backend_and_the_loop_readmits_it_after_res
     registry = CollectorRegistry()
     kwargs = {"metrics": GatewayMetrics(registry), "health_interval_s": 0.05, "readmit_after_s": 0.0}
     async with sims_and_router(2, **kwargs) as (sims, router):
-        home = router.pick(MODEL, SESSION)
+        home = router.ranked(MODEL, SESSION)[0]
         index = router.backends.index(home)
         port = sims[index].port
         await sims[index].stop()
         await router.probe_once()
         assert not router.is_healthy(home)
         assert registry.get_sample_value("mmgate_backend_healthy", {"backend": home.name}) == 0.0
-        assert router.pick(MODEL, SESSION) is not home
+        assert router.ranked(MODEL, SESSION)[0] is not home
         # Back on the same port: the background probe loop must notice and re-admit it.
         sims[index] = await start_sim(FAST.model_copy(update={"port": port}))
         await router.start()
         await eventually(lambda: router.is_healthy(home))
         assert registry.get_sample_value("mmgate_backend_healthy", {"backend": home.name}) == 1.0
-        assert router.pick(MODEL, SESSION) is home
+        assert router.ranked(MODEL, SESSION)[0] is home
         assert await chat(router, home) == 200  # type: ignore[arg-type]
 
 
@@ -112,12 +112,12 @@ async def test_probe_loop_ejects_without_any_traffic_and_stops_on_close() -> Non
 
 async def test_all_stopped_fails_open_to_the_session_backend() -> None:
     async with sims_and_router(2) as (sims, router):
-        home = router.pick(MODEL, SESSION)
+        home = router.ranked(MODEL, SESSION)[0]
         for s in sims:
             await s.stop()
         await router.probe_once()
-        assert router.healthy_backends == []
-        assert router.pick(MODEL, SESSION) is home
+        assert not any(router.is_healthy(b) for b in router.backends)
+        assert router.ranked(MODEL, SESSION)[0] is home
 
 
 async def test_models_aggregates_backends_serving_different_models() -> None:
@@ -126,12 +126,12 @@ async def test_models_aggregates_backends_serving_different_models() -> None:
     try:
         await router.refresh_models()
         assert router.models == ["vl-large", "vl-small"]
-        assert {router.pick("vl-large", f"s{i}").name for i in range(20)} == {"sim-1"}
-        assert {router.pick("vl-small", None).name for _ in range(20)} == {"sim-0"}
+        assert {router.ranked("vl-large", f"s{i}")[0].name for i in range(20)} == {"sim-1"}
+        assert {router.ranked("vl-small", None)[0].name for _ in range(20)} == {"sim-0"}
         await sims[1].stop()
         await router.probe_once()  # unreachable: keeps its last model list, and is ejected
         assert router.models == ["vl-large", "vl-small"]
-        assert router.pick("vl-large", "s") is router.backends[1]  # fail-open: its only server
+        assert router.ranked("vl-large", "s")[0] is router.backends[1]  # fail-open: its only server
     finally:
         await router.close()
         for s in sims:
@@ -151,7 +151,7 @@ async def test_in_flight_requests_spread_by_least_outstanding() -> None:
         picked: list[str] = []
         tasks = []
         for _ in range(8):
-            b = router.pick(MODEL, None)
+            b = router.ranked(MODEL, None)[0]
             router.begin(b)  # counted at the pick, as the gateway does, so the next pick sees it
             picked.append(b.name)
             tasks.append(asyncio.create_task(send(b)))

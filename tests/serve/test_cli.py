@@ -34,8 +34,8 @@ def test_help(command: str) -> None:
         (["--backend", "foo"], "--backend"),
         (["--backend", "grpc=http://x:1"], "--backend"),
         (["--max-image-bytes", "0"], "--max-image-bytes"),
-        (["--redis-url", "http://cache:6379"], "--redis-url"),
-        (["--redis-url", "redis://127.0.0.1:1/?socket_timeout=2"], "--redis-url"),
+        (["--redis-url", "http://user:secret@cache:6379"], "--redis-url"),
+        (["--redis-url", "redis://:secret@127.0.0.1:1/?socket_timeout=2"], "--redis-url"),
         (["--api-keys-file", "/nonexistent/keys.txt"], "--api-keys-file"),
         (["--allowed-private", "10.0.0.0/40"], "--allowed-private"),
         (["--fetch-timeout", "-1"], "--fetch-timeout"),
@@ -46,7 +46,7 @@ def test_bad_settings_fail_start_up_naming_the_flag(args: list[str], flag: str) 
     assert result.returncode == 2, result.stderr
     assert flag in result.stderr
     assert "Traceback" not in result.stderr
-    assert "secret" not in result.stderr
+    assert "secret" not in result.stderr  # a Redis URL's password is never echoed
 
 
 def test_serve_answers_and_stops_on_sigterm() -> None:

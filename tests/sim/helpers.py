@@ -1,32 +1,22 @@
-"""Helpers for the sim's tests: images made with Pillow, request bodies, a JSON POST."""
+"""Helpers for the sim's tests: request bodies and a JSON POST; images come from tests.support."""
 
 from __future__ import annotations
 
-import base64
-import io
 from typing import Any
 
 import aiohttp
-from PIL import Image
 
 from mmgate._settings import GiB
 from mmgate.sim.server import SimServer
+from tests.support.http import post
+from tests.support.images import data_url, solid_image
+
+__all__ = ["FAST", "cache_gb", "chat_body", "data_url", "image_bytes", "image_part", "post_chat"]
+
+image_bytes = solid_image  # the sim tests' name for it
 
 # Modelled latency divided by a million: tests never wait on the timing model.
 FAST = {"host": "127.0.0.1", "port": 0, "speedup": 1e6}
-
-
-def image_bytes(width: int = 64, height: int = 64, fmt: str = "PNG", seed: int = 0) -> bytes:
-    """A small image whose pixels depend on ``seed`` (distinct seeds → distinct content)."""
-    img = Image.new("RGB", (width, height), ((seed * 37) % 256, (seed * 91) % 256, (seed * 53) % 256))
-    img.putpixel((seed % width, (seed // width) % height), (255, 255, 255))
-    buf = io.BytesIO()
-    img.save(buf, fmt)
-    return buf.getvalue()
-
-
-def data_url(data: bytes, mime: str = "image/png") -> str:
-    return f"data:{mime};base64," + base64.b64encode(data).decode("ascii")
 
 
 def image_part(url: str | None = None, uuid: str | None = None, **extra: Any) -> dict[str, Any]:
@@ -48,5 +38,5 @@ def cache_gb(num_bytes: int) -> float:
 
 async def post_chat(http: aiohttp.ClientSession, sim: SimServer, body: Any) -> tuple[int, Any]:
     """POST a JSON body; return the status and the decoded JSON answer."""
-    async with http.post(f"{sim.url}/v1/chat/completions", json=body) as resp:
-        return resp.status, await resp.json(content_type=None)
+    reply = await post(sim.url, body, session=http)
+    return reply.status, reply.body

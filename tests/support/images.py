@@ -1,4 +1,5 @@
-"""Test images: real encoded bytes made with Pillow, plus broken ones (bomb, truncated)."""
+"""Test images: real encoded bytes made with Pillow, plus broken ones (bomb, truncated), and
+``data:`` URLs of them."""
 
 from __future__ import annotations
 
@@ -77,3 +78,18 @@ def truncated(data: bytes, keep: float = 0.6) -> bytes:
 
 def data_url(data: bytes, mime: str = "image/png") -> str:
     return f"data:{mime};base64," + base64.b64encode(data).decode("ascii")
+
+
+def solid_image(width: int = 64, height: int = 64, fmt: str = "PNG", seed: int = 0) -> bytes:
+    """A one-colour image with one white marker pixel, both set by ``seed`` (distinct seeds →
+    distinct content; cheap to make, unlike ``make_image``)."""
+    img = Image.new("RGB", (width, height), ((seed * 37) % 256, (seed * 91) % 256, (seed * 53) % 256))
+    img.putpixel((seed % width, (seed // width) % height), (255, 255, 255))
+    out = io.BytesIO()
+    img.save(out, fmt)
+    return out.getvalue()
+
+
+def png_data_url(seed: int = 0, width: int = 64, height: int | None = None) -> str:
+    """``solid_image`` as a PNG ``data:`` URL (square unless ``height`` is given)."""
+    return data_url(solid_image(width, height if height is not None else width, "PNG", seed))

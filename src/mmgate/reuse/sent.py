@@ -2,7 +2,8 @@
 
 Per backend, a byte-bounded LRU of uuid → estimated processed size, sized to the backend's
 processor-cache budget: what the gateway believes the backend still holds. The estimate can be
-wrong (the backend restarted, evicted sooner); a wrong guess costs one healed cache miss.
+wrong (the backend restarted, evicted sooner); a wrong guess costs one healed cache miss, after
+which the keys of that request are forgotten for that backend (``forget``).
 """
 
 from __future__ import annotations
@@ -41,10 +42,6 @@ class SentTracker:
 
     def forget(self, backend: str, uuid: str) -> None:
         self._lru(backend).pop(uuid)
-
-    def reset(self, backend: str) -> None:
-        """Forget everything about ``backend`` (it restarted or was re-admitted)."""
-        self._per_backend.pop(backend, None)
 
     def num_tracked(self, backend: str) -> int:
         return len(self._lru(backend))

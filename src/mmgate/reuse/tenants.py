@@ -1,8 +1,8 @@
 """API keys → tenants. With keys configured, every request must carry a known key.
 
-Keys come from a file (``--api-keys-file``: a JSON object ``{"key": "tenant"}`` or lines
-``key tenant``) or ``MMGATE_API_KEYS`` (``key1=tenantA,key2=tenantB``). Keys are held as SHA-256
-digests and compared in constant time.
+Keys come from a file (``--api-keys-file``, or ``MMGATE_API_KEYS_FILE``: a JSON object
+``{"key": "tenant"}`` or lines ``key tenant``). Keys are held as SHA-256 digests and compared in
+constant time.
 """
 
 from __future__ import annotations
@@ -55,16 +55,6 @@ class TenantKeys:
             if len(fields) != 2:
                 raise ConfigError("--api-keys-file", f"{path}:{number}: expected 'KEY TENANT'")
             keys[fields[0]] = fields[1]
-        return cls(keys)
-
-    @classmethod
-    def from_env(cls, value: str) -> TenantKeys:
-        keys: dict[str, str] = {}
-        for item in value.split(","):
-            key, sep, tenant = item.strip().partition("=")
-            if not sep:
-                raise ConfigError("MMGATE_API_KEYS", "expected key=tenant[,key=tenant...]")
-            keys[key.strip()] = tenant.strip()
         return cls(keys)
 
     def tenant_for(self, authorization: str | None) -> str:

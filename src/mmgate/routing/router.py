@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 
 
 class Router:
-    """Picks a backend for (model, session) and keeps each backend's health and load.
+    """Orders the backends for (model, session) and keeps each backend's health and load.
 
     When every candidate of a model is ejected the router fails open: it routes over all of them
     with the same rule (same session → same backend) instead of refusing with 503, because the
@@ -149,10 +149,6 @@ class Router:
 
     # Choice -----------------------------------------------------------------------------------
 
-    def pick(self, model: str, session_id: str | None, images: Sequence[RoutedImage] = ()) -> Backend:
-        """The backend for one request; raises ``ModelNotFoundError`` (404) for an unknown model."""
-        return self.ranked(model, session_id, images)[0]
-
     def ranked(self, model: str, session_id: str | None, images: Sequence[RoutedImage] = ()) -> list[Backend]:
         """Every candidate in the order to try them: healthy ones by the policy, then the ejected
         ones by the same policy. The first is the choice, the second the failover. Counts the
@@ -203,10 +199,6 @@ class Router:
 
     def is_healthy(self, backend: Backend) -> bool:
         return self._health[backend.name].is_healthy
-
-    @property
-    def healthy_backends(self) -> list[Backend]:
-        return [b for b in self.backends if self.is_healthy(b)]
 
     def report_failure(self, backend: Backend) -> None:
         """A request to ``backend`` failed in a way that says it is down (connect error, timeout)."""
