@@ -6,11 +6,11 @@ import orjson
 
 from mmgate.bench.dataset import ImageEntry, Turn
 from mmgate.bench.payload import BodyOptions, render_messages, request_body
-from mmgate.bench.planner import ImageSlot, PlannedImage, StripPlanner, count_plan
+from mmgate.bench.planner import PlannedImage, StripPlanner, TurnImage, count_plan
 
 
-def slot(name: str, authored: str | None = None) -> ImageSlot:
-    return ImageSlot(f"data:image/png;base64,{name}", authored, f"hash-{name}")
+def slot(name: str, authored: str | None = None) -> TurnImage:
+    return TurnImage(f"data:image/png;base64,{name}", authored, f"hash-{name}")
 
 
 def test_repeats_become_references_only_after_a_committed_request() -> None:
@@ -31,7 +31,7 @@ def test_repeats_become_references_only_after_a_committed_request() -> None:
 
 def test_authored_uuid_wins_and_authored_references_pass_through() -> None:
     planner = StripPlanner(enabled=True)
-    plan = planner.plan([slot("a", authored="mine"), ImageSlot(None, "ref", None)])
+    plan = planner.plan([slot("a", authored="mine"), TurnImage(None, "ref", None)])
     assert plan == [PlannedImage(slot("a").url, "mine"), PlannedImage(None, "ref")]
     planner.commit(plan)
     again = planner.plan([slot("a", authored="mine")])
@@ -55,9 +55,9 @@ def test_forget_after_cache_miss_resends() -> None:
 
 def test_disabled_planner_passes_dataset_through() -> None:
     planner = StripPlanner(enabled=False)
-    plan = planner.plan([slot("a"), slot("b", authored="u"), ImageSlot(None, "ref", None)])
+    plan = planner.plan([slot("a"), slot("b", authored="u"), TurnImage(None, "ref", None)])
     planner.commit(plan)
-    assert planner.plan([slot("a"), slot("b", authored="u"), ImageSlot(None, "ref", None)]) == [
+    assert planner.plan([slot("a"), slot("b", authored="u"), TurnImage(None, "ref", None)]) == [
         PlannedImage(slot("a").url, None), PlannedImage(slot("b").url, "u"), PlannedImage(None, "ref"),
     ]
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -71,20 +72,28 @@ def _opt_float(value: str) -> float | None:
 
 
 def _add_sliding_window(p: argparse.ArgumentParser) -> None:
-    def e(flag: str, default: Any) -> Any:
-        return env_value(flag) or default
+    from mmgate.bench.synth import SlidingWindowSpec
 
-    p.add_argument("--sessions", type=int, default=e("--sessions", 8))
-    p.add_argument("--turns", type=int, default=e("--turns", 10))
-    p.add_argument("--window", type=int, default=e("--window", 4), help="images shown per turn")
-    p.add_argument("--new-per-turn", type=int, default=e("--new-per-turn", 1))
-    p.add_argument("--image-size", type=int, default=e("--image-size", 512), help="side in pixels")
-    p.add_argument("--image-format", choices=("jpeg", "png"), default=e("--image-format", "jpeg"))
-    p.add_argument("--dataset-type", choices=DATASET_TYPES, default=e("--dataset-type", "single_turn"))
-    p.add_argument("--output-length", type=_opt_int, default=e("--output-length", None))
-    p.add_argument("--delay", type=_opt_float, default=e("--delay", None), help="ms between turns")
+    spec = {f.name: f.default for f in dataclasses.fields(SlidingWindowSpec)}
+
+    def e(flag: str, field: str) -> Any:
+        """The default: MMGATE_<FLAG>, else the spec's (spelled once, in SlidingWindowSpec)."""
+        return env_value(flag) or spec[field]
+
+    p.add_argument("--sessions", type=int, default=e("--sessions", "sessions"), help="(default %(default)s)")
+    p.add_argument("--turns", type=int, default=e("--turns", "turns"), help="(default %(default)s)")
+    p.add_argument("--window", type=int, default=e("--window", "window"),
+                   help="images shown per turn (default %(default)s)")
+    p.add_argument("--new-per-turn", type=int, default=e("--new-per-turn", "new_per_turn"),
+                   help="(default %(default)s)")
+    p.add_argument("--image-size", type=int, default=e("--image-size", "image_size"),
+                   help="side in pixels (default %(default)s)")
+    p.add_argument("--image-format", choices=("jpeg", "png"), default=e("--image-format", "image_format"))
+    p.add_argument("--dataset-type", choices=DATASET_TYPES, default=e("--dataset-type", "dataset_type"))
+    p.add_argument("--output-length", type=_opt_int, default=e("--output-length", "output_length"))
+    p.add_argument("--delay", type=_opt_float, default=e("--delay", "delay_ms"), help="ms between turns")
     p.add_argument("--image-uuids", action="store_true", help="author image_uuids in the dataset")
-    p.add_argument("--seed", type=int, default=e("--seed", 0))
+    p.add_argument("--seed", type=int, default=e("--seed", "seed"), help="(default %(default)s)")
     p.add_argument("--out", required=True, help="output folder")
 
 

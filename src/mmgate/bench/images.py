@@ -28,7 +28,7 @@ from typing import Literal
 
 from mmgate.bench.dataset import ImageEntry
 from mmgate.bench.errors import BenchError
-from mmgate.bench.planner import ImageSlot
+from mmgate.bench.planner import TurnImage
 
 ImageMode = Literal["data", "origin"]
 IMAGE_MODES: tuple[ImageMode, ...] = ("data", "origin")
@@ -66,7 +66,7 @@ class PreparedImage:
     num_bytes: int
 
 
-class ImageResolver:
+class DatasetImages:
     """Prepares dataset images for the wire; one per run, shared by every session."""
 
     def __init__(self, mode: ImageMode, cache_bytes: int, origin_base_url: str | None = None) -> None:
@@ -93,12 +93,12 @@ class ImageResolver:
         """The file the origin serves as ``/images/<name>``; None for anything else."""
         return self._origin_files.get(name)
 
-    async def slot(self, entry: ImageEntry) -> ImageSlot:
+    async def slot(self, entry: ImageEntry) -> TurnImage:
         """The plannable form of a dataset image."""
         if entry.source is None:
-            return ImageSlot(None, entry.uuid, None)
+            return TurnImage(None, entry.uuid, None)
         prepared = await self.prepare(entry.source)
-        return ImageSlot(prepared.url, entry.uuid, prepared.content_uuid)
+        return TurnImage(prepared.url, entry.uuid, prepared.content_uuid)
 
     async def prepare(self, source: str) -> PreparedImage:
         cached = self._cache.get(source)

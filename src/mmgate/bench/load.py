@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from mmgate.bench.client import ChatClient, ResponseResult
 from mmgate.bench.dataset import Session, Turn
-from mmgate.bench.images import ImageResolver
+from mmgate.bench.images import DatasetImages
 from mmgate.bench.payload import BodyOptions, Exchange, build_request
 from mmgate.bench.planner import StripPlanner
 from mmgate.bench.records import RequestRecord
@@ -50,7 +50,7 @@ class LoadEngine:
         settings: BenchSettings,
         sessions: Sequence[Session],
         client: ChatClient,
-        resolver: ImageResolver,
+        resolver: DatasetImages,
         options: BodyOptions,
         on_record: Callable[[RequestRecord], None] | None = None,
     ) -> None:

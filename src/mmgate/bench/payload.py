@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from mmgate.bench.dataset import Turn
-from mmgate.bench.images import ImageResolver
+from mmgate.bench.images import DatasetImages
 from mmgate.bench.planner import PlanCounts, PlannedImage, StripPlanner, count_plan
 
 Exchange = tuple[Turn, str | None]
@@ -95,7 +95,7 @@ def request_body(options: BodyOptions, messages: list[dict[str, Any]], turn: Tur
 
 async def build_request(
     options: BodyOptions,
-    resolver: ImageResolver,
+    resolver: DatasetImages,
     planner: StripPlanner,
     system_prompt: str | None,
     history: Sequence[Exchange],

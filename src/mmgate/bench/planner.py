@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True, slots=True)
-class ImageSlot:
+class TurnImage:
     """An image ready to plan: ``url`` is what would be sent (None: cache-only in the dataset).
 
     ``authored_uuid`` is the dataset's uuid; ``content_uuid`` the content hash used when there is
@@ -81,7 +81,7 @@ class StripPlanner:
     def num_known_uuids(self) -> int:
         return len(self._sent)
 
-    def plan(self, slots: Sequence[ImageSlot]) -> list[PlannedImage]:
+    def plan(self, slots: Sequence[TurnImage]) -> list[PlannedImage]:
         """The image parts of the next request, in order."""
         out: list[PlannedImage] = []
         for slot in slots:

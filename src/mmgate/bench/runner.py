@@ -18,7 +18,7 @@ from mmgate.bench.client import ChatClient
 from mmgate.bench.dataset import Session
 from mmgate.bench.errors import BenchError
 from mmgate.bench.image_server import ImageOrigin
-from mmgate.bench.images import ImageResolver
+from mmgate.bench.images import DatasetImages
 from mmgate.bench.load import LoadEngine
 from mmgate.bench.overhead import ClientOverhead, LoopLagMonitor, client_warnings
 from mmgate.bench.payload import BodyOptions
@@ -60,16 +60,16 @@ async def run_benchmark(
     console = console or Console()
     uses_files = any(e.is_local_file for s in sessions for t in s.turns for e in t.images)
     origin: ImageOrigin | None = None
-    resolver: ImageResolver
+    resolver: DatasetImages
     if settings.image_mode == "origin" and uses_files:
-        holder: list[ImageResolver] = []
+        holder: list[DatasetImages] = []
         origin = ImageOrigin(lambda name: holder[0].origin_path(name), settings.origin_host,
                              settings.origin_port)
         base = await origin.start()
-        resolver = ImageResolver("origin", settings.image_cache_bytes, base)
+        resolver = DatasetImages("origin", settings.image_cache_bytes, base)
         holder.append(resolver)
     else:
-        resolver = ImageResolver("data", settings.image_cache_bytes)
+        resolver = DatasetImages("data", settings.image_cache_bytes)
     try:
         prepared = await resolver.prepare_all(e for s in sessions for t in s.turns for e in t.images)
         async with ChatClient(
@@ -95,7 +95,7 @@ async def _measure(
     settings: BenchSettings,
     sessions: list[Session],
     client: ChatClient,
-    resolver: ImageResolver,
+    resolver: DatasetImages,
     options: BodyOptions,
     model: str,
     output_dir: Path | None,

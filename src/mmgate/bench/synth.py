@@ -25,11 +25,11 @@ ImageFormat = Literal["jpeg", "png"]
 
 @dataclass(frozen=True, slots=True)
 class SlidingWindowSpec:
-    """What to generate."""
+    """What to generate (the defaults are those of ``mmgate bench dataset sliding-window``)."""
 
-    sessions: int
-    turns: int
-    window: int
+    sessions: int = 8
+    turns: int = 10
+    window: int = 4
     image_size: int = 512
     image_format: ImageFormat = "jpeg"
     new_per_turn: int = 1

@@ -34,7 +34,7 @@ from mmgate.sim.generation import (
 )
 from mmgate.sim.metrics import SimMetrics
 from mmgate.sim.processor import content_hash, decode_image, process_image
-from mmgate.sim.request import ChatRequest, ImageRef, parse_chat_request
+from mmgate.sim.request import ImageRef, SimRequest, parse_sim_request
 from mmgate.wire import cache_miss_message
 
 T = TypeVar("T")
@@ -61,7 +61,7 @@ class LoadedImage:
 class Admitted:
     """A validated request with its token counts, its answer and its modelled timings."""
 
-    request: ChatRequest
+    request: SimRequest
     text_tokens: int
     image_tokens: int
     max_tokens: int
@@ -114,14 +114,14 @@ class SimEngine:
             body = orjson.loads(raw_body)
         except orjson.JSONDecodeError as exc:
             raise InvalidRequestError(f"Invalid JSON in request body: {exc}.") from exc
-        request = parse_chat_request(body, self.settings)
+        request = parse_sim_request(body, self.settings)
         loaded = [await self._load(ref) for ref in request.images]
         processed = await self._preprocess(loaded)
         return self._plan(request, loaded, processed)
 
     async def _load(self, ref: ImageRef) -> LoadedImage:
         if ref.url is None:
-            assert ref.uuid is not None  # parse_chat_request guarantees url or uuid
+            assert ref.uuid is not None  # parse_sim_request guarantees url or uuid
             return LoadedImage(ref=ref, data=None, key=ref.uuid)
         max_bytes = self.settings.max_image_bytes
         if ref.url[:5].lower() == "data:":
@@ -171,7 +171,7 @@ class SimEngine:
             self.metrics.cache_state(cache.num_cached_bytes, len(cache), cache.num_evictions)
         return results
 
-    def _plan(self, request: ChatRequest, loaded: list[LoadedImage],
+    def _plan(self, request: SimRequest, loaded: list[LoadedImage],
               processed: list[ProcessedImage]) -> Admitted:
         s = self.settings
         text_tokens = count_prompt_text_tokens(request.texts, request.num_messages)

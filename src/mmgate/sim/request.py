@@ -31,7 +31,7 @@ class ImageRef:
 
 
 @dataclass(frozen=True, slots=True)
-class ChatRequest:
+class SimRequest:
     """The parts of a chat request the sim acts on."""
 
     model: str
@@ -51,7 +51,7 @@ def not_found(model: str) -> ModelNotFoundError:
     return ModelNotFoundError(f"The model `{model}` does not exist.")
 
 
-def parse_chat_request(body: Any, settings: SimSettings) -> ChatRequest:
+def parse_sim_request(body: Any, settings: SimSettings) -> SimRequest:
     """Validate a decoded JSON body; raise InvalidRequestError / ModelNotFoundError."""
     if not isinstance(body, dict):
         raise InvalidRequestError("The request body must be a JSON object.")
@@ -98,7 +98,7 @@ def parse_chat_request(body: Any, settings: SimSettings) -> ChatRequest:
             f"min_tokens must be less than or equal to max_tokens={max_tokens}, got {min_tokens}.",
             param="min_tokens",
         )
-    return ChatRequest(
+    return SimRequest(
         model=model,
         texts=tuple(texts),
         num_messages=len(messages),
