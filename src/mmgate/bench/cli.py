@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import importlib.util
 import sys
 import time
 from pathlib import Path
@@ -125,12 +126,16 @@ def settings_from_args(args: argparse.Namespace) -> BenchSettings:
     return from_args(args, BenchSettings, flags, extra_body=parse_extra(args.extra_inputs, args.extra_body))
 
 
+def _require_bench_extra() -> None:
+    """``run`` and ``compare`` print with rich, which comes with the ``bench`` extra."""
+    if importlib.util.find_spec("rich") is None:
+        raise BenchError("mmgate bench run/compare need the bench extra: pip install 'mmgate[bench]'")
+
+
 def _console() -> Console:
     """Rich console; 120 columns when not a terminal (rich would assume 80 and cut numbers)."""
-    try:
-        from rich.console import Console
-    except ImportError as exc:  # rich comes with the bench extra
-        raise BenchError("mmgate bench needs its extra: pip install 'mmgate[bench]'") from exc
+    from rich.console import Console
+
     return Console() if sys.stdout.isatty() else Console(width=120)
 
 
@@ -168,6 +173,8 @@ def _dataset(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     """Dispatch; a ``BenchError`` (bad dataset line, unreachable server) prints one line, exit 2."""
     try:
+        if args.bench_command != "dataset":
+            _require_bench_extra()
         if args.bench_command == "run":
             return _run(args)
         if args.bench_command == "dataset":

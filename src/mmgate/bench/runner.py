@@ -155,7 +155,7 @@ async def _measure(
             try:
                 from mmgate.bench.plots import write_plots
             except ImportError:  # matplotlib comes with the plots (or bench) extra
-                console.print("plots skipped: matplotlib is missing (pip install 'mmgate[plots]')")
+                console.print("plots skipped: matplotlib is missing (pip install 'mmgate[plots]')", markup=False)
             else:
                 files += await asyncio.to_thread(write_plots, store, output_dir, f"{model} — {settings.url}")
     print_summary(summary, console)
