@@ -178,6 +178,19 @@ class GatewaySettings(Frozen):
                                    help="longest image uuid accepted, characters")
     max_body_bytes: int = setting(256 * MiB, flag="--max-body-bytes", group="server", gt=0,
                                   help="largest request body accepted, bytes")
+    header_timeout_s: float = setting(
+        10.0, flag="--header-timeout", group="http edge", gt=0,
+        help="seconds a client connection may take to send a request's headers (from connect, or "
+        "from its previous request); idle keep-alive connections close after it too")
+    body_timeout_s: float = setting(60.0, flag="--body-timeout", group="http edge", gt=0,
+                                    help="seconds a client may take to send a whole request body (408 past it)")
+    max_connections: int = setting(
+        8192, flag="--max-connections", group="http edge", ge=1,
+        help="most open client connections; at the cap a new one displaces the oldest connection "
+        "not inside a request, else gets 503 (lowered to what ulimit -n allows)")
+    drain_timeout_s: float = setting(30.0, flag="--drain-timeout", group="http edge", ge=0,
+                                     help="seconds requests in flight may finish at shutdown before "
+                                     "they are cut (a cut stream ends with an SSE error frame)")
     backend_connect_timeout_s: float = setting(5.0, flag="--backend-connect-timeout", group="server", gt=0,
                                                help="seconds to connect to a backend (502 past it)")
     backend_read_timeout_s: float = setting(

@@ -16,7 +16,11 @@ never escape it.
     │   │   ├── UnsupportedImageError 415: not an image / format not allowed / truncated
     │   │   ├── OriginError           400: origin answered 4xx/5xx, refused, DNS failure
     │   │   └── OriginTimeoutError    408: origin too slow
-    │   └── UnknownUUIDError          400: cache-only reference nobody holds
+    │   ├── UnknownUUIDError          400: cache-only reference nobody holds
+    │   ├── BodyTooLargeError         413: request body over --max-body-bytes
+    │   ├── BodyTimeoutError          408: request body not received within --body-timeout
+    │   └── BusyError                 429: the decode queue is full (Retry-After)
+    ├── ShuttingDownError             503: the gateway stopped before the request finished
     ├── UpstreamError                 backend trouble → 5xx (or the backend's own 4xx)
     │   ├── BackendStatusError        the backend's own status and message, passed through
     │   ├── BackendConnectError       502
@@ -37,9 +41,10 @@ from mmgate._settings import ConfigError
 
 __all__ = [
     "AuthenticationError", "BackendConnectError", "BackendProtocolError", "BackendStatusError",
-    "BackendTimeoutError", "CacheError", "ConfigError", "ForbiddenURLError", "ImageTooLargeError",
-    "InvalidRequestError", "MediaError", "MmgateError", "ModelNotFoundError", "OriginError",
-    "OriginTimeoutError", "RequestError", "UnknownUUIDError", "UnsupportedImageError", "UpstreamError",
+    "BackendTimeoutError", "BodyTimeoutError", "BodyTooLargeError", "BusyError", "CacheError", "ConfigError",
+    "ForbiddenURLError", "ImageTooLargeError", "InvalidRequestError", "MediaError", "MmgateError",
+    "ModelNotFoundError", "OriginError", "OriginTimeoutError", "RequestError", "ShuttingDownError",
+    "UnknownUUIDError", "UnsupportedImageError", "UpstreamError",
 ]
 
 
@@ -122,6 +127,33 @@ class UnknownUUIDError(RequestError):
     """A cache-only reference to a uuid that neither the backend nor the gateway holds."""
 
     code = "unknown_image_uuid"
+
+
+class BodyTooLargeError(RequestError):
+    status = 413
+    code = "request_too_large"
+
+
+class BodyTimeoutError(RequestError):
+    status = 408
+    code = "request_timeout"
+
+
+class BusyError(RequestError):
+    """Too much work queued (image decodes): come back later. Answered with ``Retry-After``."""
+
+    status = 429
+    error_type = "rate_limit_error"
+    code = "gateway_busy"
+    retry_after_s = 1
+
+
+class ShuttingDownError(MmgateError):
+    """The gateway is stopping and cut this request after its drain time."""
+
+    status = 503
+    error_type = "server_error"
+    code = "shutting_down"
 
 
 class UpstreamError(MmgateError):

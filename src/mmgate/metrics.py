@@ -76,6 +76,12 @@ class GatewayMetrics:
             "backend already held it (hit) or not (miss): hit / (hit + miss) is its image-weight hit ratio",
             ["backend", "outcome"], registry=registry,
         )
+        self.edge_connections = Counter(
+            "mmgate_edge_connections",
+            "Client connections the edge acted on at the connection cap: displaced (an idle or slow "
+            "connection closed for a new one) or refused (503, every connection busy)",
+            ["event"], registry=registry,
+        )
         # Label children bound once: ``labels()`` costs a lock and a dict lookup per call, and these
         # are on every request. Keys are bounded (HTTP statuses, configured backend names).
         self._chat_seconds = self.request_seconds.labels(CHAT_ROUTE)

@@ -6,6 +6,7 @@ settings and serves it.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -14,13 +15,16 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from mmgate.api.edge import read_body
 from mmgate.api.gateway import ChatOutcome, Gateway
 from mmgate.api.responses import error_frame, error_response, http_error_response
-from mmgate.errors import MmgateError
+from mmgate.errors import MmgateError, ShuttingDownError
 from mmgate.metrics import GatewayMetrics
 from mmgate.wire import json_response
 
 log = logging.getLogger(__name__)
+# Status counted for a client that went away before its answer was complete (nginx's convention).
+CLIENT_CLOSED = 499
 GATEWAY_KEY = web.AppKey("gateway", Gateway)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -38,7 +42,8 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 def build_app(gateway: Gateway) -> web.Application:
     """The aiohttp application around ``gateway``."""
-    app = web.Application(middlewares=[_errors], client_max_size=gateway.settings.max_body_bytes)
+    # The body cap is enforced by ``read_body`` (Content-Length up front, chunked bodies as they come).
+    app = web.Application(middlewares=[_errors], client_max_size=gateway.settings.max_body_bytes + 1)
     app[GATEWAY_KEY] = gateway
     app.router.add_post("/v1/chat/completions", _chat)
     app.router.add_get("/v1/models", _models)
@@ -51,13 +56,21 @@ async def _chat(request: web.Request) -> web.StreamResponse:
     gateway = request.app[GATEWAY_KEY]
     metrics = gateway.metrics
     started = time.perf_counter()
+    settings = gateway.settings
     status = 500
+    task = asyncio.current_task()
+    if task is not None:
+        gateway.inflight.add(task)
     try:
-        raw = await request.read()
-        outcome = await gateway.chat(raw, request.headers)
+        tenant = gateway.authenticate(request.headers)  # 401 before a byte of the body is read
+        raw = await read_body(request, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_s)
+        outcome = await gateway.chat(raw, request.headers, tenant=tenant)
         status = 200
         try:
-            return await _deliver(request, outcome, metrics, started)
+            response, complete = await _deliver(request, outcome, metrics, started, gateway)
+            if not complete:
+                status = CLIENT_CLOSED
+            return response
         finally:
             # However delivery ended (done, client gone, cancelled): free the backend's connection
             # and its outstanding-request slot.
@@ -69,17 +82,27 @@ async def _chat(request: web.Request) -> web.StreamResponse:
     except web.HTTPException as exc:
         status = exc.status
         raise
+    except asyncio.CancelledError:
+        # The client went away (aiohttp cancels its handler), or the drain time ran out at shutdown.
+        status = ShuttingDownError.status if gateway.stopping else CLIENT_CLOSED
+        raise
+    except ConnectionError:
+        status = CLIENT_CLOSED
+        raise
     finally:
+        gateway.inflight.discard(task)
         metrics.observe_chat(status, time.perf_counter() - started)
 
 
 async def _deliver(
-    request: web.Request, outcome: ChatOutcome, metrics: GatewayMetrics, started: float
-) -> web.StreamResponse:
-    """Send a successful backend reply to the client: whole, or relayed frame by frame."""
+    request: web.Request, outcome: ChatOutcome, metrics: GatewayMetrics, started: float, gateway: Gateway
+) -> tuple[web.StreamResponse, bool]:
+    """Send a successful backend reply to the client: whole, or relayed frame by frame. Returns the
+    response and whether it went out complete (False: the client went away mid-stream)."""
     reply = outcome.reply
     if reply.stream is None:
-        return web.Response(body=reply.body, status=200, content_type="application/json", headers=outcome.headers)
+        body = web.Response(body=reply.body, status=200, content_type="application/json", headers=outcome.headers)
+        return body, True
     response = web.StreamResponse(
         status=200,
         headers={
@@ -104,10 +127,20 @@ async def _deliver(
             await response.write(error_frame(exc))
     except ConnectionError:
         # The client went away; the caller closes the backend stream, which tells it to stop.
-        return response
-    with contextlib.suppress(ConnectionError):
+        return response, False
+    except asyncio.CancelledError:
+        if gateway.stopping:
+            # Cut at shutdown after the drain time: say so in the stream, end it cleanly.
+            cut = ShuttingDownError("the gateway shut down before this stream finished; retry the request")
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                await response.write(error_frame(cut))
+                await response.write_eof()
+        raise
+    try:
         await response.write_eof()
-    return response
+    except ConnectionError:
+        return response, False
+    return response, True
 
 
 async def _models(request: web.Request) -> web.StreamResponse:

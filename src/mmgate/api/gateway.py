@@ -34,6 +34,8 @@ from mmgate.reuse import (
 from mmgate.routing import RoutedImage, Router, image_weight
 from mmgate.store import LoadedImage
 
+_AUTHENTICATE = object()
+
 
 def is_header_text(value: str) -> bool:
     """True for a header value that is printable text: aiohttp hands undecodable bytes over as
@@ -91,6 +93,10 @@ class Gateway:
         self.store = store
         self.tenants = tenants
         self.keys = keys if keys is not None else KeySpace()
+        # Set when the gateway starts to stop: requests cut after the drain time are answered as such.
+        self.stopping = False
+        # The chat requests in flight (their handler tasks): what a shutdown drains, then cuts.
+        self.inflight: set[asyncio.Task[object]] = set()
         sent = SentTracker(int(settings.reuse_backend_cache_gb * 1024**3))
         self.reuse = ReuseSender(store, sent, metrics, auto=settings.reuse == "auto")
 
@@ -114,11 +120,23 @@ class Gateway:
             max_uuid_length=self.settings.max_uuid_length,
         )
 
-    async def chat(self, raw: bytes, headers: Mapping[str, str]) -> ChatOutcome:
-        """Run one chat request to a successful backend reply, or raise an ``MmgateError``."""
-        tenant = self.tenants.tenant_for(headers.get("Authorization")) if self.tenants is not None else None
+    def authenticate(self, headers: Mapping[str, str]) -> str | None:
+        """The request's tenant (None without API keys); 401 for a missing or unknown key. The HTTP
+        layer calls it before reading the body."""
+        return self.tenants.tenant_for(headers.get("Authorization")) if self.tenants is not None else None
+
+    async def chat(
+        self, raw: bytes, headers: Mapping[str, str], *, tenant: str | object | None = _AUTHENTICATE
+    ) -> ChatOutcome:
+        """Run one chat request to a successful backend reply, or raise an ``MmgateError``.
+
+        ``tenant``: what ``authenticate(headers)`` returned, when the caller already called it.
+        """
+        if tenant is _AUTHENTICATE:
+            tenant = self.authenticate(headers)
+        assert tenant is None or isinstance(tenant, str)
+        session_id = self.session_id(headers)  # a hostile session header is a 400 before any work
         request = self.parse(raw)
-        session_id = self.session_id(headers)
         self.router.candidates(request.model)  # an unknown model is a 404 before any image is loaded
         for p in request.passthrough:  # audio/video URLs the backend fetches: policed first
             p.part[p.kind]["url"] = await self.loader.check_passthrough(p.url, param=p.param)

@@ -17,6 +17,9 @@ def error_response(exc: MmgateError, headers: dict[str, str] | None = None) -> w
         inner = exc.body.get("error") if isinstance(exc.body.get("error"), dict) else None
         if inner is not None:
             body = {"error": {**inner, "message": exc.message}}
+    retry_after = getattr(exc, "retry_after_s", None)
+    if retry_after is not None:
+        headers = {**(headers or {}), "Retry-After": str(retry_after)}
     return json_response(body, status=exc.status, headers=headers)
 
 

@@ -5,6 +5,7 @@ configured), the router, the UUID store, tenants — wires them into a ``Gateway
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
@@ -14,6 +15,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from mmgate.api import Gateway, build_app
+from mmgate.api.edge import GuardedSite, connection_cap
 from mmgate.backends import HTTPBackend
 from mmgate.config import GatewaySettings
 from mmgate.media import MediaLoader
@@ -23,9 +25,10 @@ from mmgate.routing import Router
 from mmgate.serve.engines import start_embedded_engines
 from mmgate.sim import SimSettings
 from mmgate.store import build_shared_tier
-from mmgate.wire import start_app
 
 log = logging.getLogger(__name__)
+# Seconds a request cut at shutdown gets to write its last SSE frame.
+CUT_GRACE_S = 2.0
 
 
 @dataclass
@@ -43,6 +46,21 @@ class RunningGateway:
         return f"http://{self.host}:{self.port}"
 
     async def stop(self) -> None:
+        """Stop accepting, let requests in flight finish for ``--drain-timeout``, cut the rest
+        (streams end with an SSE error frame), then close everything."""
+        gateway = self.gateway
+        gateway.stopping = True
+        for site in list(self.runner.sites):
+            await site.stop()  # no new connections
+        if self.runner.server is not None:
+            self.runner.server.pre_shutdown()  # idle connections close; busy ones after their answer
+        inflight = set(gateway.inflight)
+        if inflight:
+            _, cut = await asyncio.wait(inflight, timeout=gateway.settings.drain_timeout_s)
+            for task in cut:
+                task.cancel()  # its handler ends a started stream with an SSE error frame
+            if cut:
+                await asyncio.wait(cut, timeout=CUT_GRACE_S)
         await self.runner.cleanup()
         await self.gateway.close()
         for cleanup in self._cleanups:
@@ -98,7 +116,7 @@ async def start_gateway(
         await router.start()
         if shared is not None:
             await shared.start()  # a cluster's slot map, learnt once before the first request
-        runner, port = await start_app(build_app(gateway), settings.host, settings.port)
+        runner, port = await _serve(gateway, settings)
     except BaseException:
         if gateway is not None:
             await gateway.close()
@@ -107,3 +125,27 @@ async def start_gateway(
                 await cleanup()
         raise
     return RunningGateway(gateway=gateway, runner=runner, port=port, host=settings.host, _cleanups=cleanups)
+
+
+async def _serve(gateway: Gateway, settings: GatewaySettings) -> tuple[web.AppRunner, int]:
+    """Serve ``gateway`` behind the HTTP edge: header deadline, connection cap, drain time."""
+    # handler_cancellation: a client that goes away cancels its handler, so the gateway closes the
+    # backend stream and an engine stops generating for nobody (aiohttp's default is off).
+    # keepalive_timeout also bounds the wait for a new connection's first request headers.
+    runner = web.AppRunner(
+        build_app(gateway), access_log=None, handle_signals=False, handler_cancellation=True,
+        shutdown_timeout=CUT_GRACE_S, keepalive_timeout=settings.header_timeout_s,
+    )
+    await runner.setup()
+    events = gateway.metrics.edge_connections
+    site = GuardedSite(runner, settings.host, settings.port,
+                       max_connections=connection_cap(settings.max_connections),
+                       on_event=lambda event: events.labels(event).inc())
+    try:
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    sockets = getattr(site._server, "sockets", None)
+    port = int(sockets[0].getsockname()[1]) if sockets else settings.port
+    return runner, port

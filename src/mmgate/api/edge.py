@@ -1,0 +1,166 @@
+"""The HTTP edge: what a client can hold of the gateway before it has been authenticated.
+
+* ``read_body``: the body cap checked against Content-Length before a byte is read (413), chunked
+  bodies counted as they arrive (413 at the first byte past the cap), and one deadline for the
+  whole body (408), so a slow sender holds a connection for ``body_timeout_s`` at most.
+* Header deadline: aiohttp's keep-alive timer also runs from the moment a connection opens until
+  its first request's headers are complete (and again between requests), and closes the connection
+  if they are not; ``header_timeout_s`` is that timer.
+* ``ConnectionGuard``: at most ``max_connections`` open client connections. At the cap, a new
+  connection first displaces the oldest connection that is not inside a request (a slow or idle
+  client: it has sent no complete request); only when every connection is busy with a request is
+  the new one answered ``503`` with ``Retry-After`` and closed. A flood of slow connections thus
+  never shuts out a client that sends a request promptly.
+* ``raise_fd_limit``: the process's soft open-files limit raised towards its hard limit, so the cap
+  is reached before ``accept()`` fails (which would stall every client).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import resource
+from collections.abc import Callable
+from typing import cast
+
+import orjson
+from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+
+from mmgate.errors import BodyTimeoutError, BodyTooLargeError
+
+log = logging.getLogger(__name__)
+# File descriptors kept for everything but client connections (backends, origins, Redis, logs).
+FD_RESERVE = 2048
+
+
+async def read_body(request: web.Request, *, max_bytes: int, timeout_s: float) -> bytes:
+    """The request body, at most ``max_bytes``, within ``timeout_s`` (see the module docstring)."""
+    declared = request.content_length
+    if declared is not None and declared > max_bytes:
+        raise BodyTooLargeError(f"request body of {declared} bytes is over the {max_bytes}-byte limit")
+    chunks: list[bytes] = []
+    received = 0
+    try:
+        async with asyncio.timeout(timeout_s):
+            while True:
+                chunk = await request.content.readany()
+                if not chunk:
+                    break
+                received += len(chunk)
+                if received > max_bytes:
+                    raise BodyTooLargeError(f"request body is over the {max_bytes}-byte limit")
+                chunks.append(chunk)
+    except TimeoutError as exc:
+        raise BodyTimeoutError(
+            f"request body not received within {timeout_s:g}s ({received} bytes arrived)"
+        ) from exc
+    return b"".join(chunks)
+
+
+def _busy_response() -> bytes:
+    body = orjson.dumps({"error": {
+        "message": "the gateway is at its connection limit: retry shortly",
+        "type": "rate_limit_error", "param": None, "code": "too_many_connections"}})
+    return (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
+            b"Connection: close\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+
+
+class _Refuse(asyncio.Protocol):
+    """Answers 503 at once and ends the connection: it is never handed to aiohttp.
+
+    The answer is followed by a half-close, and what the client sends meanwhile is read and dropped
+    for a moment before the close: closing with unread data would send a reset, and the client
+    could lose the answer before reading it.
+    """
+
+    LINGER_S = 0.5
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass asyncio's
+        transport.write(_busy_response())
+        if transport.can_write_eof():
+            transport.write_eof()
+        asyncio.get_running_loop().call_later(self.LINGER_S, transport.close)
+
+    def data_received(self, data: bytes) -> None:
+        pass  # dropped: the answer is already out
+
+    def eof_received(self) -> bool:
+        return False  # the client is done: close now
+
+
+def _is_idle(handler: RequestHandler) -> bool:
+    """True when ``handler``'s connection is not inside a request: no complete request received
+    (slow headers) or idle between requests. Reads aiohttp 3.14 ``RequestHandler`` internals; the
+    edge tests pin the behaviour."""
+    return not handler._request_in_progress and not handler._messages and not handler._force_close
+
+
+class ConnectionGuard:
+    """A protocol factory in front of aiohttp's ``web.Server`` that caps open connections."""
+
+    def __init__(self, server: web.Server, max_connections: int,
+                 on_event: Callable[[str], None] | None = None) -> None:
+        self._server = server
+        self.max_connections = max_connections
+        self._on_event = on_event or (lambda _event: None)
+
+    def open_connections(self) -> int:
+        return sum(1 for h in self._server._connections if not h._force_close)
+
+    def __call__(self) -> asyncio.Protocol:
+        conns = self._server._connections  # insertion order: oldest first
+        if len(conns) >= self.max_connections and self.open_connections() >= self.max_connections:
+            victim = next((h for h in conns if _is_idle(h)), None)
+            if victim is None:
+                self._on_event("refused")
+                return _Refuse()
+            victim.force_close()
+            self._on_event("displaced")
+        return self._server()
+
+
+class GuardedSite(web.TCPSite):
+    """aiohttp's TCP site with ``ConnectionGuard`` as the protocol factory."""
+
+    def __init__(self, runner: web.BaseRunner, host: str, port: int, *, max_connections: int,
+                 on_event: Callable[[str], None] | None = None, backlog: int = 1024) -> None:
+        super().__init__(runner, host, port, reuse_address=True, backlog=backlog)
+        self._max_connections = max_connections
+        self._on_event = on_event
+        self.guard: ConnectionGuard | None = None
+
+    async def start(self) -> None:
+        self._runner._reg_site(self)  # BaseSite.start; TCPSite.start would pass the bare server
+        server = self._runner.server
+        assert server is not None
+        self.guard = ConnectionGuard(server, self._max_connections, self._on_event)
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            self.guard, self._host, self._port, backlog=self._backlog, reuse_address=self._reuse_address
+        )
+
+
+def raise_fd_limit(wanted: int) -> int:
+    """Raise the soft RLIMIT_NOFILE to ``wanted`` (capped by the hard limit); return the soft limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if target > soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError) as exc:  # not allowed here: keep the limit we have
+            log.warning("cannot raise the open-files limit to %d: %s", target, exc)
+    return soft
+
+
+def connection_cap(max_connections: int) -> int:
+    """``max_connections`` within what the open-files limit allows (logged when lowered)."""
+    soft = raise_fd_limit(max_connections + FD_RESERVE)
+    allowed = max(64, soft - FD_RESERVE)
+    if allowed < max_connections:
+        log.warning("--max-connections %d lowered to %d: the open-files limit is %d (ulimit -n)",
+                    max_connections, allowed, soft)
+        return allowed
+    return max_connections
