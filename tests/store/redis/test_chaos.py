@@ -2,7 +2,8 @@
 server and a 3-master cluster; one node, the seed node and every node frozen (SIGSTOP), killed and
 restarted. Checked: every operation within its bound (no retry, redirect or topology refresh on
 top), keys on healthy nodes keep hitting, hits resume within a second of the cluster being ok,
-a fresh client's first concurrent calls all succeed, and no fill lease outlives the fill wait."""
+a fresh client's first concurrent calls all succeed (a gateway learns the cluster's map before it
+serves), and no fill lease outlives the fill wait."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from mmgate.media.keys import url_key
 from mmgate.media.loader import MediaLoader
 from mmgate.store.redis.tier import RedisSharedTier, build_shared_tier
 from mmgate.store.types import LoadedImage
+from tests.support.gateway import gateway_settings, running_gateway
 from tests.support.images import make_image
 from tests.support.origin import ImageOrigin
 from tests.support.redis_servers import RedisClusterServers, RedisServer, running_cluster, running_standalone
@@ -263,3 +265,12 @@ async def test_lease_released_when_the_write_is_refused(standalone: RedisServer,
             raw.config_set("maxmemory", 0)
             await loader.close()
             await tier.close()
+
+
+async def test_gateway_learns_the_cluster_map_before_it_serves(cluster: RedisClusterServers) -> None:
+    settings = gateway_settings(cache={"redis_url": cluster.url, "redis_cluster": True})
+    async with running_gateway(settings) as gw:
+        tier = gw.gateway.loader._shared  # the tier the gateway built
+        assert isinstance(tier, RedisSharedTier)
+        assert tier.nodes.known  # before any request: the first ones never race a discovery
+        assert len(tier.nodes.names()) == len(cluster.nodes)
