@@ -10,6 +10,10 @@ are up (compared with the healthy phase), the longest wait on another process's 
 for a recovery phase how long after the server (cluster) was ok the first hit on its keys came.
 
     .venv/bin/python benchmarks/chaos_shared_tier.py --out results/chaos_shared_tier.json
+
+It also runs against the code before issue 11 (``mmgate.media.shared``, one process-wide error
+cool-down, redis-py's ``RedisCluster``) for a side-by-side: check out that commit, copy this script
+and ``tests/support/{origin,redis_servers}.py`` into it, and pass ``--label before``.
 """
 
 from __future__ import annotations
@@ -40,7 +44,11 @@ from tests.support.redis_servers import RedisClusterServers, RedisServer  # noqa
 from mmgate.config import CacheSettings, MediaSettings  # noqa: E402
 from mmgate.media.keys import url_key  # noqa: E402
 from mmgate.media.loader import MediaLoader  # noqa: E402
-from mmgate.store.redis.tier import RedisSharedTier, build_shared_tier  # noqa: E402
+
+try:
+    from mmgate.store.redis.tier import RedisSharedTier, build_shared_tier
+except ImportError:  # the code before the re-layout (and before issue 11), for a side-by-side
+    from mmgate.media.shared import RedisSharedTier, build_shared_tier  # type: ignore[no-redef]
 
 CONNECT_S = IO_S = 0.5
 ORIGIN_DELAY_S = 0.05
@@ -81,8 +89,9 @@ class Phase:
 class Chaos:
     """The load: ``WORKERS`` loops over two loaders, recording into the current phase."""
 
-    def __init__(self, urls: list[str], loaders: list[MediaLoader], tiers: list[RedisSharedTier]) -> None:
-        self.urls, self.loaders, self.tiers = urls, loaders, tiers
+    def __init__(self, urls: list[str], loaders: list[MediaLoader], tiers: list[RedisSharedTier],
+                 owners: dict[str, str]) -> None:
+        self.urls, self.loaders, self.tiers, self.owners = urls, loaders, tiers, owners
         self.phase = Phase("warm-up")
         self.phases: list[Phase] = []
         self._stop = False
@@ -98,17 +107,12 @@ class Chaos:
                 self.phase.lease_wait_max_s = max(self.phase.lease_wait_max_s, time.monotonic() - start)
         return timed
 
-    def node_of(self, url: str) -> str:
-        tier = self.tiers[0]
-        route = tier.nodes.route(tier.storage_keys(url_key(url))[0])
-        return route[0] if route is not None else "?"
-
     async def worker(self, index: int) -> None:
         rng = random.Random(index)
         loader = self.loaders[index % len(self.loaders)]
         while not self._stop:
             url = rng.choice(self.urls)
-            phase, node, start = self.phase, self.node_of(url), time.monotonic()
+            phase, node, start = self.phase, self.owners[url], time.monotonic()
             try:
                 _, outcome = await loader._load(url, None)  # private: the outcome of this one load
             except Exception:  # a failed request: what the aims count
@@ -145,7 +149,7 @@ def make_pool(origin: ImageOrigin) -> list[str]:
     return urls
 
 
-async def scenario(kind: str, tmp: Path, origin: ImageOrigin, urls: list[str]) -> list[dict[str, Any]]:
+async def scenario(kind: str, tmp: Path, origin: ImageOrigin, urls: list[str], label: str) -> list[dict[str, Any]]:
     cluster = kind == "cluster"
     servers = RedisClusterServers(tmp / "cluster") if cluster else None
     single = None if cluster else RedisServer(tmp / "standalone")
@@ -158,10 +162,17 @@ async def scenario(kind: str, tmp: Path, origin: ImageOrigin, urls: list[str]) -
     for _ in range(2):
         tier = build_shared_tier(cache, media, CollectorRegistry())
         assert isinstance(tier, RedisSharedTier)
-        await tier.start()
+        if hasattr(tier, "start"):  # (the code before issue 11 had no start-up step)
+            await tier.start()
         tiers.append(tier)
+    # The node holding each image's entry, asked of the cluster itself (not of the code under test).
+    value_keys = [tiers[0].storage_keys(url_key(u))[0] for u in urls]
+    if servers is not None:
+        owners = dict(zip(urls, (f"127.0.0.1:{n.port}" for n in servers.nodes_for_keys(value_keys)), strict=True))
+    else:
+        owners = dict.fromkeys(urls, "standalone")
     loaders = [MediaLoader(media, cache, shared=t) for t in tiers]
-    chaos = Chaos(urls, loaders, tiers)
+    chaos = Chaos(urls, loaders, tiers, owners)
     workers = [asyncio.create_task(chaos.worker(i)) for i in range(WORKERS)]
     try:
         await chaos.run_phase("warm-up", 3)
@@ -214,11 +225,11 @@ async def scenario(kind: str, tmp: Path, origin: ImageOrigin, urls: list[str]) -
         await asyncio.to_thread(servers.stop if servers else single.stop)  # type: ignore[union-attr]
     healthy = next(p for p in chaos.phases if p.name == "healthy")
     healthy_rate = healthy.up_hits / healthy.up_requests if healthy.up_requests else None
-    return [{"deployment": kind, **p.row(healthy_rate)} for p in chaos.phases if p.name != "warm-up"]
+    return [{"code": label, "deployment": kind, **p.row(healthy_rate)} for p in chaos.phases if p.name != "warm-up"]
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
-    cols = ["deployment", "phase", "requests", "failures", "p50_ms", "p99_ms", "max_ms", "hits",
+    cols = ["code", "deployment", "phase", "requests", "failures", "p50_ms", "p99_ms", "max_ms", "hits",
             "up_hit_rate", "up_vs_healthy", "lease_wait_max_ms", "first_hit_after_ms"]
     widths = [max(len(c), *(len(str(r[c])) for r in rows)) for c in cols]
     print("  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)))
@@ -230,6 +241,7 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="results/chaos_shared_tier.json")
     parser.add_argument("--only", choices=["standalone", "cluster"], default=None)
+    parser.add_argument("--label", default="after", help="names the code under test in the rows")
     args = parser.parse_args()
     origin = await ImageOrigin().start()
     urls = make_pool(origin)
@@ -238,7 +250,7 @@ async def main() -> None:
         with tempfile.TemporaryDirectory(prefix="mmgate-chaos-") as tmp:
             for kind in ("standalone", "cluster"):
                 if args.only in (None, kind):
-                    rows += await scenario(kind, Path(tmp), origin, urls)
+                    rows += await scenario(kind, Path(tmp), origin, urls, args.label)
     finally:
         await origin.stop()
     print_table(rows)
