@@ -18,6 +18,7 @@ from typing import Literal, TypeVar
 
 import pytest
 from prometheus_client import CollectorRegistry
+from redis.crc import key_slot
 
 from mmgate.config import CacheSettings, MediaSettings
 from mmgate.media.keys import url_key
@@ -274,3 +275,39 @@ async def test_gateway_learns_the_cluster_map_before_it_serves(cluster: RedisClu
         assert isinstance(tier, RedisSharedTier)
         assert tier.nodes.known  # before any request: the first ones never race a discovery
         assert len(tier.nodes.names()) == len(cluster.nodes)
+
+
+async def test_cluster_ask_and_moved_redirects_are_followed_once(cluster: RedisClusterServers) -> None:
+    tier = make_tier(cluster.url, cluster=True)
+    try:
+        await start(tier)
+        key = new_key()
+        await tier.put(key, image())
+        value_key = tier.storage_keys(key)[0]
+        src = cluster.node_for_key(value_key)
+        dst = next(n for n in cluster.nodes if n is not src)
+        slot = key_slot(value_key.encode())
+        ids = {}
+        for node in (src, dst):
+            with node.client() as c:
+                ids[node.port] = c.execute_command("CLUSTER", "MYID").decode()
+        with src.client() as s, dst.client() as d:
+            d.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", ids[src.port])
+            s.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", ids[dst.port])
+            s.execute_command("MIGRATE", "127.0.0.1", dst.port, "", 0, 5000, "KEYS", value_key)
+        # src answers ASK; dst serves the key only after ASKING on the same connection.
+        got, elapsed = await timed(tier.get(key))
+        assert got is not None and elapsed <= OP_S + SLACK_S
+        await asyncio.sleep(0.3)  # the refresh the redirect asked for is over
+        refreshes = tier.nodes.refreshes  # type: ignore[union-attr]
+        for node in cluster.nodes:
+            with node.client() as c:
+                c.execute_command("CLUSTER", "SETSLOT", slot, "NODE", ids[dst.port])
+        # The map still says src: src answers MOVED, followed at once and written into the map.
+        got, elapsed = await timed(tier.get(key))
+        assert got is not None and elapsed <= OP_S + SLACK_S
+        assert tier.nodes.refreshes == refreshes  # type: ignore[union-attr]  # no refresh did it
+        route = tier.nodes.route(value_key)
+        assert route is not None and route[0] == f"127.0.0.1:{dst.port}"
+    finally:
+        await tier.close()
