@@ -127,6 +127,8 @@ class ClusterNodes:
         attempt. Raises what the server or the connection raised (the caller bounds and logs)."""
         if self._refreshing is None or self._refreshing.done():
             self._refreshing = asyncio.create_task(self._refresh())
+            # Its callers may all have timed out: its failure is then nobody's to log.
+            self._refreshing.add_done_callback(_retrieved)
         await asyncio.shield(self._refreshing)
 
     async def _refresh(self) -> None:
@@ -175,6 +177,11 @@ async def run_redirected(client: Redis, args: tuple[Any, ...], *, asking: bool) 
     pipe.execute_command("ASKING")
     pipe.execute_command(*args)
     return (await pipe.execute())[1]
+
+
+def _retrieved(task: asyncio.Task[None]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 def _text(value: bytes | str) -> str:
