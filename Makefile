@@ -5,8 +5,17 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 ARGS ?=
+# Real vLLM (its CPU build) lives in a venv of its own, apart from mmgate's; point VLLM_VENV at an
+# existing one to skip the install (e.g. `make test VLLM_VENV=/work/vllm-venv`).
+VLLM_VENV ?= .venv-vllm
+VLLM_PY := $(VLLM_VENV)/bin/python
+VLLM_STAMP := $(VLLM_VENV)/.mmgate-vllm-installed
+VLLM_MODEL ?= build/tiny-qwen2vl
+REPLICAS ?= 2
+export MMGATE_VLLM_VENV := $(abspath $(VLLM_VENV))
+export MMGATE_VLLM_MODEL := $(abspath $(VLLM_MODEL))
 
-.PHONY: run test install install-test redis lint typecheck pytest bench clean
+.PHONY: run test install install-test redis lint typecheck pytest bench clean vllm run-vllm
 
 # Debian's own python3 needs python3-venv for `-m venv`: installed when missing and we are root.
 $(BIN)/python:
@@ -32,6 +41,28 @@ install: $(VENV)/.installed
 
 install-test: $(VENV)/.installed-test
 
+# vLLM's CPU build, pinned (tools/vllm-requirements.txt), plus the torchvision workaround; once
+# (the stamp), again only when the pins or the workaround change.
+$(VLLM_STAMP): tools/vllm-requirements.txt tools/patch_torchvision.py | $(BIN)/python
+	@test -x $(VLLM_PY) || $(PYTHON) -m venv $(VLLM_VENV) || { \
+	  echo "make vllm: '$(PYTHON) -m venv $(VLLM_VENV)' failed" >&2; exit 1; }
+	@echo "make vllm: installing vLLM's CPU build into $(VLLM_VENV) (once: ~4 min, ~3.5 GB)"
+	@$(VLLM_PY) -m pip install -q -r tools/vllm-requirements.txt || { \
+	  echo "make vllm: pip could not install tools/vllm-requirements.txt into $(VLLM_VENV) (pip's error above)" >&2; exit 1; }
+	@$(VLLM_PY) -m pip uninstall -y -q torchaudio torchcodec
+	@$(VLLM_PY) tools/patch_torchvision.py
+	@$(VLLM_PY) -c "import vllm, vllm.entrypoints.openai.api_server, torchvision.transforms.v2" || { \
+	  echo "make vllm: vLLM is installed in $(VLLM_VENV) but does not import (error above)" >&2; exit 1; }
+	@touch $@
+
+## vllm: the pinned vLLM venv and the tiny Qwen2-VL model directory (no download, dummy weights)
+vllm: $(VLLM_STAMP)
+	@$(VLLM_PY) tools/tiny_qwen2vl.py --out $(VLLM_MODEL)
+
+## run-vllm: REPLICAS real vLLM replicas on loopback with the gateway in front on $(HOST):$(PORT)
+run-vllm: install vllm
+	$(BIN)/python tools/run_vllm.py --replicas $(REPLICAS) --host $(HOST) --port $(PORT) -- $(ARGS)
+
 ## run: install mmgate and serve the gateway with two embedded engines (sim) on $(HOST):$(PORT)
 run: install
 	$(BIN)/mmgate serve --host $(HOST) --port $(PORT) $(ARGS)
@@ -48,16 +79,16 @@ redis:
 	@redis-server --version
 
 lint: install-test
-	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks tools
 
 typecheck: install-test
 	$(BIN)/mypy
 
-pytest: install-test redis
+pytest: install-test redis vllm
 	$(BIN)/python -m pytest -q $(ARGS)
 
-## test: install the test extras and redis-server, then ruff, mypy and pytest
-test: install-test redis lint typecheck pytest
+## test: install the test extras, redis-server and vLLM, then ruff, mypy and pytest (real vLLM included)
+test: install-test redis vllm lint typecheck pytest
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build/tiny-qwen2vl

@@ -1,8 +1,9 @@
-"""Fixtures shared across the test packages: real redis-server processes and a real image origin,
-all on loopback."""
+"""Fixtures shared across the test packages: real redis-server processes, a real image origin and
+real vLLM replicas, all on loopback."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -15,6 +16,7 @@ from tests.support.redis_servers import (
     running_cluster,
     running_standalone,
 )
+from tests.support.vllm import VllmReplica, VllmSetup, VllmUnavailable, running_replicas
 
 
 @pytest.fixture(scope="module")
@@ -49,3 +51,32 @@ async def origin() -> AsyncIterator[ImageOrigin]:
         yield server
     finally:
         await server.stop()
+
+
+# A test that uses real vLLM may wait for the replicas' start (60-90 s each, in parallel, on 2
+# shared cores) on top of its own bounded requests: it gets this timeout instead of the default.
+VLLM_TEST_TIMEOUT_S = 600
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "vllm_replicas" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.timeout(VLLM_TEST_TIMEOUT_S))
+
+
+@pytest.fixture(scope="session")
+def vllm_replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[VllmReplica]]:
+    """Two real vLLM replicas (CPU build, tiny Qwen2-VL, dummy weights), started once per session
+    in parallel, stopped at its end. See ``tests/support/vllm.py``.
+
+    A missing vLLM venv fails the tests that use it (``make test`` builds it with ``make vllm``);
+    only an explicit ``MMGATE_SKIP_VLLM=1`` skips them, and never under CI.
+    """
+    if os.environ.get("MMGATE_SKIP_VLLM") == "1" and not os.environ.get("CI"):
+        pytest.skip("MMGATE_SKIP_VLLM=1: real-vLLM tests skipped on request")
+    try:
+        setup = VllmSetup.locate()
+    except VllmUnavailable as exc:
+        pytest.fail(str(exc), pytrace=False)
+    with running_replicas(2, tmp_path_factory.mktemp("vllm"), setup=setup) as replicas:
+        yield replicas

@@ -1,0 +1,44 @@
+"""Tenant-namespaced uuids against real vLLM: two tenants choosing the same uuid never share an
+image in vLLM's processor cache, and vLLM never sees a client's uuid verbatim."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.support.recorder import recording_proxy
+from tests.support.vllm import VllmReplica, running_gateway_process
+from tests.vllm.conftest import GATEWAY_FLAGS
+from tests.vllm.helpers import body, chat, fresh_jpeg, image
+
+
+async def test_same_uuid_two_tenants_two_cache_entries(vllm_replicas: list[VllmReplica], tmp_path: Path) -> None:
+    keys = tmp_path / "keys.txt"
+    keys.write_text("key-a tenant-a\nkey-b tenant-b\n")
+    replica = vllm_replicas[0]
+    a = {"Authorization": "Bearer key-a", "x-session-id": "s-tenant-a"}
+    b = {"Authorization": "Bearer key-b", "x-session-id": "s-tenant-b"}
+    async with recording_proxy(replica.url) as rec:
+        with running_gateway_process([rec.url], tmp_path / "gw.log", "--api-keys-file", str(keys),
+                                     *GATEWAY_FLAGS) as gw:
+            seeded = await chat(gw.url, body(image(fresh_jpeg(), "shared")), a)
+            queries, hits = replica.cache_counters()
+            # Tenant B names A's uuid without bytes: nobody holds B's "shared".
+            stolen = await chat(gw.url, body(image(None, "shared")), b)
+            after_stolen = replica.cache_counters()
+            own = await chat(gw.url, body(image(fresh_jpeg(), "shared")), b)
+            after_own = replica.cache_counters()
+            mine = await chat(gw.url, body(image(None, "shared")), a)
+            after_mine = replica.cache_counters()
+    assert seeded.status == 200, seeded.json
+    assert stolen.status == 400 and "shared" in stolen.message
+    assert after_stolen == (queries, hits)  # vLLM missed (a miss is no query): no hit on A's image
+    assert own.status == 200 and after_own == (after_stolen[0] + 1, hits)  # B's image is a miss: its own entry
+    assert mine.status == 200 and after_mine == (after_own[0] + 1, hits + 1)  # A still hits its own
+    sent_keys = [part["uuid"] for i in range(len(rec.bodies)) for part in rec.image_parts(i)]
+    assert "shared" not in sent_keys
+    # seeded (A), stolen (B's own key: vLLM's miss, then the gateway's 400), own (B), mine (A).
+    assert len(sent_keys) == 4
+    key_a, key_b = sent_keys[0], sent_keys[1]
+    assert key_a != key_b
+    assert sent_keys[2:] == [key_b, key_a]
+    assert rec.image_parts(1) == [{"type": "image_url", "image_url": None, "uuid": key_b}]
