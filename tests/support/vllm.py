@@ -186,13 +186,16 @@ class VllmReplica(_Process):
         self.stop()
         self.start()
 
-    def metrics_text(self) -> str:
-        return _get(self.url + "/metrics", timeout=10.0)[1].decode()
-
     def cache_counters(self) -> tuple[float, float]:
         """(``vllm:mm_cache_queries_total``, ``vllm:mm_cache_hits_total``) of this replica."""
-        values = {name: float(v) for name, v in _COUNTER.findall(self.metrics_text())}
-        return values.get("vllm:mm_cache_queries_total", 0.0), values.get("vllm:mm_cache_hits_total", 0.0)
+        return cache_counters(self.url)
+
+
+def cache_counters(url: str) -> tuple[float, float]:
+    """An engine's (``vllm:mm_cache_queries_total``, ``vllm:mm_cache_hits_total``) from its /metrics."""
+    text = _get(url + "/metrics", timeout=10.0)[1].decode()
+    values = {name: float(v) for name, v in _COUNTER.findall(text)}
+    return values.get("vllm:mm_cache_queries_total", 0.0), values.get("vllm:mm_cache_hits_total", 0.0)
 
 
 def start_replicas(setup: VllmSetup, count: int, log_dir: Path, *,
@@ -223,6 +226,21 @@ def running_replicas(count: int, log_dir: Path, *, extra_args: Sequence[str] = (
     finally:
         for r in replicas:
             r.stop()
+
+
+class SimProcess(_Process):
+    """``mmgate sim`` as its own process, serving the same model name as the replicas."""
+
+    name = "mmgate sim"
+    model = SERVED_MODEL
+
+    def start(self, args: Sequence[str] = (), timeout_s: float = 30.0) -> None:
+        self._spawn([sys.executable, "-m", "mmgate", "sim", "--host", "127.0.0.1", "--port", str(self.port),
+                     "--model", self.model, *args])
+        self.wait_ready(time.monotonic() + timeout_s)
+
+    def cache_counters(self) -> tuple[float, float]:
+        return cache_counters(self.url)
 
 
 class GatewayProcess(_Process):
