@@ -49,6 +49,15 @@ class MediaSettings(Frozen):
     allowed_local_media_path: str | None = setting(
         None, flag="--allowed-local-media-path",
         help="directory file: image URLs may read from (file: is refused without it)")
+    max_request_pixels: int = setting(
+        160_000_000, flag="--max-request-pixels", gt=0,
+        help="most pixels decoded for one request's images (400 past it; cached images are free)")
+    large_image_pixels: int = setting(
+        4_000_000, flag="--large-image-pixels", gt=0,
+        help="images over this many pixels decode in a lane of their own (one thread), apart from the rest")
+    max_decode_queue_pixels: int = setting(
+        160_000_000, flag="--max-decode-queue-pixels", gt=0,
+        help="most pixels of large images queued or decoding at once; past it 429 with Retry-After")
     decode_workers: int = setting(2, flag="--decode-workers", ge=1, le=64,
                                   help="threads validating (decoding) images")
 
@@ -208,6 +217,9 @@ class GatewaySettings(Frozen):
     reuse_backend_cache_gb: float = setting(
         4.0, flag="--reuse-backend-cache-gb", group="routing, reuse and tenants", ge=0,
         help="processor-cache size assumed per vllm backend (vLLM's --mm-processor-cache-gb)")
+    reuse_tracked_uuids: int = setting(
+        65536, flag="--reuse-tracked-uuids", group="routing, reuse and tenants", ge=1,
+        help="uuids remembered per vllm backend as sent (about 250 bytes of gateway memory each)")
     uuid_store_bytes: int = setting(256 * MiB, flag="--uuid-store-bytes", group="routing, reuse and tenants",
                                     ge=0, help="local byte budget of the uuid -> image store used for healing")
     uuid_ttl_s: int = setting(3600, flag="--uuid-ttl", group="routing, reuse and tenants", gt=0,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import sys
 
 from prometheus_client import CollectorRegistry
 
@@ -13,6 +14,7 @@ from mmgate.config import CacheSettings, MediaSettings
 from mmgate.reuse import UUIDStore
 from mmgate.reuse.store import SHARED_PREFIX
 from mmgate.store import LoadedImage, RedisSharedTier, build_shared_tier
+from mmgate.store.lru import ENTRY_BYTES
 from tests.support.redis_servers import RedisServer
 
 
@@ -31,14 +33,15 @@ def tier(server: RedisServer, registry: CollectorRegistry | None = None) -> Redi
 
 async def test_local_put_peek_get_and_byte_bound() -> None:
     one = image()
-    store = UUIDStore(local_bytes=2 * one.footprint_bytes + 10, ttl_s=60)
+    per_entry = one.footprint_bytes + sys.getsizeof("u1") + ENTRY_BYTES  # the key and the map's bookkeeping too
+    store = UUIDStore(local_bytes=2 * per_entry + 10, ttl_s=60)
     assert store.peek("u1") is None and await store.get("u1") is None
     store.put("u1", one)
     assert store.peek("u1") is one and await store.get("u1") is one
     store.put("u2", image())
     store.put("u3", image())  # over the budget: the least recent goes
     assert len(store) == 2 and store.peek("u1") is None
-    assert store.num_cached_bytes <= 2 * one.footprint_bytes + 10
+    assert store.num_cached_bytes <= 2 * per_entry + 10
     await store.close()
 
 

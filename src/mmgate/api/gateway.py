@@ -97,7 +97,7 @@ class Gateway:
         self.stopping = False
         # The chat requests in flight (their handler tasks): what a shutdown drains, then cuts.
         self.inflight: set[asyncio.Task[object]] = set()
-        sent = SentTracker(int(settings.reuse_backend_cache_gb * 1024**3))
+        sent = SentTracker(int(settings.reuse_backend_cache_gb * 1024**3), max_entries=settings.reuse_tracked_uuids)
         self.reuse = ReuseSender(store, sent, metrics, auto=settings.reuse == "auto")
 
     def session_id(self, headers: Mapping[str, str]) -> str | None:
@@ -183,11 +183,12 @@ class Gateway:
         to_load = [(s, s.url) for s in slots if s.url is not None]
         if not to_load:
             return {}
+        budget = self.loader.pixel_budget()  # the pixels this request may have decoded
         if len(to_load) == 1:
             slot, url = to_load[0]
-            return {slot.index: await self.loader.load(url, session_id=session_id, param=slot.param)}
+            return {slot.index: await self.loader.load(url, session_id=session_id, param=slot.param, budget=budget)}
         tasks = [
-            asyncio.create_task(self.loader.load(url, session_id=session_id, param=slot.param))
+            asyncio.create_task(self.loader.load(url, session_id=session_id, param=slot.param, budget=budget))
             for slot, url in to_load
         ]
         try:

@@ -4,22 +4,25 @@
                                                                    (lease/wait)   (http(s), file:,
                                                                                    or data: bytes)
                                                    ◄── put local + shared ◄── validate + sha256
-                                                                              (thread pool)
+                                                                              (decode lanes)
 
 Only validated bytes ever enter a tier, so a bad image never poisons a cache and a hit needs no
 second decode. A ``data:`` URL is keyed by a hash of its base64 text: a repeat costs one hash
 (no base64 decode, no image decode). Every ``MediaError`` raised carries the caller's ``param``.
+
+Validation runs in two steps: a header probe (format, size: cheap, normal lane), then the full
+decode in the lane the image's size picks, after the request's ``PixelBudget`` has been charged
+(``mmgate.media.decode``): one request's giant images neither hold up other requests nor cost more
+than the per-request pixel limit.
 """
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import functools
 import hashlib
 import logging
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from prometheus_client import CollectorRegistry
@@ -27,6 +30,7 @@ from prometheus_client import CollectorRegistry
 from mmgate.config import CacheSettings, MediaSettings
 from mmgate.errors import ForbiddenURLError, MediaError, OriginError
 from mmgate.media.dataurl import DataURL, decode_payload, is_data_url, parse_data_url, payload_digest
+from mmgate.media.decode import DecodeLanes, PixelBudget
 from mmgate.media.dns import Lookup
 from mmgate.media.inflight import InflightMap
 from mmgate.media.keys import data_url_key, scope_key, url_key
@@ -34,7 +38,7 @@ from mmgate.media.metrics import MediaMetrics, Outcome
 from mmgate.media.origin import OriginFetcher
 from mmgate.media.passthrough import check_passthrough_url
 from mmgate.media.policy import UrlPolicy
-from mmgate.media.validate import ImageInfo, validate_image
+from mmgate.media.validate import ImageInfo, probe_image, validate_image
 from mmgate.store import ByteLRU, LoadedImage, SharedTier
 
 log = logging.getLogger(__name__)
@@ -76,22 +80,30 @@ class MediaLoader:
             _footprint,
             max_entry_bytes=int(cache.local_cache_bytes * cache.local_max_entry_fraction),
             ttl_s=cache.cache_ttl_s,
+            count_entries=True,
         )
         self._inflight: InflightMap[str, tuple[LoadedImage, Outcome]] = InflightMap()
         self._closed = False
-        self._executor = ThreadPoolExecutor(
-            max_workers=media.decode_workers, thread_name_prefix="mmgate-media"
+        self._lanes = DecodeLanes(
+            workers=media.decode_workers, large_image_pixels=media.large_image_pixels,
+            max_queue_pixels=media.max_decode_queue_pixels,
         )
 
+    def pixel_budget(self) -> PixelBudget:
+        """A fresh per-request budget of decoded pixels (``--max-request-pixels``)."""
+        return PixelBudget(self._media.max_request_pixels)
+
     async def load(
-        self, url: str, *, session_id: str | None = None, param: str | None = None
+        self, url: str, *, session_id: str | None = None, param: str | None = None,
+        budget: PixelBudget | None = None,
     ) -> LoadedImage:
         """The validated image ``url`` points at (http(s), ``data:`` or allowed ``file:``).
 
-        Raises a ``MediaError`` subclass carrying ``param`` (the client's part path).
+        Raises a ``MediaError`` subclass carrying ``param`` (the client's part path). ``budget``:
+        the request's pixel budget, charged for the images this load decodes (not for cache hits).
         """
         try:
-            image, outcome = await self._load(url, session_id)
+            image, outcome = await self._load(url, session_id, budget)
         except MediaError as exc:
             self.metrics.load("error")
             raise _with_param(exc, param) from exc.__cause__
@@ -112,17 +124,19 @@ class MediaLoader:
         self._closed = True
         await self._inflight.close()
         await self._fetcher.close()
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        self._lanes.shutdown()
 
     # -- the pipeline ----------------------------------------------------------------------
 
-    async def _load(self, url: str, session_id: str | None) -> tuple[LoadedImage, Outcome]:
+    async def _load(
+        self, url: str, session_id: str | None, budget: PixelBudget | None
+    ) -> tuple[LoadedImage, Outcome]:
         if self._closed:
             raise OriginError("the media loader is shutting down; retry the request")
         if not isinstance(url, str) or not url:
             raise ForbiddenURLError("the image URL is empty")
         if is_data_url(url):
-            return await self._load_data_url(url, session_id)
+            return await self._load_data_url(url, session_id, budget)
         is_file = url[:5].lower() == "file:"
         if not is_file:
             # Pure and cheap: runs before any tier, so a hit never bypasses the policy.
@@ -133,11 +147,13 @@ class MediaLoader:
             raise ForbiddenURLError(f"malformed image URL: {exc}") from exc
 
         async def produce() -> LoadedImage:
-            return await self._validated(await self._fetcher.fetch(url))
+            return await self._validated(await self._fetcher.fetch(url), budget)
 
         return await self._through_tiers(key, session_id, produce)
 
-    async def _load_data_url(self, url: str, session_id: str | None) -> tuple[LoadedImage, Outcome]:
+    async def _load_data_url(
+        self, url: str, session_id: str | None, budget: PixelBudget | None
+    ) -> tuple[LoadedImage, Outcome]:
         parsed = parse_data_url(url, max_bytes=self._media.max_image_bytes)
         if parsed.num_bytes >= _INLINE_HASH_BYTES:
             key = data_url_key(await self._in_pool(payload_digest, parsed))
@@ -145,7 +161,7 @@ class MediaLoader:
             key = data_url_key(payload_digest(parsed))
 
         async def produce() -> LoadedImage:
-            return await self._validated(parsed)
+            return await self._validated(parsed, budget)
 
         return await self._through_tiers(key, session_id, produce)
 
@@ -197,28 +213,38 @@ class MediaLoader:
         self.metrics.local_cache_bytes.set(self.local.num_cached_bytes)
         self.metrics.local_cache_entries.set(len(self.local))
 
-    async def _validated(self, source: bytes | DataURL) -> LoadedImage:
-        """Decode (data: URLs), validate and hash ``source``: one thread-pool job."""
-        data, info, digest = await self._in_pool(
-            _decode_validate_hash, source, self._media.allowed_formats, self._media.max_image_pixels
+    async def _validated(self, source: bytes | DataURL, budget: PixelBudget | None) -> LoadedImage:
+        """Decode (data: URLs) and probe ``source``, charge the budget, then validate and hash it in
+        the lane its size picks."""
+        media = self._media
+        data, probed = await self._in_pool(_decode_probe, source, media.allowed_formats, media.max_image_pixels)
+        pixels = probed.width * probed.height
+        if budget is not None:
+            budget.charge(pixels)
+        info, digest = await self._lanes.run(
+            pixels, _validate_hash, data, media.allowed_formats, media.max_image_pixels
         )
         return LoadedImage(data=data, mime=info.mime, width=info.width, height=info.height, digest=digest)
 
     async def _in_pool(self, fn: Callable[..., _T], *args: object) -> _T:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, functools.partial(fn, *args))
+        """Small work (hashes, base64, header probes) in the normal lane."""
+        return await self._lanes.run(0, fn, *args)
 
 
 def _footprint(image: LoadedImage) -> int:
     return image.footprint_bytes
 
 
-def _decode_validate_hash(
+def _decode_probe(
     source: bytes | DataURL, allowed_formats: tuple[str, ...], max_pixels: int
-) -> tuple[bytes, ImageInfo, str]:
+) -> tuple[bytes, ImageInfo]:
     data = decode_payload(source) if isinstance(source, DataURL) else source
+    return data, probe_image(data, allowed_formats=allowed_formats, max_pixels=max_pixels)
+
+
+def _validate_hash(data: bytes, allowed_formats: tuple[str, ...], max_pixels: int) -> tuple[ImageInfo, str]:
     info = validate_image(data, allowed_formats=allowed_formats, max_pixels=max_pixels)
-    return data, info, hashlib.sha256(data).hexdigest()
+    return info, hashlib.sha256(data).hexdigest()
 
 
 def _with_param(exc: MediaError, param: str | None) -> MediaError:

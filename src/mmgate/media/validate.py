@@ -30,8 +30,15 @@ class ImageInfo:
     height: int
 
 
+def probe_image(data: bytes, *, allowed_formats: tuple[str, ...], max_pixels: int) -> ImageInfo:
+    """Format and size from the image's header (no pixel is decoded); the same checks and errors as
+    ``validate_image`` up to the decode. Cheap: what decides a decode's lane and budget."""
+    return validate_image(data, allowed_formats=allowed_formats, max_pixels=max_pixels, decode=False)
+
+
 def validate_image(
-    data: bytes, *, allowed_formats: tuple[str, ...], max_pixels: int, use_draft: bool = True
+    data: bytes, *, allowed_formats: tuple[str, ...], max_pixels: int, use_draft: bool = True,
+    decode: bool = True,
 ) -> ImageInfo:
     """Check that ``data`` is a complete image in an allowed format within ``max_pixels``."""
     if not data:
@@ -49,6 +56,8 @@ def validate_image(
                     f"over the {max_pixels}-pixel limit"
                 )
             mime = img.get_format_mimetype() or Image.MIME.get(fmt, "application/octet-stream")
+            if not decode:
+                return ImageInfo(format=fmt, mime=mime, width=width, height=height)
             if use_draft and fmt == "JPEG":
                 img.draft(img.mode, (max(1, width // 8), max(1, height // 8)))
             img.load()

@@ -21,15 +21,18 @@ def estimated_processed_bytes(width: int, height: int, max_pixels: int) -> int:
 class SentTracker:
     """Per-backend memory of uuids sent with data."""
 
-    def __init__(self, budget_bytes: int, *, max_pixels: int = 1280 * 28 * 28) -> None:
+    def __init__(self, budget_bytes: int, *, max_pixels: int = 1280 * 28 * 28, max_entries: int = 65536) -> None:
         self.budget_bytes = budget_bytes
+        # The gateway's own memory: ~250 bytes an entry, so at most ~16 MiB per backend by default
+        # (the byte budget models the backend's cache, not this process).
+        self.max_entries = max_entries
         self.max_pixels = max_pixels
         self._per_backend: dict[str, ByteLRU[str, int]] = {}
 
     def _lru(self, backend: str) -> ByteLRU[str, int]:
         lru = self._per_backend.get(backend)
         if lru is None:
-            lru = ByteLRU(self.budget_bytes, size_of=int)
+            lru = ByteLRU(self.budget_bytes, size_of=int, max_entries=self.max_entries)
             self._per_backend[backend] = lru
         return lru
 

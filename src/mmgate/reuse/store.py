@@ -29,7 +29,7 @@ class UUIDStore:
         self, local_bytes: int, ttl_s: float, shared: SharedTier | None = None, *, max_pending_writes: int = 64
     ) -> None:
         self._local: ByteLRU[str, LoadedImage] = ByteLRU(
-            local_bytes, size_of=lambda i: i.footprint_bytes, ttl_s=ttl_s
+            local_bytes, size_of=lambda i: i.footprint_bytes, ttl_s=ttl_s, count_entries=True
         )
         self._shared = shared
         self._pending: set[asyncio.Task[None]] = set()

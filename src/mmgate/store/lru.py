@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Generic, TypeVar
+
+# What one entry costs this map beyond its key and value: the (value, size, expiry) tuple with its
+# numbers and the ordered dict's node (CPython 3.11, measured with tracemalloc: ~130 bytes).
+ENTRY_BYTES = 130
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -27,12 +32,18 @@ class ByteLRU(Generic[K, V]):
         max_entry_bytes: int | None = None,
         ttl_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
+        count_entries: bool = False,
+        max_entries: int | None = None,
     ) -> None:
         if max_bytes < 0:
             raise ValueError("max_bytes must be >= 0")
         self.max_bytes = max_bytes
         self.max_entry_bytes = max_bytes if max_entry_bytes is None else min(max_entry_bytes, max_bytes)
         self._size_of = size_of
+        # count_entries: each entry also costs its key and this map's own bookkeeping, so the byte
+        # budget bounds real memory even for tiny values. max_entries: a cap on the count itself.
+        self._count_entries = count_entries
+        self._max_entries = max_entries
         self._ttl_s = ttl_s
         self._clock = clock
         # key -> (value, size, expires_at or None)
@@ -64,6 +75,8 @@ class ByteLRU(Generic[K, V]):
     def put(self, key: K, value: V) -> bool:
         """Insert or replace; evict least-recently-used entries to fit. False if not cached."""
         size = self._size_of(value)
+        if self._count_entries:
+            size += sys.getsizeof(key) + ENTRY_BYTES
         if size > self.max_entry_bytes or self.max_bytes == 0:
             self.pop(key)  # a stale smaller value under this key must not outlive the new one
             return False
@@ -71,7 +84,9 @@ class ByteLRU(Generic[K, V]):
         expires_at = None if self._ttl_s is None else self._clock() + self._ttl_s
         self._entries[key] = (value, size, expires_at)
         self._num_bytes += size
-        while self._num_bytes > self.max_bytes:
+        while self._num_bytes > self.max_bytes or (
+            self._max_entries is not None and len(self._entries) > self._max_entries
+        ):
             _old_key, (_old, old_size, _exp) = self._entries.popitem(last=False)
             self._num_bytes -= old_size
         return True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -29,13 +30,23 @@ class LoadedImage:
 
     @property
     def footprint_bytes(self) -> int:
-        """Memory this image may hold: its bytes plus its data URL once built (what caches count)."""
-        return len(self.data) + 4 * ((len(self.data) + 2) // 3) + len(self.mime) + 13
+        """Memory this image holds once its data URL is built (what caches count): the bytes, the
+        data URL, the digest and mime strings and the object itself, each with its CPython header."""
+        n = len(self.data)
+        return _FIXED_BYTES + n + 4 * ((n + 2) // 3) + 2 * len(self.mime) + len("data:;base64,")
 
     def data_url(self) -> str:
         if self._data_url is None:
             self._data_url = f"data:{self.mime};base64," + pybase64.b64encode_as_string(self.data)
         return self._data_url
+
+
+# The per-image constant of ``footprint_bytes``: the object, and the headers of its bytes, data URL,
+# mime and 64-character digest strings.
+_FIXED_BYTES = (
+    sys.getsizeof(LoadedImage(b"", "", 0, 0, "")) + sys.getsizeof(b"") + 2 * sys.getsizeof("")
+    + sys.getsizeof("0" * 64)
+)
 
 
 class SharedTier(Protocol):

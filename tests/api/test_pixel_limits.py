@@ -1,0 +1,63 @@
+"""Validation work per request is bounded, through a real ``mmgate serve`` process: a request whose
+images add up to more pixels than ``--max-request-pixels`` is refused before it costs more, and a
+full queue of large-image decodes answers 429 with ``Retry-After`` while small images go on."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from PIL import Image
+
+from tests.support.serve_process import serve_process
+
+MODEL = "mmgate-sim-vl"
+
+
+def png_url(size: int, seed: int) -> str:
+    buf = io.BytesIO()
+    Image.new("L", (size, size), seed).save(buf, "PNG", compress_level=1)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+@pytest.fixture(scope="module")
+def giants() -> list[str]:
+    return [png_url(4000, seed) for seed in range(6)]  # 16 M pixels each, ~50 KB each
+
+
+def turn(*urls: str) -> dict[str, Any]:
+    parts = [{"type": "image_url", "image_url": {"url": u}} for u in urls]
+    return {"model": MODEL, "max_tokens": 1, "messages": [{"role": "user", "content": [{"type": "text", "text": "x"}, *parts]}]}
+
+
+async def post(url: str, body: Any) -> tuple[int, dict[str, str], Any]:
+    async with aiohttp.ClientSession() as s, s.post(url + "/v1/chat/completions", json=body) as r:
+        return r.status, dict(r.headers), await r.json(content_type=None)
+
+
+async def test_a_request_over_its_pixel_budget_is_refused_naming_the_part(tmp_path: Path, giants: list[str]) -> None:
+    with serve_process(tmp_path, "--max-request-pixels", "40000000") as gw:
+        status, _, body = await post(gw.url, turn(*giants[:2]))  # 32 M: within
+        assert status == 200, body
+        status, _, body = await post(gw.url, turn(*giants[2:5]))  # 48 M: the third crosses it
+        assert status == 400 and body["error"]["code"] == "image_too_large"
+        assert "--max-request-pixels" in body["error"]["message"]
+        assert body["error"]["param"].startswith("messages[0].content[")
+
+
+async def test_a_full_large_image_queue_is_a_429_and_small_images_still_pass(tmp_path: Path, giants: list[str]) -> None:
+    with serve_process(tmp_path, "--max-decode-queue-pixels", "35000000", "--large-image-pixels", "1000000") as gw:
+        results = await asyncio.gather(*(post(gw.url, turn(giants[i], giants[(i + 3) % 6])) for i in range(6)))
+        statuses = [r[0] for r in results]
+        assert 429 in statuses and 200 in statuses, statuses
+        busy = next(r for r in results if r[0] == 429)
+        assert busy[1]["Retry-After"] == "1" and busy[2]["error"]["code"] == "gateway_busy"
+        started = time.perf_counter()
+        status, _, _ = await post(gw.url, turn(png_url(64, 7)))
+        assert status == 200 and time.perf_counter() - started < 5
