@@ -68,6 +68,8 @@ def test_every_image_shape_becomes_one_canonical_image_slot(part: dict[str, Any]
         ({"type": "text", "video_url": AV, "uuid": "u"}, "images only"),
         ({"input_audio": {"data": "AA==", "format": "wav"}, "uuid": "u"}, "images only"),
         ({"type": "text", "text": "hi", "uuid": "u"}, "only image parts carry a uuid"),
+        ({"type": "tool_reference", "name": "x", "uuid": "u"}, "only image parts carry a uuid"),
+        ({"type": "text", "tool_reference": "x", "uuid": "u"}, "only image parts carry a uuid"),
         ({"type": "text", "text": "hi", "image_url": {"url": URL}}, "must not carry media keys"),
         ({"type": "refusal", "refusal": "no", "video_url": AV}, "must not carry media keys"),
         ({"type": "image_url", "image_url": {"url": URL}, "video_url": AV}, "one medium per part"),

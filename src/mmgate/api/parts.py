@@ -123,6 +123,8 @@ def parse_part(part: Any, *, max_uuid_length: int) -> PartSpec:
     kind = classify(part)
     media = [k for k in MEDIA_KEYS if k in part]
     if kind in TEXT_TYPES or kind == "tool_reference":
+        if part.get("uuid") is not None:
+            raise InvalidRequestError(f"'uuid' on a {kind!r} part: only image parts carry a uuid")
         if media:
             raise InvalidRequestError(
                 f"a {kind!r} part must not carry media keys ({', '.join(sorted(media))}): "

@@ -1,0 +1,328 @@
+"""The HTTP edge under hostile load, on loopback: does a normal client stay served?
+
+One ``mmgate serve`` process in front of one ``mmgate sim`` process (a vLLM stand-in, fast timing).
+A *normal request* is one chat turn with a small PNG (a new one each time, so it is decoded); it is
+sent at a steady rate and its latency recorded, in these phases, side by side in one run:
+
+* ``unloaded``   — nothing else going on;
+* ``slowloris``  — N slow connections (default 20,000, from two helper processes of their own) that
+                   trickle header bytes and reconnect whenever the gateway closes them;
+* ``giants``     — 4 clients in a loop, each sending requests of 8 giant-pixel PNGs (6300x6300,
+                   ~115 KB each: cheap to send, 40 M pixels to decode);
+
+and, last, a ``soak``: 256k distinct tiny images (16 a request, each with a uuid) through a gateway
+with small cache budgets, reporting its RSS against base + the configured budgets.
+
+Every phase is bounded in time and stops by itself; children are killed on every exit path. Prints
+a table and writes JSON (``--out``). ``ulimit -n`` is raised (soft to hard) in every process.
+
+    .venv/bin/python benchmarks/edge_load.py --out bench-out/edge_load.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import io
+import json
+import multiprocessing
+import os
+import resource
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+from PIL import Image
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _procs import free_port, start, stop
+
+MODEL = "mmgate-sim-vl"
+MiB = 1024 * 1024
+
+
+def raise_nofile() -> int:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def png_url(width: int, height: int, seed: int, mode: str = "RGB") -> str:
+    buf = io.BytesIO()
+    color: Any = seed % 256 if mode == "L" else (seed % 256, (seed // 256) % 256, (seed // 65536) % 256)
+    Image.new(mode, (width, height), color).save(buf, "PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def turn(parts: list[dict[str, Any]]) -> bytes:
+    return orjson.dumps({"model": MODEL, "max_tokens": 2,
+                         "messages": [{"role": "user", "content": [{"type": "text", "text": "x"}, *parts]}]})
+
+
+def image_part(url: str, uuid: str | None = None) -> dict[str, Any]:
+    part: dict[str, Any] = {"type": "image_url", "image_url": {"url": url}}
+    if uuid is not None:
+        part["uuid"] = uuid
+    return part
+
+
+async def normal_traffic(url: str, seconds: float, rate: float, seed0: int) -> dict[str, Any]:
+    """Normal requests at ``rate``/s for ``seconds``; latency percentiles and failures."""
+    latencies: list[float] = []
+    failures: dict[str, int] = {}
+    timeout = aiohttp.ClientTimeout(total=60)
+    async with aiohttp.ClientSession(timeout=timeout) as s:
+
+        async def one(i: int) -> None:
+            body = turn([image_part(png_url(96, 96, seed0 + i))])
+            started = time.perf_counter()
+            try:
+                async with s.post(url + "/v1/chat/completions", data=body,
+                                  headers={"Content-Type": "application/json"}) as r:
+                    await r.read()
+                    if r.status != 200:
+                        failures[str(r.status)] = failures.get(str(r.status), 0) + 1
+                        return
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                failures[type(exc).__name__] = failures.get(type(exc).__name__, 0) + 1
+                return
+            latencies.append(time.perf_counter() - started)
+
+        tasks = []
+        begin = time.perf_counter()
+        i = 0
+        while time.perf_counter() - begin < seconds:
+            tasks.append(asyncio.create_task(one(i)))
+            i += 1
+            await asyncio.sleep(max(0.0, begin + i / rate - time.perf_counter()))
+        await asyncio.gather(*tasks)
+    ms = sorted(x * 1000 for x in latencies)
+    q = statistics.quantiles(ms, n=100) if len(ms) >= 2 else [ms[0] if ms else float("nan")] * 99
+    return {"sent": i, "ok": len(ms), "failures": failures, "p50_ms": round(q[49], 1), "p99_ms": round(q[98], 1),
+            "max_ms": round(ms[-1], 1) if ms else None}
+
+
+# -- slow connections (in helper processes: each its own fds) ----------------------------------
+
+def _slow_worker(port: int, count: int, seconds: float, ready: Any, stats: Any) -> None:
+    raise_nofile()
+
+    async def main() -> None:
+        deadline = time.monotonic() + seconds
+        opened = closed_by_server = 0
+
+        async def hold() -> None:
+            nonlocal opened, closed_by_server
+            while time.monotonic() < deadline:
+                try:
+                    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                except OSError:
+                    await asyncio.sleep(0.2)
+                    continue
+                opened += 1
+                try:
+                    writer.write(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+                    while time.monotonic() < deadline:
+                        writer.write(b"X")  # one header byte now and then: never a full request
+                        await writer.drain()
+                        try:
+                            if await asyncio.wait_for(reader.read(1024), 2.0) == b"":
+                                closed_by_server += 1
+                                break
+                        except TimeoutError:
+                            continue
+                except OSError:
+                    closed_by_server += 1
+                finally:
+                    writer.close()
+
+        tasks = []
+        for _ in range(count):
+            tasks.append(asyncio.create_task(hold()))
+            if len(tasks) % 500 == 0:
+                await asyncio.sleep(0.05)
+        ready.set()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        stats.put({"opened": opened, "closed_by_server": closed_by_server})
+
+    asyncio.run(main())
+
+
+async def with_slow_connections(url: str, port: int, total: int, seconds: float, rate: float) -> dict[str, Any]:
+    ctx = multiprocessing.get_context("spawn")
+    stats = ctx.Queue()
+    workers = []
+    per = [total // 2, total - total // 2]
+    readies = [ctx.Event() for _ in per]
+    for count, ready in zip(per, readies, strict=True):
+        p = ctx.Process(target=_slow_worker, args=(port, count, seconds + 25, ready, stats), daemon=True)
+        p.start()
+        workers.append(p)
+    try:
+        for ready in readies:
+            await asyncio.to_thread(ready.wait, 60)
+        await asyncio.sleep(3)  # let the flood reach the cap
+        result = await normal_traffic(url, seconds, rate, 10_000)
+    finally:
+        for p in workers:
+            p.terminate()
+        for p in workers:
+            p.join(10)
+    result["slow_connections"] = total
+    return result
+
+
+# -- giant images ----------------------------------------------------------------------------
+
+async def with_giants(url: str, seconds: float, rate: float) -> dict[str, Any]:
+    giants = [png_url(6300, 6300, seed, mode="L") for seed in range(8)]
+    body = turn([image_part(g) for g in giants])
+    stop_at = time.perf_counter() + seconds + 2
+    answers: dict[str, int] = {}
+
+    async def giant_client(s: aiohttp.ClientSession) -> None:
+        while time.perf_counter() < stop_at:
+            async with s.post(url + "/v1/chat/completions", data=body,
+                              headers={"Content-Type": "application/json"}) as r:
+                await r.read()
+                answers[str(r.status)] = answers.get(str(r.status), 0) + 1
+                if r.status == 429:
+                    await asyncio.sleep(float(r.headers.get("Retry-After", "1")))
+
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as s:
+        load = [asyncio.create_task(giant_client(s)) for _ in range(4)]
+        await asyncio.sleep(1)
+        result = await normal_traffic(url, seconds, rate, 20_000)
+        await asyncio.gather(*load, return_exceptions=True)
+    result["giant_answers"] = answers
+    result["giant_png_bytes"] = len(giants[0]) * 3 // 4
+    return result
+
+
+# -- RSS soak ----------------------------------------------------------------------------------
+
+def rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+async def soak(url: str, pid: int, images: int, per_request: int, concurrency: int) -> dict[str, Any]:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as s:
+        async def send(start_index: int) -> int:
+            parts = [image_part(png_url(4, 4, start_index + k), uuid=f"soak-{start_index + k}")
+                     for k in range(per_request)]
+            async with s.post(url + "/v1/chat/completions", data=turn(parts),
+                              headers={"Content-Type": "application/json"}) as r:
+                await r.read()
+                return r.status
+
+        await send(10**9)  # warm: imports, pools, first allocations
+        base = rss_bytes(pid)
+        statuses: dict[int, int] = {}
+        peak = base
+        queue = list(range(0, images, per_request))
+        started = time.perf_counter()
+
+        async def worker() -> None:
+            nonlocal peak
+            while queue:
+                status = await send(queue.pop())
+                statuses[status] = statuses.get(status, 0) + 1
+                if len(queue) % 500 == 0:
+                    peak = max(peak, rss_bytes(pid))
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        end = rss_bytes(pid)
+    return {"images": images, "seconds": round(time.perf_counter() - started, 1), "statuses": statuses,
+            "base_rss_mib": round(base / MiB, 1), "end_rss_mib": round(end / MiB, 1),
+            "peak_rss_mib": round(max(peak, end) / MiB, 1)}
+
+
+def gateway_args(port: int, backend_port: int, extra: list[str]) -> list[str]:
+    return ["serve", "--port", str(port), "--backend", f"vllm=http://127.0.0.1:{backend_port}",
+            "--log-level", "warning", *extra]
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    nofile = raise_nofile()
+    sim_port = free_port()
+    sim = start(["sim", "--port", str(sim_port), "--speedup", "1000"], sim_port, health="/health")
+    out: dict[str, Any] = {"ulimit_n": nofile, "phases": {}}
+    try:
+        port = free_port()
+        gw = start(gateway_args(port, sim_port, []), port)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            phases = out["phases"]
+            phases["unloaded"] = await normal_traffic(url, args.seconds, args.rate, 0)
+            if args.slow:
+                phases["slowloris"] = await with_slow_connections(url, port, args.slow, args.seconds, args.rate)
+                await asyncio.sleep(2)
+            phases["unloaded_again"] = await normal_traffic(url, args.seconds, args.rate, 30_000)
+            if args.giants:
+                phases["giants"] = await with_giants(url, args.seconds, args.rate)
+        finally:
+            stop(gw)
+        if args.soak:
+            budgets = {"--local-cache-bytes": 64 * MiB, "--uuid-store-bytes": 32 * MiB, "--reuse-tracked-uuids": 65536}
+            port = free_port()
+            extra = [a for k, v in budgets.items() for a in (k, str(v))]
+            gw = start(gateway_args(port, sim_port, extra), port)
+            try:
+                result = await soak(f"http://127.0.0.1:{port}", gw.pid, args.soak, 16, 8)
+            finally:
+                stop(gw)
+            tracker = 65536 * 250  # the sent tracker's entries, ~250 bytes each (one backend)
+            budget = budgets["--local-cache-bytes"] + budgets["--uuid-store-bytes"] + tracker
+            result["budgets_mib"] = round(budget / MiB, 1)
+            result["limit_mib"] = round(result["base_rss_mib"] + 1.25 * budget / MiB, 1)
+            result["within"] = result["peak_rss_mib"] <= result["limit_mib"]
+            out["soak"] = result
+    finally:
+        stop(sim)
+    return out
+
+
+def report(out: dict[str, Any]) -> None:
+    phases = out["phases"]
+    base = phases["unloaded"]["p99_ms"]
+    print(f"{'phase':16s} {'sent':>6s} {'ok':>6s} {'p50 ms':>8s} {'p99 ms':>8s} {'max ms':>8s} {'p99/unloaded':>13s}  failures")
+    for name, r in phases.items():
+        print(f"{name:16s} {r['sent']:6d} {r['ok']:6d} {r['p50_ms']:8.1f} {r['p99_ms']:8.1f} {r['max_ms'] or 0:8.1f} "
+              f"{r['p99_ms'] / base:13.2f}  {r['failures'] or ''}")
+    if "giants" in phases:
+        print("giant requests answered:", phases["giants"]["giant_answers"])
+    if "soak" in out:
+        s = out["soak"]
+        print(f"soak: {s['images']} images in {s['seconds']} s, statuses {s['statuses']}; RSS base {s['base_rss_mib']} MiB, "
+              f"peak {s['peak_rss_mib']} MiB, end {s['end_rss_mib']} MiB; budgets {s['budgets_mib']} MiB -> "
+              f"limit {s['limit_mib']} MiB: {'within' if s['within'] else 'OVER'}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=15, help="length of each measured phase")
+    parser.add_argument("--rate", type=float, default=20, help="normal requests per second")
+    parser.add_argument("--slow", type=int, default=20_000, help="slow connections (0: skip)")
+    parser.add_argument("--giants", type=int, default=1, help="1: run the giant-image phase, 0: skip")
+    parser.add_argument("--soak", type=int, default=256 * 1024, help="tiny images in the RSS soak (0: skip)")
+    parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
+    args = parser.parse_args()
+    out = asyncio.run(run(args))
+    report(out)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    main()
