@@ -7,10 +7,12 @@ would act on in what the gateway forwarded. The test of the same corpus is
 ``tests/api/test_part_corpus.py``.
 
     .venv/bin/python tools/part_corpus_table.py            # needs the vLLM venv (MMGATE_VLLM_VENV)
+    .venv/bin/python tools/part_corpus_table.py --vllm     # also a real vLLM replica, direct and behind
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import sys
 import tempfile
@@ -19,7 +21,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.support.part_corpus import corpus_run  # noqa: E402
+from tests.support.part_corpus import CorpusRun, corpus_run  # noqa: E402
+from tests.support.vllm import running_replicas  # noqa: E402
 from tests.support.vllm_parser import VllmParser, vllm_python  # noqa: E402
 
 from mmgate.api.parts import parse_part  # noqa: E402
@@ -42,8 +45,11 @@ backend key for `victim`, `{tag_b}` tenant B's tag (HMAC of its name under the s
   it did (rebuilt as a canonical part, URL policed, refused).
 * **after the gateway, vLLM acts on** — vLLM's parser on what the gateway forwarded.
 
-| case | vLLM reads it as | sim, direct | gateway | gateway policy | after the gateway, vLLM acts on |
-|---|---|---|---|---|---|
+* **vLLM, direct / vLLM behind the gateway** (with `--vllm`) — a real vLLM 0.32 replica's status for
+  the part sent to it directly, and the gateway's status with that replica as its backend.
+
+| case | vLLM reads it as | sim, direct | gateway | gateway policy | after the gateway, vLLM acts on |{vllm_head}
+|---|---|---|---|---|---|{vllm_rule}
 """
 
 
@@ -62,32 +68,53 @@ def cell(text: object) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
+async def real_vllm(tmp: Path) -> CorpusRun:
+    with running_replicas(1, tmp / "vllm") as replicas:
+        async with corpus_run(tmp, backend=(replicas[0].url, replicas[0].model), direct=True) as run:
+            return run
+
+
 async def main() -> None:
-    python = vllm_python()
-    if python is None:
-        raise SystemExit("no vLLM venv: run `make vllm` or set MMGATE_VLLM_VENV")
-    parser = VllmParser(python)
+    parser_args = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser_args.add_argument("--vllm", action="store_true", help="also run the corpus against a real vLLM replica")
+    args = parser_args.parse_args()
+    parser = VllmParser(vllm_python())
     try:
         with tempfile.TemporaryDirectory() as tmp:
+            real = await real_vllm(Path(tmp)) if args.vllm else None
+            real_by_name = {o.name: o for o in real.outcomes} if real else {}
             async with corpus_run(Path(tmp), direct=True) as run:
-                lines = [HEADER.replace("{hits}", str(run.secret_hits)).replace("{direct}", str(run.secret_hits_direct))]
+                head = HEADER.replace("{hits}", str(run.secret_hits)).replace("{direct}", str(run.secret_hits_direct))
+                head = head.replace("{vllm_head}", " vLLM, direct | vLLM behind the gateway |" if real else "")
+                head = head.replace("{vllm_rule}", "---|---|" if real else "")
+                if real:
+                    head += ""
+                lines = [head]
                 for o in run.outcomes:
                     raw = parser.read([o.part])[0].describe()
                     after = "; ".join(r.describe() for r in parser.read(o.forwarded)) if o.forwarded else "nothing"
                     gateway = f"{o.gateway_status}" + (f": {o.gateway_error}" if o.gateway_error else "")
-                    lines.append("| " + " | ".join(cell(c) for c in (
-                        o.name, raw, o.direct_status, gateway, policy(o.part), after)) + " |\n")
+                    cells = [o.name, raw, o.direct_status, gateway, policy(o.part), after]
+                    if real:
+                        r = real_by_name[o.name]
+                        cells += [f"{r.direct_status}" + (f": {r.direct_error[:90]}" if r.direct_error else ""),
+                                  f"{r.gateway_status}"]
+                    lines.append("| " + " | ".join(cell(c) for c in cells) + " |\n")
     finally:
         parser.close()
     text = "".join(lines)
+    if real:
+        text += (f"\nReal vLLM: its secret-origin hits through the gateway {real.secret_hits}, sent the parts "
+                 f"directly {real.secret_hits_direct}.\n")
     # Ports and keys change every run: show the placeholders instead (longest value first).
-    for name, value in sorted(run.values.items(), key=lambda kv: -len(kv[1])):
-        text = text.replace(value, "{" + name + "}")
-        if name == "png":
-            text = text.replace(value[:40], "{png}")
+    for values in ([run.values, real.values] if real else [run.values]):
+        for name, value in sorted(values.items(), key=lambda kv: -len(kv[1])):
+            text = text.replace(value, "{" + name + "}")
+            if name == "png":
+                text = text.replace(value[:40], "{png}")
     out = ROOT / "docs" / "PARTS.md"
     out.write_text(text)
-    print(f"wrote {out} ({len(run.outcomes)} cases, secret origin hits: {run.secret_hits})")
+    print(f"wrote {out} ({len(run.outcomes)} cases, secret origin hits through the gateway: {run.secret_hits})")
 
 
 if __name__ == "__main__":

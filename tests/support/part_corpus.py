@@ -121,6 +121,16 @@ def request(model: str, part: Any, max_tokens: int = 1) -> dict[str, Any]:
 
 async def _post(session: aiohttp.ClientSession, url: str, body: Any, key: str | None) -> tuple[int, str | None]:
     headers = {"Authorization": f"Bearer {key}"} if key else {}
+    for attempt in range(2):
+        try:
+            return await _post_once(session, url, body, headers)
+        except aiohttp.ClientConnectionError as exc:  # a keep-alive connection the server closed
+            if attempt:
+                return 0, f"connection failed: {type(exc).__name__}"
+    raise AssertionError("unreachable")
+
+
+async def _post_once(session: aiohttp.ClientSession, url: str, body: Any, headers: dict[str, str]) -> tuple[int, str | None]:
     async with session.post(url + "/v1/chat/completions", json=body, headers=headers) as r:
         text = await r.text()
         if r.status == 200:
@@ -172,9 +182,21 @@ class CorpusRun:
 
 
 @asynccontextmanager
-async def corpus_run(tmp_path: Path, *, direct: bool = False) -> AsyncIterator[CorpusRun]:
+async def _sim_or(backend: tuple[str, str] | None) -> AsyncIterator[tuple[str, str]]:
+    if backend is not None:
+        yield backend
+        return
+    async with running_sims(1) as sims:
+        yield sims[0].url, MODEL
+
+
+@asynccontextmanager
+async def corpus_run(
+    tmp_path: Path, *, direct: bool = False, backend: tuple[str, str] | None = None
+) -> AsyncIterator[CorpusRun]:
     """The whole corpus through a real gateway (tenants A and B) in front of a recording proxy and a
-    sim engine; ``direct``: each case also sent to the sim itself."""
+    backend — ``backend`` (its URL and model: real vLLM), else a sim engine; ``direct``: each case
+    also sent to the backend itself, after the gateway pass."""
     keys = tmp_path / "keys.txt"
     keys.write_text("key-a tenant-a\nkey-b tenant-b\n")
     origin = await ImageOrigin().start()
@@ -182,24 +204,24 @@ async def corpus_run(tmp_path: Path, *, direct: bool = False) -> AsyncIterator[C
         secret = origin.add("secret.png", png(1))  # http://127.0.0.1:PORT/...: the policy refuses it
         allowed = origin.add("ok.png", png(2)).replace("127.0.0.1", "localhost")  # opened by name
         png_url = "data:image/png;base64," + base64.b64encode(png(3)).decode()
-        async with running_sims(1) as sims, recording_proxy(sims[0].url) as rec:
+        async with _sim_or(backend) as (backend_url, model), recording_proxy(backend_url) as rec:
             settings = gateway_settings(backends=vllm_specs([rec]), api_keys_file=str(keys),
                                         media={"allowed_private": ("localhost",)})
             async with running_gateway(settings) as gw, aiohttp.ClientSession() as s:
                 victim = {"type": "image_url", "image_url": {"url": png_url}, "uuid": "victim"}
-                async with s.post(gw.url + "/v1/chat/completions", json=request(MODEL, victim),
+                async with s.post(gw.url + "/v1/chat/completions", json=request(model, victim),
                                   headers={"Authorization": "Bearer key-a"}) as r:
                     assert r.status == 200
                 victim_key = rec.bodies[-1]["messages"][0]["content"][1]["uuid"]
                 values = {"secret": secret, "origin": allowed, "png": png_url, "victim_key": victim_key,
                           "content_key": gw.gateway.keys.content_uuid("tenant-b", "0" * 64),
                           "secret_decimal": secret.replace("127.0.0.1", "2130706433")}
-                outcomes = await run_corpus(gateway_url=gw.url, model=MODEL, recorder=rec, values=values,
+                outcomes = await run_corpus(gateway_url=gw.url, model=model, recorder=rec, values=values,
                                             key_b="key-b")
                 hits = origin.hits["/img/secret.png"]
                 if direct:
-                    outcomes = await run_corpus(gateway_url=gw.url, model=MODEL, recorder=rec, values=values,
-                                                key_b="key-b", direct_url=sims[0].url)
+                    outcomes = await run_corpus(gateway_url=gw.url, model=model, recorder=rec, values=values,
+                                                key_b="key-b", direct_url=backend_url)
                 tag_b = gw.gateway.keys.tenant_tag("tenant-b")
                 values["tag_b"] = tag_b
                 yield CorpusRun(outcomes, tag_b, hits, allowed, values,

@@ -21,10 +21,11 @@ MEDIA_TYPES = frozenset({"image_url", "input_image", "image_pil", "image_embeds"
                          "audio_url", "input_audio", "video_url"})
 
 
-def vllm_python() -> Path | None:
-    venv = Path(os.environ.get("MMGATE_VLLM_VENV") or ROOT / ".venv-vllm")
-    python = venv / "bin" / "python"
-    return python if python.exists() else None
+def vllm_python() -> Path:
+    """The vLLM venv's interpreter (``tests/support/vllm.py`` finds it; ``VllmUnavailable`` if none)."""
+    from tests.support.vllm import VllmSetup
+
+    return VllmSetup.locate().python
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+import pybase64
 from prometheus_client import CollectorRegistry
 
 from mmgate.config import CacheSettings, MediaSettings
@@ -221,10 +222,11 @@ class MediaLoader:
         pixels = probed.width * probed.height
         if budget is not None:
             budget.charge(pixels)
-        info, digest = await self._lanes.run(
+        info, digest, data_url = await self._lanes.run(
             pixels, _validate_hash, data, media.allowed_formats, media.max_image_pixels
         )
-        return LoadedImage(data=data, mime=info.mime, width=info.width, height=info.height, digest=digest)
+        return LoadedImage(data=data, mime=info.mime, width=info.width, height=info.height, digest=digest,
+                           _data_url=data_url)
 
     async def _in_pool(self, fn: Callable[..., _T], *args: object) -> _T:
         """Small work (hashes, base64, header probes) in the normal lane."""
@@ -242,9 +244,14 @@ def _decode_probe(
     return data, probe_image(data, allowed_formats=allowed_formats, max_pixels=max_pixels)
 
 
-def _validate_hash(data: bytes, allowed_formats: tuple[str, ...], max_pixels: int) -> tuple[ImageInfo, str]:
+def _validate_hash(
+    data: bytes, allowed_formats: tuple[str, ...], max_pixels: int
+) -> tuple[ImageInfo, str, str]:
+    """Validate, hash and encode the data URL that will be forwarded: all three release the GIL
+    (Pillow, hashlib, pybase64), so none of it stalls the event loop."""
     info = validate_image(data, allowed_formats=allowed_formats, max_pixels=max_pixels)
-    return info, hashlib.sha256(data).hexdigest()
+    data_url = f"data:{info.mime};base64," + pybase64.b64encode_as_string(data)
+    return info, hashlib.sha256(data).hexdigest(), data_url
 
 
 def _with_param(exc: MediaError, param: str | None) -> MediaError:
