@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import re
 import signal
 import socket
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 import orjson
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 JSON_CONTENT_TYPE = "application/json"
 
@@ -84,12 +86,32 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
+class _ClientErrorLog(logging.LoggerAdapter):
+    """aiohttp's server logger, but a client's malformed HTTP (aiohttp's ``HttpProcessingError``:
+    a bad request line, a duplicate ``Content-Type``, an oversized header — answered 400 by
+    aiohttp) is one DEBUG line, not an ERROR with a traceback: any client could otherwise fill
+    the log with tracebacks. Failures of our own handlers keep their traceback."""
+
+    def exception(self, msg: object, *args: object, exc_info: Any = True, **kwargs: Any) -> None:
+        if isinstance(exc_info, HttpProcessingError):
+            self.debug(f"{msg}: malformed HTTP: %s", *args, exc_info.message)
+            return
+        super().exception(msg, *args, exc_info=exc_info, **kwargs)
+
+
+def server_logger() -> logging.Logger:
+    """The ``logger`` to give an aiohttp runner (``web.AppRunner(..., logger=server_logger())``)."""
+    # aiohttp only calls .debug() and .exception() on it; an adapter has both.
+    return cast(logging.Logger, _ClientErrorLog(logging.getLogger("aiohttp.server"), {}))
+
+
 async def start_app(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
     """Start ``app`` on host:port (port 0: any free port); return the runner and the bound port."""
     # handler_cancellation: a client that goes away cancels its handler, so the gateway closes the
     # backend stream and an engine stops generating for nobody (aiohttp's default is off).
     runner = web.AppRunner(
-        app, access_log=None, handle_signals=False, handler_cancellation=True, shutdown_timeout=5.0
+        app, access_log=None, handle_signals=False, handler_cancellation=True, shutdown_timeout=5.0,
+        logger=server_logger(),
     )
     await runner.setup()
     site = web.TCPSite(runner, host, port, reuse_address=True, backlog=1024)

@@ -25,6 +25,7 @@ from mmgate.routing import Router
 from mmgate.serve.engines import start_embedded_engines
 from mmgate.sim import SimSettings
 from mmgate.store import build_shared_tier
+from mmgate.wire import server_logger
 
 log = logging.getLogger(__name__)
 # Seconds a request cut at shutdown gets to write its last SSE frame.
@@ -134,7 +135,7 @@ async def _serve(gateway: Gateway, settings: GatewaySettings) -> tuple[web.AppRu
     # keepalive_timeout also bounds the wait for a new connection's first request headers.
     runner = web.AppRunner(
         build_app(gateway), access_log=None, handle_signals=False, handler_cancellation=True,
-        shutdown_timeout=CUT_GRACE_S, keepalive_timeout=settings.header_timeout_s,
+        shutdown_timeout=CUT_GRACE_S, keepalive_timeout=settings.header_timeout_s, logger=server_logger(),
     )
     await runner.setup()
     events = gateway.metrics.edge_connections
