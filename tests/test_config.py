@@ -53,6 +53,8 @@ def test_redis_url_scheme_is_checked_without_echoing_it() -> None:
         (GatewaySettings, {"media": {"total_timeout_s": 0}}, "--fetch-timeout"),
         (GatewaySettings, {"cache": {"redis_io_timeout_s": -1}}, "--redis-io-timeout"),
         (CacheSettings, {"local_max_entry_fraction": 0}, "--local-max-entry-fraction"),
+        (GatewaySettings, {"media": {"allowed_formats": ("JPEG", "jpg")}}, "--allowed-format"),
+        (GatewaySettings, {"cache": {"redis_cluster": True}}, "--redis-cluster"),
     ],
 )
 def test_errors_name_the_flag_even_when_nested(model: type, values: dict[str, object], flag: str) -> None:

@@ -56,6 +56,7 @@ def test_defaults_come_from_the_model() -> None:
 def test_flag_then_environment_then_default(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MMGATE_MAX_IMAGE_BYTES", "1234")
     monkeypatch.setenv("MMGATE_REDIS_CLUSTER", "yes")
+    monkeypatch.setenv("MMGATE_REDIS_URL", "redis://127.0.0.1:7000")  # a cluster needs a node
     monkeypatch.setenv("MMGATE_ALLOWED_PRIVATE", "10.0.0.0/8, 127.0.0.1")
     monkeypatch.setenv("MMGATE_HEALTH_TIMEOUT", "0.25")
     monkeypatch.setenv("MMGATE_SIM_SPEEDUP", "50")

@@ -10,6 +10,7 @@ import os
 
 PREFIX = "MMGATE_"
 TRUE_WORDS = ("1", "true", "yes", "on")
+FALSE_WORDS = ("", "0", "false", "no", "off")
 
 
 def env_name(flag: str) -> str:
@@ -29,8 +30,15 @@ def env_list(flag: str) -> list[str]:
 
 
 def env_bool(flag: str) -> bool | None:
-    """A switch from the environment: True for 1/true/yes/on, False for other words, None when unset."""
+    """A switch from the environment: True for 1/true/yes/on, False for 0/false/no/off or empty,
+    None when unset. Any other word raises ValueError (``MMGATE_REDIS_CLUSTER=ture`` is a typo, not
+    a quiet False)."""
     value = env_value(flag)
     if value is None:
         return None
-    return value.strip().lower() in TRUE_WORDS
+    word = value.strip().lower()
+    if word in TRUE_WORDS:
+        return True
+    if word in FALSE_WORDS:
+        return False
+    raise ValueError(f"{env_name(flag)}={value!r} is not a switch value (1/true/yes/on or 0/false/no/off)")

@@ -185,7 +185,10 @@ def add_flags(parser: Any, model: type[BaseModel], *, prefix: str = "",
 
 def _from_env(f: Flag) -> Any:
     if f.kind == "switch":
-        value = env_bool(f.flag)
+        try:
+            value = env_bool(f.flag)
+        except ValueError as exc:
+            raise ConfigError(f.flag, str(exc)) from exc
         return None if value is None else value != f.negated
     if f.kind == "list":
         return env_list(f.flag) or None

@@ -12,7 +12,7 @@ import ipaddress
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import ConfigDict, ValidationError, field_validator
+from pydantic import ConfigDict, ValidationError, ValidationInfo, field_validator
 
 from mmgate._settings import ConfigError, Frozen, MiB, setting
 
@@ -73,8 +73,17 @@ class MediaSettings(Frozen):
 
     @field_validator("allowed_formats")
     @classmethod
-    def _upper_formats(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        return tuple(v.upper() for v in value)
+    def _check_formats(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        from PIL import Image  # here, not at import: only a gateway that builds settings pays for it
+
+        Image.init()
+        formats = tuple(v.strip().upper() for v in value)
+        unknown = [f for f in formats if f not in Image.OPEN]
+        if unknown:
+            # A typo (``jpg``) would otherwise refuse every image at run time, as unsupported.
+            raise ValueError(f"unknown image format {unknown[0]!r} (Pillow's names: JPEG, PNG, WEBP, GIF, BMP, "
+                             "TIFF, …)")
+        return formats
 
 
 class CacheSettings(Frozen):
@@ -102,6 +111,13 @@ class CacheSettings(Frozen):
     session_scoping: bool = setting(False, flag="--session-scoping",
                                     help="scope image caches by session id (no session id: caches bypassed)")
     key_prefix: str = setting("mmgate:", flag="--key-prefix", help="prefix of every shared-cache key")
+
+    @field_validator("redis_cluster")
+    @classmethod
+    def _cluster_needs_url(cls, value: bool, info: ValidationInfo) -> bool:
+        if value and info.data.get("redis_url") is None:  # redis_url is validated first (field order)
+            raise ValueError("needs --redis-url (the address of a node of the cluster)")
+        return value
 
     @field_validator("redis_url")
     @classmethod

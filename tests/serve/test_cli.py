@@ -3,6 +3,7 @@ refused at start-up with the flag named and exit status 2."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -75,3 +76,26 @@ def test_serve_answers_and_stops_on_sigterm() -> None:
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+
+@pytest.mark.parametrize(
+    ("command", "env", "flag"),
+    [
+        (["serve"], {"MMGATE_LOG_LEVEL": "loud"}, "--log-level"),
+        (["serve"], {"MMGATE_REDIS_CLUSTER": "maybe"}, "--redis-cluster"),
+        (["serve"], {"MMGATE_SESSION_SCOPING": "ture"}, "--session-scoping"),
+        (["serve", "--redis-cluster"], {}, "--redis-cluster"),  # a cluster and no node to ask
+        (["serve", "--allowed-format", "jpg"], {}, "--allowed-format"),  # would refuse every image
+        (["bench", "run", "--url", "http://127.0.0.1:9", "--dataset", "x.jsonl"], {"MMGATE_QUIET": "often"},
+         "--quiet"),
+    ],
+)
+def test_bad_variables_and_unusable_values_fail_start_up(command: list[str], env: dict[str, str], flag: str) -> None:
+    if command[0] == "serve":
+        command = [*command, "--port", str(free_port())]
+    result = subprocess.run([*MMGATE, *command], capture_output=True, text=True, timeout=60,
+                            env={**os.environ, **env})
+    assert result.returncode == 2, result.stderr
+    assert flag in result.stderr
+    assert "Traceback" not in result.stderr

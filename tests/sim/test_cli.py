@@ -67,3 +67,17 @@ async def test_process_serves_until_sigterm() -> None:
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+
+
+def test_a_taken_port_is_one_line_not_a_traceback() -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        out = subprocess.run([str(MMGATE), "sim", "--port", str(port)], capture_output=True, text=True,
+                             timeout=60, check=False)
+    assert out.returncode == 1, out.stderr
+    assert f"mmgate sim: cannot listen on 127.0.0.1:{port}" in out.stderr
+    assert "Traceback" not in out.stderr

@@ -58,10 +58,22 @@ def _add_run(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("output")
     g.add_argument("--output-dir", default=env_value("--output-dir"),
                    help="results folder (default bench-out/run-<time>)")
-    g.add_argument("--no-plots", action="store_true", default=bool(env_bool("--no-plots")),
-                   help="write no PNG plots")
-    g.add_argument("--quiet", action="store_true", default=bool(env_bool("--quiet")), help="no progress bar")
+    # default None: MMGATE_NO_PLOTS / MMGATE_QUIET are read (and a bad word refused) when the run
+    # starts, not while every subcommand's parser is built.
+    g.add_argument("--no-plots", action="store_true", default=None,
+                   help="write no PNG plots (env MMGATE_NO_PLOTS)")
+    g.add_argument("--quiet", action="store_true", default=None, help="no progress bar (env MMGATE_QUIET)")
     p.set_defaults(_bench_flags=flags)
+
+
+def _switch(given: bool | None, flag: str) -> bool:
+    """A hand-made switch: the flag when given, else ``MMGATE_<FLAG>``; a bad word raises ConfigError."""
+    if given:
+        return True
+    try:
+        return bool(env_bool(flag))
+    except ValueError as exc:
+        raise ConfigError(flag, str(exc)) from exc
 
 
 def _opt_int(value: str) -> int | None:
@@ -144,11 +156,13 @@ def _run(args: argparse.Namespace) -> int:
     from mmgate.wire import install_uvloop
 
     settings = settings_from_args(args)
+    quiet = _switch(args.quiet, "--quiet")
+    no_plots = _switch(args.no_plots, "--no-plots")
     sessions = load_dataset(settings.dataset, settings.dataset_type)
     out = Path(args.output_dir) if args.output_dir else Path("bench-out") / time.strftime("run-%Y%m%d-%H%M%S")
     install_uvloop()
-    output = asyncio.run(run_benchmark(settings, sessions, out, console=_console(), progress=not args.quiet,
-                                       plots=not args.no_plots))
+    output = asyncio.run(run_benchmark(settings, sessions, out, console=_console(), progress=not quiet,
+                                       plots=not no_plots))
     print(f"results: {out}/ ({', '.join(p.name for p in output.files)})", file=sys.stderr)
     return 0
 

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Awaitable, Callable
 
 from mmgate._env import env_value
-from mmgate._settings import Flag, add_flags, from_args
+from mmgate._settings import ConfigError, Flag, add_flags, from_args
 from mmgate.config import GatewaySettings
 from mmgate.sim import SimSettings
 from mmgate.wire import install_uvloop, serve_forever
@@ -29,8 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The gateway's flags (each also read from MMGATE_<FLAG>)."""
     parser.epilog = "Every flag also reads MMGATE_<FLAG> from the environment."
     flags = add_flags(parser, GatewaySettings)
-    parser.add_argument("--log-level", default=env_value("--log-level") or "info", choices=LOG_LEVELS,
-                        help="log level (default %(default)s; env MMGATE_LOG_LEVEL)")
+    # default None: MMGATE_LOG_LEVEL is checked in ``run`` (argparse never checks a default).
+    parser.add_argument("--log-level", default=None, choices=LOG_LEVELS,
+                        help="log level (default info; env MMGATE_LOG_LEVEL)")
     sim_group = parser.add_argument_group("embedded engines")
     sim_flags = add_flags(sim_group, SimSettings, prefix=SIM_PREFIX, only=SIM_FIELDS)
     parser.set_defaults(_serve_flags=flags, _sim_flags=sim_flags)
@@ -48,9 +49,21 @@ def sim_settings_from_args(args: argparse.Namespace) -> SimSettings:
     return from_args(args, SimSettings, flags, prefix=SIM_PREFIX)
 
 
+def log_level(args: argparse.Namespace) -> str:
+    """``--log-level``, else ``MMGATE_LOG_LEVEL``, else info; a bad variable raises ConfigError."""
+    if args.log_level is not None:
+        return str(args.log_level)
+    raw = env_value("--log-level")
+    if raw is None or raw.strip() == "":
+        return "info"
+    if raw.strip().lower() not in LOG_LEVELS:
+        raise ConfigError("--log-level", f"MMGATE_LOG_LEVEL={raw!r}: expected one of {', '.join(LOG_LEVELS)}")
+    return raw.strip().lower()
+
+
 def run(args: argparse.Namespace) -> int:
     """Serve until interrupted."""
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=log_level(args).upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = settings_from_args(args)
     sim_settings = sim_settings_from_args(args) if not settings.backends else None
     install_uvloop()

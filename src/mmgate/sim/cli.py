@@ -48,5 +48,10 @@ def run(args: argparse.Namespace) -> int:
         )
         return server.stop
 
-    asyncio.run(serve_forever(start))
+    try:
+        asyncio.run(serve_forever(start))
+    except OSError as exc:  # the port is taken, the address is not ours: say so, no traceback
+        print(f"mmgate sim: cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}",
+              file=sys.stderr)
+        return 1
     return 0
