@@ -107,8 +107,8 @@ class LoadEngine:
                 task.cancel()
             if dispatcher is not None:
                 dispatcher.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await dispatcher
+                # wait() neither raises the task's CancelledError nor swallows a cancellation of ours.
+                await asyncio.wait([dispatcher])
         for task in tasks:
             error = None if task.cancelled() else task.exception()
             if error is not None:

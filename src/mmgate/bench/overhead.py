@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import time
 from array import array
@@ -51,8 +50,9 @@ class LoopLagMonitor:
         self.wall_s = (time.perf_counter_ns() - self._wall0) / 1e9
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            # wait() neither raises the task's CancelledError nor swallows a cancellation of ours
+            # (suppress(CancelledError) around ``await task`` would swallow both).
+            await asyncio.wait([self._task])
             self._task = None
 
     async def _run(self) -> None:

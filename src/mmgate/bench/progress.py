@@ -6,7 +6,6 @@ Off when stderr is not a terminal or with ``--quiet``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sys
 from collections.abc import Callable
 
@@ -58,8 +57,8 @@ class LiveProgress:
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            # wait() neither raises the task's CancelledError nor swallows a cancellation of ours.
+            await asyncio.wait([self._task])
             self._task = None
         if self._progress is not None:
             self._progress.stop()
