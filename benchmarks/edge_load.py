@@ -180,8 +180,8 @@ async def with_slow_connections(url: str, port: int, total: int, seconds: float,
 
 # -- giant images ----------------------------------------------------------------------------
 
-async def with_giants(url: str, seconds: float, rate: float) -> dict[str, Any]:
-    giants = [png_url(6300, 6300, seed, mode="L") for seed in range(8)]
+async def with_giants(url: str, seconds: float, rate: float, round_: int = 0) -> dict[str, Any]:
+    giants = [png_url(6300, 6300, 8 * round_ + seed, mode="L") for seed in range(8)]  # new ones each round
     body = turn([image_part(g) for g in giants])
     stop_at = time.perf_counter() + seconds + 2
     answers: dict[str, int] = {}
@@ -192,7 +192,7 @@ async def with_giants(url: str, seconds: float, rate: float) -> dict[str, Any]:
                               headers={"Content-Type": "application/json"}) as r:
                 await r.read()
                 answers[str(r.status)] = answers.get(str(r.status), 0) + 1
-                if r.status == 429:
+                if r.status != 200:  # a client that retries its refused request a second later
                     await asyncio.sleep(float(r.headers.get("Retry-After", "1")))
 
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as s:
@@ -246,6 +246,34 @@ async def soak(url: str, pid: int, images: int, per_request: int, concurrency: i
             "peak_rss_mib": round(max(peak, end) / MiB, 1)}
 
 
+def bounded_entry_bytes() -> tuple[int, int]:
+    """Real bytes per entry (tracemalloc, keys included) of the two count-bounded structures the
+    soak fills: the sent tracker (per backend) and the routing history."""
+    import hashlib
+    import tracemalloc
+
+    from mmgate.reuse.sent import SentTracker
+    from mmgate.routing.history import ImageHistory
+
+    n = 20_000
+    out = []
+    for fill in ("tracker", "history"):
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+        keys = ["~sha256:" + hashlib.sha256(str(i).encode()).hexdigest() for i in range(n)]
+        if fill == "tracker":
+            tracker = SentTracker(4 * 1024**3, max_entries=n)
+            for k in keys:
+                tracker.mark_sent("vllm-0", k, 4, 4)
+        else:
+            history = ImageHistory(n)
+            for k in keys:
+                history.record("vllm-0", [k], None)
+        out.append((tracemalloc.get_traced_memory()[0] - before) // n)
+        tracemalloc.stop()
+    return out[0], out[1]
+
+
 def gateway_args(port: int, backend_port: int, extra: list[str]) -> list[str]:
     return ["serve", "--port", str(port), "--backend", f"vllm=http://127.0.0.1:{backend_port}",
             "--log-level", "warning", *extra]
@@ -261,18 +289,23 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         gw = start(gateway_args(port, sim_port, []), port)
         url = f"http://127.0.0.1:{port}"
         try:
-            phases = out["phases"]
-            phases["unloaded"] = await normal_traffic(url, args.seconds, args.rate, 0)
-            if args.slow:
-                phases["slowloris"] = await with_slow_connections(url, port, args.slow, args.seconds, args.rate)
-                await asyncio.sleep(2)
-            phases["unloaded_again"] = await normal_traffic(url, args.seconds, args.rate, 30_000)
-            if args.giants:
-                phases["giants"] = await with_giants(url, args.seconds, args.rate)
+            rounds: dict[str, list[dict[str, Any]]] = {}
+            await normal_traffic(url, 3, args.rate, 900_000)  # warm-up: pools, first connections
+            for r in range(args.rounds):  # phases alternate, so a noisy machine hits them all alike
+                rounds.setdefault("unloaded", []).append(await normal_traffic(url, args.seconds, args.rate, r * 100_000))
+                if args.slow:
+                    rounds.setdefault("slowloris", []).append(
+                        await with_slow_connections(url, port, args.slow, args.seconds, args.rate))
+                    await asyncio.sleep(2)
+                if args.giants:
+                    rounds.setdefault("giants", []).append(await with_giants(url, args.seconds, args.rate, r))
+            out["rounds"] = rounds
+            out["phases"] = {name: summary(results) for name, results in rounds.items()}
         finally:
             stop(gw)
         if args.soak:
-            budgets = {"--local-cache-bytes": 64 * MiB, "--uuid-store-bytes": 32 * MiB, "--reuse-tracked-uuids": 65536}
+            budgets = {"--local-cache-bytes": 64 * MiB, "--uuid-store-bytes": 32 * MiB, "--reuse-tracked-uuids": 65536,
+                       "--routing-history-keys": 100_000}
             port = free_port()
             extra = [a for k, v in budgets.items() for a in (k, str(v))]
             gw = start(gateway_args(port, sim_port, extra), port)
@@ -280,9 +313,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 result = await soak(f"http://127.0.0.1:{port}", gw.pid, args.soak, 16, 8)
             finally:
                 stop(gw)
-            tracker = 65536 * 250  # the sent tracker's entries, ~250 bytes each (one backend)
-            budget = budgets["--local-cache-bytes"] + budgets["--uuid-store-bytes"] + tracker
+            per_tracked, per_history = bounded_entry_bytes()
+            tracker = budgets["--reuse-tracked-uuids"] * per_tracked  # one backend
+            history = budgets["--routing-history-keys"] * per_history
+            caches = budgets["--local-cache-bytes"] + budgets["--uuid-store-bytes"]
+            budget = caches + tracker + history
             result["budgets_mib"] = round(budget / MiB, 1)
+            result["budget_parts_mib"] = {"caches": round(caches / MiB, 1), "sent_tracker": round(tracker / MiB, 1),
+                                          "routing_history": round(history / MiB, 1)}
             result["limit_mib"] = round(result["base_rss_mib"] + 1.25 * budget / MiB, 1)
             result["within"] = result["peak_rss_mib"] <= result["limit_mib"]
             out["soak"] = result
@@ -291,20 +329,40 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """One phase over its rounds: medians of the per-round percentiles, totals of the counts."""
+    failures: dict[str, int] = {}
+    for r in results:
+        for k, v in r["failures"].items():
+            failures[k] = failures.get(k, 0) + v
+    out = {"sent": sum(r["sent"] for r in results), "ok": sum(r["ok"] for r in results), "failures": failures,
+           "p50_ms": statistics.median(r["p50_ms"] for r in results),
+           "p99_ms": statistics.median(r["p99_ms"] for r in results),
+           "p99_per_round": [r["p99_ms"] for r in results],
+           "max_ms": max(r["max_ms"] or 0 for r in results)}
+    for key in ("giant_answers", "slow_connections"):
+        if key in results[0]:
+            out[key] = results[0][key] if key == "slow_connections" else [r[key] for r in results]
+    return out
+
+
 def report(out: dict[str, Any]) -> None:
     phases = out["phases"]
     base = phases["unloaded"]["p99_ms"]
-    print(f"{'phase':16s} {'sent':>6s} {'ok':>6s} {'p50 ms':>8s} {'p99 ms':>8s} {'max ms':>8s} {'p99/unloaded':>13s}  failures")
+    print("medians over rounds of each round's percentiles; p99 per round in brackets")
+    print(f"{'phase':12s} {'sent':>6s} {'ok':>6s} {'p50 ms':>8s} {'p99 ms':>8s} {'max ms':>8s} {'p99/unloaded':>13s}  "
+          "p99 per round; failures")
     for name, r in phases.items():
-        print(f"{name:16s} {r['sent']:6d} {r['ok']:6d} {r['p50_ms']:8.1f} {r['p99_ms']:8.1f} {r['max_ms'] or 0:8.1f} "
-              f"{r['p99_ms'] / base:13.2f}  {r['failures'] or ''}")
+        print(f"{name:12s} {r['sent']:6d} {r['ok']:6d} {r['p50_ms']:8.1f} {r['p99_ms']:8.1f} {r['max_ms']:8.1f} "
+              f"{r['p99_ms'] / base:13.2f}  {r['p99_per_round']} {r['failures'] or ''}")
     if "giants" in phases:
         print("giant requests answered:", phases["giants"]["giant_answers"])
     if "soak" in out:
         s = out["soak"]
         print(f"soak: {s['images']} images in {s['seconds']} s, statuses {s['statuses']}; RSS base {s['base_rss_mib']} MiB, "
-              f"peak {s['peak_rss_mib']} MiB, end {s['end_rss_mib']} MiB; budgets {s['budgets_mib']} MiB -> "
-              f"limit {s['limit_mib']} MiB: {'within' if s['within'] else 'OVER'}")
+              f"peak {s['peak_rss_mib']} MiB, end {s['end_rss_mib']} MiB; budgets {s['budgets_mib']} MiB "
+              f"{s['budget_parts_mib']} -> limit base + 1.25 x budgets = {s['limit_mib']} MiB: "
+              f"{'within' if s['within'] else 'OVER'}")
 
 
 def main() -> None:
@@ -313,6 +371,7 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=20, help="normal requests per second")
     parser.add_argument("--slow", type=int, default=20_000, help="slow connections (0: skip)")
     parser.add_argument("--giants", type=int, default=1, help="1: run the giant-image phase, 0: skip")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of the alternating phases")
     parser.add_argument("--soak", type=int, default=256 * 1024, help="tiny images in the RSS soak (0: skip)")
     parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     args = parser.parse_args()

@@ -49,6 +49,10 @@ async def test_a_request_over_its_pixel_budget_is_refused_naming_the_part(tmp_pa
         assert status == 400 and body["error"]["code"] == "image_too_large"
         assert "--max-request-pixels" in body["error"]["message"]
         assert body["error"]["param"].startswith("messages[0].content[")
+        # Images the gateway already holds cost it no decode, but the backend would process them:
+        # they count too (giants 0 and 1 are cached from the first request).
+        status, _, body = await post(gw.url, turn(giants[0], giants[1], giants[5]))
+        assert status == 400 and body["error"]["param"] == "messages[0].content[3]", body
 
 
 async def test_a_full_large_image_queue_is_a_429_and_small_images_still_pass(tmp_path: Path, giants: list[str]) -> None:

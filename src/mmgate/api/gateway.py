@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from mmgate.api.parse import ChatRequest, parse_chat_request
 from mmgate.backends import Backend, BackendReply
 from mmgate.config import GatewaySettings
-from mmgate.errors import BackendConnectError, BackendTimeoutError, InvalidRequestError
+from mmgate.errors import BackendConnectError, BackendTimeoutError, ImageTooLargeError, InvalidRequestError
 from mmgate.media import MediaLoader
 from mmgate.metrics import GatewayMetrics
 from mmgate.reuse import (
@@ -144,6 +144,7 @@ class Gateway:
         scoped = self.settings.cache.session_scoping
         images = {} if scoped else known_by_uuid(self.store, request.slots, self.keys, tenant)
         images.update(await self._load_images([s for s in request.slots if s.index not in images], session_id))
+        self._check_request_pixels(request.slots, images)
         plans = plan_slots(self.store, request.slots, images, self.keys, tenant)
         routed = routed_images(self.store, plans)
         # The router's order of preference, by the images' keys: the first is its pick, the second
@@ -177,6 +178,20 @@ class Gateway:
         router.record_sent(backend, routed, session_id)
         headers = {"x-mmgate-backend": backend.name, "x-mmgate-reuse": counts.header()}
         return ChatOutcome(reply=reply, backend=backend, headers=headers, on_finish=lambda: router.end(backend))
+
+    def _check_request_pixels(self, slots: list[ImageSlot], images: dict[int, LoadedImage]) -> None:
+        """Every image the request sends counts against ``--max-request-pixels``, decoded now or
+        known already: a cached giant costs the gateway nothing, but the backend would process it."""
+        limit = self.settings.media.max_request_pixels
+        total = 0
+        for slot in slots:
+            image = images.get(slot.index)
+            if image is not None:
+                total += image.width * image.height
+                if total > limit:
+                    raise ImageTooLargeError(
+                        f"the request's images add up to more than {limit} pixels "
+                        "(--max-request-pixels): send fewer or smaller images", param=slot.param)
 
     async def _load_images(self, slots: list[ImageSlot], session_id: str | None) -> dict[int, LoadedImage]:
         """Load every URL-backed slot concurrently; the first failure cancels the rest."""

@@ -1,8 +1,9 @@
 """Where image validation work runs, and how much of it a request may ask for or leave queued.
 
 * Two lanes of threads. Images of at most ``large_image_pixels`` decode in the normal lane
-  (``decode_workers`` threads); larger ones in a lane of their own (one thread), so one client's
-  giant images never queue ahead of everybody's small ones.
+  (``decode_workers`` threads); larger ones in a lane of their own (one thread, at the lowest CPU
+  priority), so one client's giant images never queue ahead of everybody's small ones nor take the
+  CPU from them.
 * The large lane's queue is bounded in pixels, queued and running together
   (``max_decode_queue_pixels``): past it a request gets ``BusyError`` (429 with ``Retry-After``)
   instead of waiting behind work it cannot see. A single image is always admitted to an empty lane.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -22,6 +24,15 @@ from typing import TypeVar
 from mmgate.errors import BusyError, ImageTooLargeError
 
 _T = TypeVar("_T")
+
+
+def _lower_priority() -> None:
+    """Run this (large-lane) thread at the lowest CPU priority: on a busy machine the event loop
+    and the normal lane come first, so giant decodes take the CPU that is left over."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)  # Linux: per thread
+    except (AttributeError, OSError):  # not Linux, or not allowed: the lane still works
+        pass
 
 
 class PixelBudget:
@@ -46,7 +57,8 @@ class DecodeLanes:
 
     def __init__(self, *, workers: int, large_image_pixels: int, max_queue_pixels: int) -> None:
         self._normal = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mmgate-media")
-        self._large = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mmgate-media-large")
+        self._large = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mmgate-media-large",
+                                         initializer=_lower_priority)
         self.large_image_pixels = large_image_pixels
         self.max_queue_pixels = max_queue_pixels
         self._queued = 0  # pixels submitted to the large lane and not finished (queued + running)
