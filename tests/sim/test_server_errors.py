@@ -17,8 +17,8 @@ async def test_unknown_model_is_404(http: aiohttp.ClientSession, sim: SimServer)
     body["model"] = "gpt-x"
     status, out = await post_chat(http, sim, body)
     assert status == 404
-    assert out == {"error": {"message": "The model `gpt-x` does not exist.", "type": "NotFoundError",
-                             "param": None, "code": 404}}
+    assert out == {"error": {"message": "The model `gpt-x` does not exist. Valid aliases: mmgate-sim-vl.",
+                             "type": "NotFoundError", "param": "model", "code": 404}}
 
 
 async def test_malformed_json_is_400(http: aiohttp.ClientSession, sim: SimServer) -> None:
@@ -44,7 +44,7 @@ async def test_malformed_json_is_400(http: aiohttp.ClientSession, sim: SimServer
         {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 0},
         {"messages": [{"role": "user", "content": "hi"}], "max_tokens": "ten"},
         {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5, "min_tokens": 6},
-        {"messages": [{"role": "user", "content": "hi"}], "n": 2},
+        {"messages": [{"role": "user", "content": "hi"}], "n": 0},
         {"messages": [{"role": "user", "content": "hi"}], "stream_options": {"include_usage": True}},
         {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 10_000_000},
     ],
@@ -94,7 +94,7 @@ async def test_metrics_expose_vllm_and_sim_counters(http: aiohttp.ClientSession,
         text = await resp.text()
     labels = '{engine="0",model_name="mmgate-sim-vl"}'
     expected = [
-        f"vllm:mm_cache_queries_total{labels} 3.0",
+        f"vllm:mm_cache_queries_total{labels} 2.0",  # the failed request (m2 unknown) counts none
         f"vllm:mm_cache_hits_total{labels} 1.0",
         f"vllm:generation_tokens_total{labels} 6.0",
         "mmgate_sim_images_processed_total 1.0",

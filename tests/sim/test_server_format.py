@@ -32,8 +32,9 @@ async def test_sdk_non_streaming_with_image(client: AsyncOpenAI, sim: SimServer)
     assert choice.finish_reason == "length"
     assert len(choice.message.content or "") > 0
     assert out.usage is not None
-    # 8 chars = 2 tokens, + 3 per message + 3 assistant prime; 512x300 → 504x308 → 18*11 image tokens.
-    assert out.usage.prompt_tokens == 2 + 3 + 3 + 18 * 11
+    # 8 chars = 2 tokens, + 3 per message + 3 assistant prime; 512x300 → 504x308 → 18*11 image tokens
+    # between <|vision_start|> and <|vision_end|>.
+    assert out.usage.prompt_tokens == 2 + 3 + 3 + 18 * 11 + 2
     assert out.usage.completion_tokens == 5
     assert out.usage.total_tokens == out.usage.prompt_tokens + 5
     assert sim.stats.prompt_tokens == out.usage.prompt_tokens

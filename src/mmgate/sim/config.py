@@ -3,19 +3,47 @@
 Names follow vLLM's flags where one exists (``--served-model-name`` → ``model``,
 ``--mm-processor-cache-gb``, ``--limit-mm-per-prompt`` → ``max_images_per_request``). The image grid
 follows Qwen2-VL: 14-pixel patches merged 2x2, so both sides are resized to multiples of 28 and an
-image costs ``(h/28)*(w/28)`` prompt tokens.
+image costs ``(h/28)*(w/28)`` prompt tokens, plus its ``<|vision_start|>``/``<|vision_end|>`` pair.
+
+``--profile`` picks a named set of defaults (flags given beside it still win): ``default`` is the
+sim as it always was; ``tiny-qwen2vl-cpu`` is fitted to real vLLM's CPU build serving the tiny
+Qwen2-VL of ``tools/tiny_qwen2vl.py`` on this machine (``benchmarks/sim_fidelity.py --fit``):
+same served name, context length, image limit and byte-level token counts, and its measured
+timing.
 """
 
 from __future__ import annotations
+
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
 from mmgate._settings import Frozen, GiB, MiB, setting
 
+# Fitted by `benchmarks/sim_fidelity.py --fit` against vLLM 0.32 (CPU) + tiny Qwen2-VL (hidden 256,
+# 2 layers, vision 2x64), 2 shared cores; see docs/PERFORMANCE.md, "Sim fidelity".
+PROFILES: dict[str, dict[str, Any]] = {
+    "default": {},
+    "tiny-qwen2vl-cpu": {
+        "model": "tiny-qwen2vl",
+        "max_model_len": 4096,
+        "max_images_per_request": 8,
+        "text_tokens": "bytes",
+        "request_overhead_ms": 0.0,
+        "prefill_us_per_text_token": 40.0,
+        "prefill_us_per_image_token": 120.0,
+        "miss_us_per_image_token": 0.0,
+        "decode_ms_per_token": 10.0,
+    },
+}
+
 
 class SimSettings(Frozen):
     """Everything one embedded engine needs; frozen and passed down explicitly."""
 
+    profile: Literal["default", "tiny-qwen2vl-cpu"] = setting(
+        "default", flag="--profile",
+        help="named defaults: 'default', or 'tiny-qwen2vl-cpu' (fitted to real vLLM's CPU build here)")
     host: str = setting("127.0.0.1", flag="--host", help="address to bind")
     # 0: any free port (tests, and the engines `mmgate serve` embeds).
     port: int = setting(8001, flag="--port", ge=0, le=65535, help="port to bind; 0 picks a free port")
@@ -47,6 +75,17 @@ class SimSettings(Frozen):
                                                 help="modelled prefill time per image token, microseconds")
     decode_ms_per_token: float = setting(10.0, flag="--decode-ms-per-token", ge=0,
                                          help="modelled time between generated tokens, milliseconds")
+    request_overhead_ms: float = setting(0.0, flag="--request-overhead-ms", ge=0,
+                                         help="modelled fixed time of every request before its first token, ms")
+    miss_us_per_image_token: float = setting(
+        0.0, flag="--miss-us-per-image-token", ge=0,
+        help="modelled extra time per image token on a processor-cache miss (vLLM's HF processor), us")
+    # How prompt text is counted: "estimate" (4 characters a token, 3 per message) or "bytes" (the
+    # byte-level tokenizer of tools/tiny_qwen2vl.py through Qwen2-VL's chat template: exact).
+    text_tokens: Literal["estimate", "bytes"] = setting(
+        "estimate", flag="--text-tokens", help="prompt text counting: 'estimate' or 'bytes' (the tiny Qwen2-VL's)")
+    # <|vision_start|> and <|vision_end|> around every image's tokens (Qwen2-VL's chat template).
+    vision_marker_tokens: int = Field(2, ge=0)
     speedup: float = setting(1.0, flag="--speedup", gt=0,
                              help="divide every modelled time by this; large values ≈ no latency")
     # max_tokens when the request gives none (vLLM would use the rest of the context window).
@@ -68,6 +107,16 @@ class SimSettings(Frozen):
     # Threads doing image decode, resize and normalisation.
     processor_workers: int = setting(2, flag="--processor-workers", ge=1, le=64,
                                      help="threads for image decode and processing")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_profile(cls, values: Any) -> Any:
+        """The profile's values for every setting not given explicitly."""
+        if isinstance(values, dict):
+            profile = PROFILES.get(str(values.get("profile", "default")))
+            if profile:
+                return {**profile, **values}
+        return values
 
     @model_validator(mode="after")
     def _check_grid(self) -> SimSettings:

@@ -26,6 +26,7 @@ from mmgate.sim.errors import InvalidRequestError
 from mmgate.sim.fetch import data_url_payload, fetch_image
 from mmgate.sim.generation import (
     GenerationPlan,
+    count_prompt_bytes_tokens,
     count_prompt_text_tokens,
     decode_seconds_per_token,
     plan_generation,
@@ -34,7 +35,7 @@ from mmgate.sim.generation import (
 )
 from mmgate.sim.metrics import SimMetrics
 from mmgate.sim.processor import content_hash, decode_image, process_image
-from mmgate.sim.request import ImageRef, SimRequest, parse_sim_request
+from mmgate.sim.request import ImageRef, SimRequest, parse_sim_request, with_param
 from mmgate.wire import cache_miss_message
 
 T = TypeVar("T")
@@ -65,9 +66,13 @@ class Admitted:
     text_tokens: int
     image_tokens: int
     max_tokens: int
-    plan: GenerationPlan
+    plans: tuple[GenerationPlan, ...]  # one per choice (``n``)
     prefill_s: float
     decode_s: float
+
+    @property
+    def plan(self) -> GenerationPlan:
+        return self.plans[0]
 
     @property
     def prompt_tokens(self) -> int:
@@ -75,7 +80,13 @@ class Admitted:
 
     @property
     def completion_tokens(self) -> int:
-        return len(self.plan.tokens)
+        """Tokens generated over every choice (what usage reports)."""
+        return sum(len(p.tokens) for p in self.plans)
+
+    @property
+    def longest(self) -> int:
+        """The longest choice: the choices decode together, as in one vLLM batch."""
+        return max(len(p.tokens) for p in self.plans)
 
 
 class SimEngine:
@@ -89,6 +100,8 @@ class SimEngine:
             max_workers=settings.processor_workers, thread_name_prefix="mmgate-sim"
         )
         self._session: aiohttp.ClientSession | None = None
+        # Cache queries (hit or not) of processed requests, published when one is admitted.
+        self._unpublished: list[bool] = []
 
     async def close(self) -> None:
         if self._session is not None:
@@ -116,8 +129,14 @@ class SimEngine:
             raise InvalidRequestError(f"Invalid JSON in request body: {exc}.") from exc
         request = parse_sim_request(body, self.settings)
         loaded = [await self._load(ref) for ref in request.images]
-        processed = await self._preprocess(loaded)
-        return self._plan(request, loaded, processed)
+        processed, missed_tokens = await self._preprocess(loaded)
+        admitted = self._plan(request, loaded, processed, missed_tokens)
+        # vLLM publishes its processor-cache stats with the engine's next step: a request that
+        # fails after processing (too long) shows its queries with the next admitted request.
+        for hit in self._unpublished:
+            self.metrics.cache_query(hit)
+        self._unpublished.clear()
+        return admitted
 
     async def _load(self, ref: ImageRef) -> LoadedImage:
         if ref.url is None:
@@ -141,15 +160,20 @@ class SimEngine:
             key = content_hash(data)
         return LoadedImage(ref=ref, data=data, key=key)
 
-    async def _preprocess(self, loaded: list[LoadedImage]) -> list[ProcessedImage]:
+    async def _preprocess(self, loaded: list[LoadedImage]) -> tuple[list[ProcessedImage], int]:
+        """The processed images, and the image tokens of those processed here (cache misses)."""
         cache = self.cache
         enabled = cache.capacity_bytes > 0
         found: list[ProcessedImage | None] = []
         for item in loaded:  # query every item first, as vLLM does
-            entry = cache.get(item.key) if enabled else None
-            if enabled:
-                self.metrics.cache_query(entry is not None)
-            found.append(entry)
+            found.append(cache.get(item.key) if enabled else None)
+        if self.settings.decode_on_hit:
+            # vLLM's chat parser decodes every image it was sent before the processor looks the
+            # cache up: bad bytes fail the request even under a cached uuid.
+            for item, entry in zip(loaded, found, strict=True):
+                if entry is not None and item.data is not None:
+                    await self._run(decode_image, item.data, self.settings)
+                    self.metrics.image_decoded_on_hit()
         for item, entry in zip(loaded, found, strict=True):
             if entry is None and item.data is None:
                 raise cache_miss_error(item.ref.index)
@@ -161,49 +185,53 @@ class SimEngine:
                 entry = await self._run(process_image, item.data, self.settings)
                 self.metrics.image_processed()
                 misses.append((item.key, entry))
-            elif item.data is not None and self.settings.decode_on_hit:
-                await self._run(decode_image, item.data, self.settings)
-                self.metrics.image_decoded_on_hit()
             results.append(entry)
         if enabled:
+            # vLLM counts a request's queries only once its processing succeeded: a request that
+            # fails (a cache miss without data, bad bytes) moves no counter.
+            self._unpublished.extend(entry is not None for entry in found)
             for key, entry in misses:
                 cache.put(key, entry)
             self.metrics.cache_state(cache.num_cached_bytes, len(cache), cache.num_evictions)
-        return results
+        return results, sum(entry.num_tokens for _, entry in misses)
 
     def _plan(self, request: SimRequest, loaded: list[LoadedImage],
-              processed: list[ProcessedImage]) -> Admitted:
+              processed: list[ProcessedImage], missed_tokens: int) -> Admitted:
         s = self.settings
-        text_tokens = count_prompt_text_tokens(request.texts, request.num_messages)
-        image_tokens = sum(p.num_tokens for p in processed)
+        if s.text_tokens == "bytes":
+            text_tokens = count_prompt_bytes_tokens(request.roles, request.text_bytes)
+        else:
+            text_tokens = count_prompt_text_tokens(request.texts, request.num_messages)
+        image_tokens = sum(p.num_tokens + s.vision_marker_tokens for p in processed)
         prompt_tokens = text_tokens + image_tokens
-        if prompt_tokens >= s.max_model_len:
+        if request.max_tokens is not None and request.max_tokens > s.max_model_len:
             raise InvalidRequestError(
-                f"This model's maximum context length is {s.max_model_len} tokens. However, your "
-                f"request has {prompt_tokens} input tokens. Please reduce the length of the input "
-                "messages.",
-                param="messages",
+                with_param(f"max_tokens={request.max_tokens} cannot be greater than max_model_len="
+                           f"{s.max_model_len}. Please request fewer output tokens.", "max_tokens",
+                           request.max_tokens),
+                param="max_tokens",
+            )
+        if prompt_tokens > s.max_model_len:  # vLLM 0.32's words (a prompt of images; text says more)
+            raise InvalidRequestError(
+                f"Input length ({prompt_tokens}) exceeds model's maximum context length ({s.max_model_len})."
             )
         max_tokens = request.max_tokens
         if max_tokens is None:
             max_tokens = min(s.default_max_tokens, s.max_model_len - prompt_tokens)
-        elif prompt_tokens + max_tokens > s.max_model_len:
-            raise InvalidRequestError(
-                f"This model's maximum context length is {s.max_model_len} tokens. However, you "
-                f"requested {prompt_tokens + max_tokens} tokens ({prompt_tokens} in the messages, "
-                f"{max_tokens} in the completion). Please reduce the length of the messages or "
-                "completion.",
-                param="max_tokens",
-            )
+        # vLLM 0.32 clips max_tokens to the context left after the prompt (no error).
+        max_tokens = min(max_tokens, s.max_model_len - prompt_tokens)
         seed = prompt_seed(request.texts, (item.key for item in loaded))
-        plan = plan_generation(seed, max_tokens=max_tokens, min_tokens=min(request.min_tokens, max_tokens),
-                               ignore_eos=request.ignore_eos)
+        plans = tuple(
+            plan_generation(seed + i, max_tokens=max_tokens, min_tokens=min(request.min_tokens, max_tokens),
+                            ignore_eos=request.ignore_eos)
+            for i in range(request.n)
+        )
         return Admitted(
             request=request,
             text_tokens=text_tokens,
             image_tokens=image_tokens,
             max_tokens=max_tokens,
-            plan=plan,
-            prefill_s=prefill_seconds(text_tokens, image_tokens, s),
+            plans=plans,
+            prefill_s=prefill_seconds(text_tokens, image_tokens, s, missed_image_tokens=missed_tokens),
             decode_s=decode_seconds_per_token(s),
         )

@@ -41,6 +41,26 @@ def count_prompt_text_tokens(texts: Iterable[str], num_messages: int) -> int:
     return body + MESSAGE_OVERHEAD_TOKENS * num_messages + GENERATION_PROMPT_TOKENS
 
 
+# Qwen2-VL's chat template around the messages, as the tiny model's byte-level tokenizer counts it:
+# each special token is one token, everything else one token per UTF-8 byte.
+_DEFAULT_SYSTEM = "system\nYou are a helpful assistant."
+
+
+def count_prompt_bytes_tokens(roles: Iterable[str], text_bytes: Iterable[int]) -> int:
+    """Text tokens of a chat prompt under ``tools/tiny_qwen2vl.py``'s tokenizer (exact).
+
+    ``<|im_start|>ROLE\n CONTENT <|im_end|>\n`` per message (a default system message first when
+    the first message is not one), then ``<|im_start|>assistant\n``.
+    """
+    roles = list(roles)
+    total = 0
+    if not roles or roles[0] != "system":
+        total += 1 + len(_DEFAULT_SYSTEM) + 1 + 1
+    for role, size in zip(roles, text_bytes, strict=True):
+        total += 1 + len(role.encode()) + 1 + size + 1 + 1
+    return total + 1 + len("assistant\n")
+
+
 def prompt_seed(texts: Iterable[str], image_keys: Iterable[str]) -> int:
     """A stable seed from everything the prompt contains (texts and image keys, in order)."""
     h = hashlib.sha256()
@@ -85,10 +105,14 @@ def plan_generation(seed: int, *, max_tokens: int, min_tokens: int, ignore_eos: 
     return GenerationPlan(tokens=tokens, finish_reason=reason)
 
 
-def prefill_seconds(text_tokens: int, image_tokens: int, settings: SimSettings) -> float:
-    """Modelled time from admission to the first token."""
-    micros = text_tokens * settings.prefill_us_per_text_token
+def prefill_seconds(text_tokens: int, image_tokens: int, settings: SimSettings, *,
+                    missed_image_tokens: int = 0) -> float:
+    """Modelled time from admission to the first token: the fixed per-request part, prefill of
+    every prompt token, and the processor's extra work on the images that missed the cache."""
+    micros = settings.request_overhead_ms * 1e3
+    micros += text_tokens * settings.prefill_us_per_text_token
     micros += image_tokens * settings.prefill_us_per_image_token
+    micros += missed_image_tokens * settings.miss_us_per_image_token
     return micros / 1e6 / settings.speedup
 
 

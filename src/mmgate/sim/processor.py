@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import io
 import math
+import re
 import warnings
 
 import numpy as np
@@ -57,6 +58,9 @@ def smart_resize(
     return h_bar, w_bar
 
 
+_ADDRESS = re.compile(r" at 0x[0-9a-f]+")
+
+
 def decode_image(data: bytes, settings: SimSettings) -> Image.Image:
     """Decode encoded image bytes to an RGB Pillow image (what vLLM's media loader does)."""
     if not data:
@@ -76,7 +80,8 @@ def decode_image(data: bytes, settings: SimSettings) -> Image.Image:
     except ImageTooLargeError:
         raise
     except Exception as exc:  # Pillow raises OSError, ValueError, SyntaxError, EOFError... on bad data
-        raise InvalidRequestError(f"Failed to load image: cannot decode image data ({exc}).") from exc
+        # vLLM's words: "Failed to load image: <Pillow's message>", without the object's address.
+        raise InvalidRequestError("Failed to load image: " + _ADDRESS.sub("", str(exc))) from exc
 
 
 def process_image(data: bytes, settings: SimSettings) -> ProcessedImage:

@@ -38,6 +38,10 @@ class SimRequest:
     texts: tuple[str, ...]
     num_messages: int
     images: tuple[ImageRef, ...]
+    # Per message, its role and the UTF-8 bytes of its text (for byte-level token counts).
+    roles: tuple[str, ...]
+    text_bytes: tuple[int, ...]
+    n: int
     stream: bool
     include_usage: bool
     continuous_usage_stats: bool
@@ -47,8 +51,14 @@ class SimRequest:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def not_found(model: str) -> ModelNotFoundError:
-    return ModelNotFoundError(f"The model `{model}` does not exist.")
+def not_found(model: str, served: str) -> ModelNotFoundError:
+    return ModelNotFoundError(f"The model `{model}` does not exist. Valid aliases: {served}.", param="model")
+
+
+def with_param(message: str, param: str, value: Any = None) -> str:
+    """vLLM 0.32 appends the parameter (and its value) to a validation message."""
+    tail = f"parameter={param}" + (f", value={value}" if value is not None else "")
+    return f"{message} ({tail})"
 
 
 def parse_sim_request(body: Any, settings: SimSettings) -> SimRequest:
@@ -61,22 +71,29 @@ def parse_sim_request(body: Any, settings: SimSettings) -> SimRequest:
     if not isinstance(model, str):
         raise InvalidRequestError("'model' must be a string.", param="model")
     if model != settings.model:
-        raise not_found(model)
+        raise not_found(model, settings.model)
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise InvalidRequestError("'messages' must be a non-empty list.", param="messages")
     texts: list[str] = []
     images: list[ImageRef] = []
+    roles: list[str] = []
+    text_bytes: list[int] = []
     for m_idx, message in enumerate(messages):
-        _parse_message(message, m_idx, texts, images)
+        first_text = len(texts)
+        roles.append(_parse_message(message, m_idx, texts, images))
+        text_bytes.append(sum(len(t.encode("utf-8", "surrogatepass")) for t in texts[first_text:]))
     if len(images) > settings.max_images_per_request:
         raise InvalidRequestError(
-            f"At most {settings.max_images_per_request} image(s) may be provided in one prompt.",
-            param="messages",
+            with_param(f"At most {settings.max_images_per_request} image(s) may be provided in one prompt.",
+                       "image"),
+            param="image",
         )
-    n = body.get("n", 1)
-    if n not in (None, 1):
-        raise InvalidRequestError("The sim only supports n=1.", param="n")
+    n = body.get("n")
+    if n is None:
+        n = 1
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise InvalidRequestError(with_param("n must be at least 1", "n", n), param="n")
     stream = _opt_bool(body, "stream")
     options = body.get("stream_options") or {}
     if not isinstance(options, dict):
@@ -103,6 +120,9 @@ def parse_sim_request(body: Any, settings: SimSettings) -> SimRequest:
         texts=tuple(texts),
         num_messages=len(messages),
         images=tuple(images),
+        roles=tuple(roles),
+        text_bytes=tuple(text_bytes),
+        n=n,
         stream=stream,
         include_usage=bool(options.get("include_usage")),
         continuous_usage_stats=bool(options.get("continuous_usage_stats")),
@@ -112,7 +132,8 @@ def parse_sim_request(body: Any, settings: SimSettings) -> SimRequest:
     )
 
 
-def _parse_message(message: Any, m_idx: int, texts: list[str], images: list[ImageRef]) -> None:
+def _parse_message(message: Any, m_idx: int, texts: list[str], images: list[ImageRef]) -> str:
+    """Collect one message's texts and images; its role."""
     where = f"messages[{m_idx}]"
     if not isinstance(message, dict):
         raise InvalidRequestError(f"{where} must be an object.", param=where)
@@ -122,15 +143,16 @@ def _parse_message(message: Any, m_idx: int, texts: list[str], images: list[Imag
                                   param=f"{where}.role")
     content = message.get("content")
     if content is None:
-        return  # an assistant turn with tool_calls only
+        return role  # an assistant turn with tool_calls only
     if isinstance(content, str):
         texts.append(content)
-        return
+        return role
     if not isinstance(content, list):
         raise InvalidRequestError(f"{where}.content must be a string or a list of parts.",
                                   param=f"{where}.content")
     for p_idx, part in enumerate(content):
         _parse_part(part, f"{where}.content[{p_idx}]", texts, images)
+    return role
 
 
 def _parse_part(part: Any, where: str, texts: list[str], images: list[ImageRef]) -> None:
@@ -159,6 +181,9 @@ def _parse_part(part: Any, where: str, texts: list[str], images: list[ImageRef])
 
 
 def _parse_image(part: dict[str, Any], where: str, index: int) -> ImageRef:
+    if part.get("type") == "image_url" and "image_url" not in part:
+        # vLLM 0.32's parser, word for word, for an image_url part without the key.
+        raise InvalidRequestError(with_param("Missing 'type' field in multimodal part.", "type"), param="type")
     raw = part.get("image_url")
     url: str | None = None
     nested_uuid: Any = None
@@ -175,8 +200,9 @@ def _parse_image(part: dict[str, Any], where: str, index: int) -> ImageRef:
     uuid = part.get("uuid")
     if uuid is None:
         uuid = nested_uuid
-    if uuid is not None and (not isinstance(uuid, str) or not uuid):
-        raise InvalidRequestError(f"{where}.uuid must be a non-empty string.", param=where)
+    # vLLM takes any string as a uuid, "" included (a cache key like any other).
+    if uuid is not None and not isinstance(uuid, str):
+        raise InvalidRequestError(f"{where}.uuid must be a string.", param=where)
     if not url:
         url = None
         if uuid is None:

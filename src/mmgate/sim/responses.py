@@ -36,10 +36,10 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
 
 
 def completion(
-    *, request_id: str, created: int, model: str, content: str, finish_reason: str,
+    *, request_id: str, created: int, model: str, choices: list[tuple[str, str]],
     prompt_tokens: int, completion_tokens: int,
 ) -> dict[str, Any]:
-    """A non-streaming ``chat.completion`` object."""
+    """A non-streaming ``chat.completion`` object; ``choices``: (content, finish_reason) each."""
     return {
         "id": request_id,
         "object": "chat.completion",
@@ -47,12 +47,13 @@ def completion(
         "model": model,
         "choices": [
             {
-                "index": 0,
+                "index": index,
                 "message": {"role": "assistant", "content": content, "tool_calls": []},
                 "logprobs": None,
                 "finish_reason": finish_reason,
                 "stop_reason": None,
             }
+            for index, (content, finish_reason) in enumerate(choices)
         ],
         "usage": usage(prompt_tokens, completion_tokens),
     }
@@ -61,8 +62,8 @@ def completion(
 class ChunkWriter:
     """Builds the SSE frames of one streamed completion, in vLLM's order.
 
-    First a delta with the role, then one delta per token (the last one carries the
-    ``finish_reason``), then — with ``include_usage`` — a chunk with empty ``choices`` and the
+    First a delta with the role (one per choice), then one delta per token and choice (each
+    choice's last one carries its ``finish_reason``), then — with ``include_usage`` — a chunk with empty ``choices`` and the
     usage, then ``[DONE]``. With ``continuous_usage_stats`` every chunk also carries the usage so far.
     """
 
@@ -81,13 +82,13 @@ class ChunkWriter:
             chunk["usage"] = usage(self._prompt_tokens, completion_tokens)
         return b"data: " + orjson.dumps(chunk) + b"\n\n"
 
-    def role(self) -> bytes:
-        choice = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+    def role(self, index: int = 0) -> bytes:
+        choice = {"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
                   "finish_reason": None}
         return self._frame([choice], 0)
 
-    def token(self, text: str, completion_tokens: int, finish_reason: str | None = None) -> bytes:
-        choice: dict[str, Any] = {"index": 0, "delta": {"content": text}, "logprobs": None,
+    def token(self, text: str, completion_tokens: int, finish_reason: str | None = None, index: int = 0) -> bytes:
+        choice: dict[str, Any] = {"index": index, "delta": {"content": text}, "logprobs": None,
                                   "finish_reason": finish_reason}
         if finish_reason is not None:
             choice["stop_reason"] = None

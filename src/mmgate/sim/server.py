@@ -116,11 +116,11 @@ def _ids() -> tuple[str, int]:
 async def _complete(engine: SimEngine, admitted: Admitted) -> web.Response:
     loop = asyncio.get_running_loop()
     n = admitted.completion_tokens
-    await _sleep_until(loop.time() + admitted.prefill_s + max(0, n - 1) * admitted.decode_s)
+    await _sleep_until(loop.time() + admitted.prefill_s + max(0, admitted.longest - 1) * admitted.decode_s)
     request_id, created = _ids()
     body = responses.completion(
         request_id=request_id, created=created, model=admitted.request.model,
-        content=admitted.plan.text, finish_reason=admitted.plan.finish_reason,
+        choices=[(p.text, p.finish_reason) for p in admitted.plans],
         prompt_tokens=admitted.prompt_tokens, completion_tokens=n,
     )
     engine.metrics.tokens(0, n)
@@ -140,16 +140,20 @@ async def _stream(request: web.Request, engine: SimEngine, admitted: Admitted) -
     )
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await resp.prepare(request)
-    tokens = admitted.plan.tokens
+    plans = admitted.plans
     sent = 0
     try:
         await _sleep_until(first_token_at)
-        await resp.write(writer.role())
-        for i, text in enumerate(tokens):
+        for index in range(len(plans)):
+            await resp.write(writer.role(index))
+        for i in range(admitted.longest):
             await _sleep_until(first_token_at + i * admitted.decode_s)
-            last = i == len(tokens) - 1
-            await resp.write(writer.token(text, i + 1, admitted.plan.finish_reason if last else None))
-            sent = i + 1
+            for index, plan in enumerate(plans):  # the choices decode together, step by step
+                if i < len(plan.tokens):
+                    last = i == len(plan.tokens) - 1
+                    sent += 1
+                    await resp.write(writer.token(plan.tokens[i], sent, plan.finish_reason if last else None,
+                                                  index))
         final = writer.final_usage(sent)
         if final is not None:
             await resp.write(final)

@@ -1,0 +1,193 @@
+"""The sim beside real vLLM: the same contract corpus and the same timing workloads against one
+real vLLM replica (CPU build, tiny Qwen2-VL, dummy weights) and ``mmgate sim``, side by side.
+
+    .venv/bin/python benchmarks/sim_fidelity.py --out results/sim_fidelity.json
+    .venv/bin/python benchmarks/sim_fidelity.py --sim-args "--profile default"   # the uncalibrated sim
+
+Contract: every case of ``tests/support/fidelity.py`` (status, error body, cache counters, usage,
+``n``). Timing (one request at a time, medians of ``--repeats``): time to first token of text-only
+prompts of several lengths (prefill per token), the time per generated token (decode), and an
+image at three sizes as a miss, as a hit that carries its bytes (vLLM decodes them before the
+lookup) and as a cache-only hit. ``--fit`` prints the sim settings fitted from the real figures
+(what the ``tiny-qwen2vl-cpu`` profile holds). Needs the vLLM venv (``make vllm``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.support.fidelity import jpeg_url, run_corpus  # noqa: E402
+from tests.support.vllm import SimProcess, VllmSetup, start_replicas  # noqa: E402
+
+TEXT_LENGTHS = (64, 1024, 2048, 3072)  # prompt tokens of filler text (byte-level: 1 char = 1 token)
+IMAGE_SIDES = (224, 512, 768)
+DECODE_TOKENS = 32
+_TIMEOUT = aiohttp.ClientTimeout(total=120)
+
+
+def _body(model: str, parts: list[dict[str, Any]], *, text: str = "Describe.", max_tokens: int = 1,
+          stream: bool = True) -> dict[str, Any]:
+    return {"model": model, "max_tokens": max_tokens, "ignore_eos": True, "stream": stream,
+            "messages": [{"role": "user", "content": [{"type": "text", "text": text}, *parts]}]}
+
+
+async def _ttft(http: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> float:
+    """Seconds to the first SSE event (vLLM sends its first chunk with the first token)."""
+    start = time.perf_counter()
+    async with http.post(url + "/v1/chat/completions", json=body) as resp:
+        if resp.status != 200:
+            raise RuntimeError(f"{url}: HTTP {resp.status}: {(await resp.read())[:300]!r}")
+        async for line in resp.content:
+            if line.startswith(b"data: "):
+                first = time.perf_counter() - start
+                break
+        await resp.read()
+    return first
+
+
+async def _latency(http: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> float:
+    start = time.perf_counter()
+    async with http.post(url + "/v1/chat/completions", json=body) as resp:
+        await resp.read()
+        if resp.status != 200:
+            raise RuntimeError(f"{url}: HTTP {resp.status}")
+    return time.perf_counter() - start
+
+
+async def measure(url: str, model: str, repeats: int, seed0: int) -> dict[str, float]:
+    """Median milliseconds of each timing workload against one engine."""
+    out: dict[str, float] = {}
+    seed = seed0
+    async with aiohttp.ClientSession(timeout=_TIMEOUT) as http:
+        await _ttft(http, url, _body(model, []))  # warm-up
+        for n in TEXT_LENGTHS:
+            times = [await _ttft(http, url, _body(model, [], text="x" * n)) for _ in range(repeats)]
+            out[f"ttft text {n} tok"] = 1e3 * statistics.median(times)
+        one = [await _latency(http, url, _body(model, [], stream=False)) for _ in range(repeats)]
+        many = [await _latency(http, url, _body(model, [], max_tokens=DECODE_TOKENS, stream=False))
+                for _ in range(repeats)]
+        out["decode per token"] = 1e3 * (statistics.median(many) - statistics.median(one)) / (DECODE_TOKENS - 1)
+        for side in IMAGE_SIDES:
+            miss, hit_data, hit_ref = [], [], []
+            for _ in range(repeats):
+                seed += 1
+                img, uuid = jpeg_url(side, seed), f"timing-{seed0}-{seed}"
+                miss.append(await _ttft(http, url, _body(model, [{"type": "image_url", "image_url": {"url": img},
+                                                                  "uuid": uuid}])))
+                hit_data.append(await _ttft(http, url, _body(model, [{"type": "image_url",
+                                                                      "image_url": {"url": img}, "uuid": uuid}])))
+                hit_ref.append(await _ttft(http, url, _body(model, [{"type": "image_url", "image_url": None,
+                                                                     "uuid": uuid}])))
+            out[f"ttft {side}px miss"] = 1e3 * statistics.median(miss)
+            out[f"ttft {side}px hit with bytes"] = 1e3 * statistics.median(hit_data)
+            out[f"ttft {side}px hit (reference)"] = 1e3 * statistics.median(hit_ref)
+    return out
+
+
+def image_tokens(side: int) -> int:
+    grid = round(side / 28)
+    return grid * grid
+
+
+def fit(real: dict[str, float]) -> dict[str, float]:
+    """Sim settings from real figures: least squares of TTFT over text tokens, then image terms."""
+    xs = list(TEXT_LENGTHS)
+    ys = [real[f"ttft text {n} tok"] for n in xs]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
+    base = my - slope * mx
+    per_image_token = statistics.fmean(
+        (real[f"ttft {s}px hit (reference)"] - base) / image_tokens(s) - slope for s in IMAGE_SIDES)
+    miss_extra = statistics.fmean(
+        (real[f"ttft {s}px miss"] - real[f"ttft {s}px hit with bytes"]) / image_tokens(s) for s in IMAGE_SIDES)
+    return {
+        "request_overhead_ms": round(base, 2),
+        "prefill_us_per_text_token": round(1e3 * slope, 2),
+        "prefill_us_per_image_token": round(1e3 * (slope + per_image_token), 2),
+        "miss_us_per_image_token": round(1e3 * miss_extra, 2),
+        "decode_ms_per_token": round(real["decode per token"], 3),
+    }
+
+
+def print_contract(real: list[Any], sim: list[Any]) -> int:
+    print(f"{'case':<48} {'vLLM':>5} {'sim':>5}  same")
+    differ = 0
+    for r, s in zip(real, sim, strict=True):
+        a, b = r.comparable(), s.comparable()
+        same = a == b
+        differ += not same
+        print(f"{r.case:<48} {r.status:>5} {s.status:>5}  {'yes' if same else 'NO'}")
+        if not same:
+            for key in a:
+                if a[key] != b[key]:
+                    print(f"    {key}: vLLM {a[key]!r}\n    {' ' * len(key)}  sim  {b[key]!r}")
+    return differ
+
+
+async def main_async(args: argparse.Namespace) -> int:
+    setup = VllmSetup.locate()
+    sim = SimProcess(args.log_dir / "sim.log")
+    sim.start(args.sim_args.split())
+    replicas = []
+    try:
+        replicas = await asyncio.to_thread(start_replicas, setup, 1, args.log_dir)
+        real = replicas[0]
+        contract_real = await run_corpus(real)
+        contract_sim = await run_corpus(sim)
+        print("== contract: the same corpus against real vLLM and the sim ==")
+        differ = print_contract(contract_real, contract_sim)
+        print(f"{differ} of {len(contract_real)} cases differ\n")
+        timing: dict[str, dict[str, float]] = {}
+        if args.repeats:
+            timing["vllm"] = await measure(real.url, real.model, args.repeats, 1)
+            timing["sim"] = await measure(sim.url, sim.model, args.repeats, 2)
+            print(f"== timing (medians of {args.repeats}, ms) ==")
+            print(f"{'workload':<32} {'vLLM':>9} {'sim':>9} {'sim/vLLM':>9}")
+            for key, value in timing["vllm"].items():
+                other = timing["sim"][key]
+                print(f"{key:<32} {value:>9.2f} {other:>9.2f} {other / value if value else float('nan'):>9.2f}")
+        fitted = fit(timing["vllm"]) if timing else {}
+        if args.fit and fitted:
+            print("\n== fitted from vLLM ==")
+            for key, value in fitted.items():
+                print(f"{key} = {value}")
+    finally:
+        sim.stop()
+        for r in replicas:
+            r.stop()
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({
+            "sim_args": args.sim_args, "repeats": args.repeats,
+            "contract": [{"vllm": r.comparable(), "sim": s.comparable()}
+                         for r, s in zip(contract_real, contract_sim, strict=True)],
+            "timing_ms": timing, "fitted": fitted,
+        }, indent=2))
+        print(f"\nwrote {args.out}")
+    return 0
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--sim-args", default="--profile tiny-qwen2vl-cpu", help="flags for `mmgate sim`")
+    p.add_argument("--repeats", type=int, default=5, help="requests per timing workload (0: contract only)")
+    p.add_argument("--fit", action="store_true", help="print sim settings fitted from vLLM's figures")
+    p.add_argument("--out", type=Path, default=None, help="write everything as JSON here")
+    p.add_argument("--log-dir", type=Path, default=ROOT / "build" / "sim-fidelity")
+    return asyncio.run(main_async(p.parse_args()))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
