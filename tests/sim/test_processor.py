@@ -56,9 +56,9 @@ def test_process_image_normalises_with_mean_and_std() -> None:
 
 def test_decode_rejects_garbage_and_huge_images() -> None:
     settings = SimSettings()
-    with pytest.raises(InvalidRequestError, match="Failed to load image: cannot identify image file <_io.BytesIO object>$"):
+    with pytest.raises(InvalidRequestError, match=r"^Failed to load image: cannot identify image file <_io\.BytesIO object>$"):
         decode_image(b"definitely not an image", settings)
-    with pytest.raises(InvalidRequestError, match="Failed to load image: cannot identify image file <_io.BytesIO object>$"):
+    with pytest.raises(InvalidRequestError, match=r"^Failed to load image: cannot identify image file <_io\.BytesIO object>$"):
         decode_image(image_bytes(64, 64)[:40], settings)  # truncated PNG
     with pytest.raises(ImageTooLargeError):
         decode_image(image_bytes(200, 200), SimSettings(max_image_pixels=100 * 100))

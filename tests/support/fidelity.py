@@ -142,6 +142,9 @@ async def run_corpus(engine: Engine, *, counters: Callable[[], Awaitable[tuple[f
             return await asyncio.to_thread(engine.cache_counters)
     out = []
     async with aiohttp.ClientSession(timeout=TIMEOUT) as http:
+        # vLLM publishes cache counters with its next engine step: one request first, so nothing
+        # an earlier client left unpublished lands on the first case.
+        await _send(http, engine.url, _body(engine.model))
         for name, build in CASES:
             q0, h0 = await read()
             status, answer = await _send(http, engine.url, build(engine.model, tag, seed))

@@ -1,0 +1,218 @@
+"""The seed's sliding-window benchmark against two real vLLM replicas (CPU build, tiny Qwen2-VL,
+dummy weights) on loopback, with and without mmgate in front.
+
+At turn t a session sends its last W images (one new each turn), as agents resending the
+conversation do. Five ways to run it, each on fresh images (so no mode profits from another's
+caches), the same two replicas for all:
+
+* ``direct-resend``  client → vLLM, every image's bytes every turn, no uuid (what users do today)
+* ``direct-strip``   client → vLLM, uuid + bytes once per session, then cache-only references
+                     (AIPerf ``--uuid-and-strip``); sessions pinned to a replica by the client
+* ``gw-off``         client → ``mmgate serve --reuse off`` → vLLM, the resending client
+* ``gw-auto``        client → ``mmgate serve --reuse auto`` → vLLM, the same unmodified client
+* ``gw-strip``       client → ``mmgate serve --reuse auto`` → vLLM, the stripping client
+
+Reported per mode: TTFT and request latency p50/p90, client bytes, images the client sent with
+bytes, vLLM's processor-cache queries and hits (both replicas), the gateway's forwarded images and
+heals, errors. ``--concurrency`` runs that many sessions at once; ``--models`` picks the tiny
+model (``tiny``: hidden 256, 2 layers) and/or one with a smaller language model (``small-lm``:
+hidden 64, 1 layer) where image handling weighs more, as on a GPU.
+
+    .venv/bin/python benchmarks/vllm_sliding_window.py --sessions 4 --turns 6 --window 4 \\
+        --concurrency 1,4 --models tiny,small-lm --out results/vllm_sliding_window.json
+
+Needs the vLLM venv (``make vllm``); replicas start once per model (60-90 s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import re
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.support.fidelity import jpeg_url  # noqa: E402
+from tests.support.vllm import GatewayProcess, VllmReplica, VllmSetup, start_replicas  # noqa: E402
+
+MODES = ("direct-resend", "direct-strip", "gw-off", "gw-auto", "gw-strip")
+MODELS = {"tiny": (), "small-lm": ("--hidden-size", "64", "--layers", "1", "--heads", "2", "--kv-heads", "1")}
+_METRIC = re.compile(r"^([a-zA-Z_:]+)(\{[^}]*\})? ([0-9.e+-]+)$", re.M)
+
+
+def scrape(url: str) -> dict[str, float]:
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return {m.group(1) + (m.group(2) or ""): float(m.group(3)) for m in _METRIC.finditer(text)}
+
+
+def total(metrics: dict[str, float], prefix: str) -> float:
+    return sum(v for k, v in metrics.items() if k.startswith(prefix))
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))] if ordered else float("nan")
+
+
+async def run_session(http: aiohttp.ClientSession, url: str, sid: str, strip: bool, images: list[str],
+                      args: argparse.Namespace, out: dict[str, list[float]]) -> None:
+    sent: set[str] = set()
+    for t in range(args.turns):
+        parts: list[dict[str, Any]] = [{"type": "text", "text": f"turn {t} of {sid}: what changed?"}]
+        for i in range(max(0, t - args.window + 1), t + 1):
+            uuid = f"{sid}-img{i}"
+            if strip and uuid in sent:
+                parts.append({"type": "image_url", "image_url": None, "uuid": uuid})
+                continue
+            part: dict[str, Any] = {"type": "image_url", "image_url": {"url": images[i]}}
+            if strip:
+                part["uuid"] = uuid
+                sent.add(uuid)
+            out["client_images"].append(1)
+            parts.append(part)
+        body = json.dumps({"model": "tiny-qwen2vl", "stream": True, "max_tokens": args.max_tokens,
+                           "ignore_eos": True, "messages": [{"role": "user", "content": parts}]}).encode()
+        out["client_bytes"].append(len(body))
+        t0 = time.perf_counter()
+        ttft = None
+        async with http.post(url + "/v1/chat/completions", data=body,
+                             headers={"Content-Type": "application/json", "x-session-id": sid}) as r:
+            if r.status != 200:
+                out["errors"].append(r.status)
+                print(f"  {sid} turn {t}: HTTP {r.status} {(await r.read())[:200]!r}", file=sys.stderr)
+                continue
+            async for line in r.content:
+                if ttft is None and line.startswith(b"data: {"):
+                    ttft = time.perf_counter() - t0
+        out["ttft_ms"].append(1000 * (ttft if ttft is not None else time.perf_counter() - t0))
+        out["latency_ms"].append(1000 * (time.perf_counter() - t0))
+
+
+async def drive(urls: list[str], mode: str, args: argparse.Namespace, concurrency: int, run: int
+                ) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {"client_bytes": [], "client_images": [], "ttft_ms": [], "latency_ms": [],
+                                   "errors": []}
+    strip = mode.endswith("strip")
+    limit = asyncio.Semaphore(concurrency)
+
+    async def one(s: int) -> None:
+        images = [jpeg_url(args.image_size, 1_000_000 * run + 1000 * s + i) for i in range(args.turns)]
+        async with limit:
+            await run_session(http, urls[s % len(urls)], f"r{run}-s{s}", strip, images, args, out)
+
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as http:
+        await asyncio.gather(*(one(s) for s in range(args.sessions)))
+    return out
+
+
+def run_mode(mode: str, replicas: list[VllmReplica], args: argparse.Namespace, concurrency: int, run: int,
+             log_dir: Path) -> dict[str, Any]:
+    gateway = None
+    before = [scrape(r.url) for r in replicas]
+    try:
+        if mode.startswith("gw-"):
+            gateway = GatewayProcess(log_dir / f"gw-{run}.log")
+            flags = [f for r in replicas for f in ("--backend", f"vllm={r.url}")]
+            gateway.start([*flags, "--reuse", "off" if mode == "gw-off" else "auto", "--log-level", "warning"])
+            urls = [gateway.url]
+        else:
+            urls = [r.url for r in replicas]
+        t0 = time.perf_counter()
+        out = asyncio.run(drive(urls, mode, args, concurrency, run))
+        wall = time.perf_counter() - t0
+        gw = scrape(gateway.url) if gateway is not None else {}
+    finally:
+        if gateway is not None:
+            gateway.stop()
+    after = [scrape(r.url) for r in replicas]
+
+    def moved(name: str) -> float:
+        return sum(total(a, name) - total(b, name) for a, b in zip(after, before, strict=True))
+
+    return {
+        "mode": mode, "concurrency": concurrency, "requests": len(out["latency_ms"]) + len(out["errors"]),
+        "errors": len(out["errors"]),
+        "ttft_p50_ms": pct(out["ttft_ms"], 50), "ttft_p90_ms": pct(out["ttft_ms"], 90),
+        "latency_p50_ms": pct(out["latency_ms"], 50), "latency_p90_ms": pct(out["latency_ms"], 90),
+        "client_bytes": sum(out["client_bytes"]), "client_images_with_data": len(out["client_images"]),
+        "vllm_cache_queries": moved("vllm:mm_cache_queries_total"),
+        "vllm_cache_hits": moved("vllm:mm_cache_hits_total"),
+        "vllm_prompt_tokens": moved("vllm:prompt_tokens_total"),
+        "gw_images_data": total(gw, 'mmgate_images_forwarded_total{mode="data"}'),
+        "gw_images_reference": total(gw, 'mmgate_images_forwarded_total{mode="reference"}')
+        + total(gw, 'mmgate_images_forwarded_total{mode="stripped"}'),
+        "gw_heals": total(gw, "mmgate_reuse_heals_total"),
+        "wall_s": wall,
+    }
+
+
+def print_rows(model: str, rows: list[dict[str, Any]]) -> None:
+    print(f"\n== model {model} ==")
+    print(f"{'mode':<14}{'c':>2}{'err':>4}{'TTFT p50':>10}{'p90':>9}{'lat p50':>9}{'p90':>9}{'client MB':>10}"
+          f"{'img sent':>9}{'vLLM q/hit':>12}{'gw data/ref/heal':>17}")
+    for r in rows:
+        gw = f"{int(r['gw_images_data'])}/{int(r['gw_images_reference'])}/{int(r['gw_heals'])}" \
+            if r["mode"].startswith("gw-") else "-"
+        print(f"{r['mode']:<14}{r['concurrency']:>2}{r['errors']:>4}{r['ttft_p50_ms']:>8.0f}ms{r['ttft_p90_ms']:>7.0f}ms"
+              f"{r['latency_p50_ms']:>7.0f}ms{r['latency_p90_ms']:>7.0f}ms{r['client_bytes'] / 1e6:>10.2f}"
+              f"{r['client_images_with_data']:>9}{int(r['vllm_cache_queries']):>6}/{int(r['vllm_cache_hits']):<5}"
+              f"{gw:>17}")
+    by = {(r["mode"], r["concurrency"]): r for r in rows}
+    for c in sorted({r["concurrency"] for r in rows}):
+        auto, resend, strip = by.get(("gw-auto", c)), by.get(("direct-resend", c)), by.get(("direct-strip", c))
+        if auto and resend and strip:
+            print(f"c={c}: TTFT p50 gw-auto / direct-strip = {auto['ttft_p50_ms'] / strip['ttft_p50_ms']:.2f}, "
+                  f"gw-auto / direct-resend = {auto['ttft_p50_ms'] / resend['ttft_p50_ms']:.2f}")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--sessions", type=int, default=4)
+    p.add_argument("--turns", type=int, default=6)
+    p.add_argument("--window", type=int, default=4)
+    p.add_argument("--image-size", type=int, default=768)
+    p.add_argument("--max-tokens", type=int, default=8)
+    p.add_argument("--concurrency", default="1,4", help="comma-separated session concurrencies")
+    p.add_argument("--modes", default=",".join(MODES))
+    p.add_argument("--models", default="tiny,small-lm", help=f"comma-separated, of {', '.join(MODELS)}")
+    p.add_argument("--out", type=Path, default=ROOT / "results" / "vllm_sliding_window.json")
+    p.add_argument("--log-dir", type=Path, default=ROOT / "build" / "vllm-sliding-window")
+    args = p.parse_args()
+    base = VllmSetup.locate()
+    results: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}, "models": {}}
+    run = 0
+    for model in args.models.split(","):
+        setup = dataclasses.replace(base, model_dir=base.model_dir.parent / f"sw-{model}")
+        setup.ensure_model(*MODELS[model])
+        replicas = start_replicas(setup, 2, args.log_dir / model)
+        rows = []
+        try:
+            for c in (int(x) for x in args.concurrency.split(",")):
+                for mode in args.modes.split(","):
+                    run += 1
+                    rows.append(run_mode(mode, replicas, args, c, run, args.log_dir / model))
+                    print(f"  {model} c={c} {mode}: TTFT p50 {rows[-1]['ttft_p50_ms']:.0f} ms", file=sys.stderr)
+        finally:
+            for r in replicas:
+                r.stop()
+        results["models"][model] = rows
+        print_rows(model, rows)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2))
+    print(f"\nwrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
