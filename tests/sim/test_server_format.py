@@ -154,3 +154,21 @@ async def test_client_disconnect_stops_the_stream(http: aiohttp.ClientSession, m
         text = await m.text()
     assert 'mmgate_sim_requests_total{status="disconnected"} 1.0' in text
     assert 'vllm:num_requests_running{engine="0",model_name="mmgate-sim-vl"} 0.0' in text
+
+
+async def test_n_choices_non_streaming_and_streaming(client: AsyncOpenAI) -> None:
+    """n=2 as vLLM answers it: two choices, usage over both; streamed, one role chunk per choice."""
+    messages: Any = chat_body(text="two answers")["messages"]
+    out = await client.chat.completions.create(model="mmgate-sim-vl", messages=messages, max_tokens=4, n=2,
+                                               extra_body={"ignore_eos": True})
+    assert [c.index for c in out.choices] == [0, 1]
+    assert out.usage is not None and out.usage.completion_tokens == 8
+    assert out.choices[0].message.content != out.choices[1].message.content
+    stream = await client.chat.completions.create(model="mmgate-sim-vl", messages=messages, max_tokens=4, n=2,
+                                                  stream=True, stream_options={"include_usage": True},
+                                                  extra_body={"ignore_eos": True})
+    chunks = [c async for c in stream]
+    roles = [c.choices[0].index for c in chunks if c.choices and c.choices[0].delta.role]
+    assert roles == [0, 1]
+    assert sum(1 for c in chunks if c.choices and c.choices[0].finish_reason) == 2
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 8
