@@ -147,6 +147,10 @@ def _slow_worker(port: int, count: int, seconds: float, ready: Any, stats: Any) 
             tasks.append(asyncio.create_task(hold()))
             if len(tasks) % 500 == 0:
                 await asyncio.sleep(0.05)
+        # Ready once most of them are connected (on a busy machine that takes a while).
+        started = time.monotonic()
+        while opened < 0.9 * count and time.monotonic() - started < 60:
+            await asyncio.sleep(0.2)
         ready.set()
         await asyncio.gather(*tasks, return_exceptions=True)
         stats.put({"opened": opened, "closed_by_server": closed_by_server})
@@ -154,28 +158,60 @@ def _slow_worker(port: int, count: int, seconds: float, ready: Any, stats: Any) 
     asyncio.run(main())
 
 
-async def with_slow_connections(url: str, port: int, total: int, seconds: float, rate: float) -> dict[str, Any]:
+async def with_slow_connections(
+    url: str, port: int, total: int, seconds: float, rate: float, gateway_pid: int
+) -> dict[str, Any]:
     ctx = multiprocessing.get_context("spawn")
     stats = ctx.Queue()
     workers = []
     per = [total // 2, total - total // 2]
     readies = [ctx.Event() for _ in per]
     for count, ready in zip(per, readies, strict=True):
-        p = ctx.Process(target=_slow_worker, args=(port, count, seconds + 25, ready, stats), daemon=True)
+        p = ctx.Process(target=_slow_worker, args=(port, count, seconds + 120, ready, stats), daemon=True)
         p.start()
         workers.append(p)
     try:
         for ready in readies:
-            await asyncio.to_thread(ready.wait, 60)
+            await asyncio.to_thread(ready.wait, 90)
         await asyncio.sleep(3)  # let the flood reach the cap
+        before = edge_events(url)
+        peak_fds = 0
+
+        async def count_fds() -> None:
+            nonlocal peak_fds
+            while True:
+                peak_fds = max(peak_fds, len(os.listdir(f"/proc/{gateway_pid}/fd")))
+                await asyncio.sleep(0.5)
+
+        counter = asyncio.create_task(count_fds())
         result = await normal_traffic(url, seconds, rate, 10_000)
+        counter.cancel()
+        result["gateway_peak_fds"] = peak_fds
+        after = edge_events(url)
+        result["edge_events_during"] = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+        result["slow_clients"] = []
     finally:
         for p in workers:
-            p.terminate()
+            if p.is_alive():
+                p.terminate()
         for p in workers:
             p.join(10)
     result["slow_connections"] = total
     return result
+
+
+def edge_events(url: str) -> dict[str, float]:
+    """The gateway's mmgate_edge_connections_total by event (displaced, refused)."""
+    import urllib.request
+
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("mmgate_edge_connections_total{"):
+            event = line.split('event="', 1)[1].split('"', 1)[0]
+            out[event] = float(line.rsplit(" ", 1)[1])
+    return out
 
 
 # -- giant images ----------------------------------------------------------------------------
@@ -295,7 +331,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 rounds.setdefault("unloaded", []).append(await normal_traffic(url, args.seconds, args.rate, r * 100_000))
                 if args.slow:
                     rounds.setdefault("slowloris", []).append(
-                        await with_slow_connections(url, port, args.slow, args.seconds, args.rate))
+                        await with_slow_connections(url, port, args.slow, args.seconds, args.rate, gw.pid))
                     await asyncio.sleep(2)
                 if args.giants:
                     rounds.setdefault("giants", []).append(await with_giants(url, args.seconds, args.rate, r))
@@ -340,7 +376,7 @@ def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
            "p99_ms": statistics.median(r["p99_ms"] for r in results),
            "p99_per_round": [r["p99_ms"] for r in results],
            "max_ms": max(r["max_ms"] or 0 for r in results)}
-    for key in ("giant_answers", "slow_connections"):
+    for key in ("giant_answers", "slow_connections", "edge_events_during", "slow_clients", "gateway_peak_fds"):
         if key in results[0]:
             out[key] = results[0][key] if key == "slow_connections" else [r[key] for r in results]
     return out
@@ -357,6 +393,10 @@ def report(out: dict[str, Any]) -> None:
               f"{r['p99_ms'] / base:13.2f}  {r['p99_per_round']} {r['failures'] or ''}")
     if "giants" in phases:
         print("giant requests answered:", phases["giants"]["giant_answers"])
+    if "slowloris" in phases:
+        print("edge during slowloris:", phases["slowloris"]["edge_events_during"],
+              "gateway peak open fds:", phases["slowloris"]["gateway_peak_fds"],
+              "slow clients:", phases["slowloris"]["slow_clients"])
     if "soak" in out:
         s = out["soak"]
         print(f"soak: {s['images']} images in {s['seconds']} s, statuses {s['statuses']}; RSS base {s['base_rss_mib']} MiB, "
