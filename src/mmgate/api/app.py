@@ -31,7 +31,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 @web.middleware
 async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Every failure becomes an OpenAI-style error body; nothing escapes as a bare 500."""
+    """Every ``MmgateError`` and aiohttp HTTP error becomes an OpenAI-style error body. Anything
+    else is a bug of ours: aiohttp answers it with its plain 500 and logs the traceback."""
     try:
         return await handler(request)
     except MmgateError as exc:
