@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import time
 from pathlib import Path
 
 import aiohttp
@@ -104,6 +105,27 @@ async def test_cache_is_bounded_by_bytes_and_prepares_once(tmp_path: Path) -> No
     assert reads == 6
     await images.prepare(str(paths[0]))  # evicted long ago: read again
     assert reads == 7
+
+
+async def test_a_cancelled_preparer_does_not_cancel_the_others(png: Path) -> None:
+    images = DatasetImages("data", cache_bytes=1 << 20)
+    real = images._prepare_blocking
+
+    def slow(source: str):  # type: ignore[no-untyped-def]
+        time.sleep(0.2)  # in the worker thread: the first caller is cancelled meanwhile
+        return real(source)
+
+    images._prepare_blocking = slow  # type: ignore[method-assign]
+    first = asyncio.create_task(images.prepare(str(png)))
+    await asyncio.sleep(0.05)
+    second = asyncio.create_task(images.prepare(str(png)))
+    await asyncio.sleep(0.05)
+    first.cancel()
+    prepared = await asyncio.wait_for(second, 5)  # was: CancelledError, as if it had been cancelled
+    assert prepared.num_bytes == len(PNG)
+    assert first.cancelled()
+    third = asyncio.create_task(images.prepare(str(png)))  # cached now
+    assert (await third).url == prepared.url
 
 
 async def test_origin_serves_dataset_files_only_with_etag(png: Path, tmp_path: Path) -> None:

@@ -101,17 +101,31 @@ class DatasetImages:
         return TurnImage(prepared.url, entry.uuid, prepared.content_uuid)
 
     async def prepare(self, source: str) -> PreparedImage:
+        """The wire form of ``source``; concurrent calls for one source share one preparation.
+
+        When the caller doing the preparation is cancelled, the others are not: they start a
+        preparation of their own rather than receive its cancellation.
+        """
         cached = self._cache.get(source)
         if cached is not None:
             self._cache.move_to_end(source)
             return cached
         pending = self._inflight.get(source)
         if pending is not None:
-            return await asyncio.shield(pending)
+            try:
+                return await asyncio.shield(pending)
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if pending.cancelled() and task is not None and not task.cancelling():
+                    return await self.prepare(source)  # the preparer was cancelled, not us
+                raise
         future: asyncio.Future[PreparedImage] = asyncio.get_running_loop().create_future()
         self._inflight[source] = future
         try:
             prepared = await asyncio.to_thread(self._prepare_blocking, source)
+        except asyncio.CancelledError:
+            future.cancel()  # waiters see a cancelled preparation, not an error of theirs
+            raise
         except BaseException as exc:
             future.set_exception(exc)
             future.exception()  # mark retrieved: waiters (if any) re-raise it themselves
