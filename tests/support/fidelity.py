@@ -106,7 +106,9 @@ CASES: list[Case] = [
     ("n=2", lambda m, t, s: _body(m, n=2)),
     ("n=2 with image", lambda m, t, s: _body(m, image(None, f"{t}-a"), n=2)),
     ("max_tokens over max_model_len", lambda m, t, s: _body(m, max_tokens=5000)),
-    ("prompt + max_tokens over max_model_len", lambda m, t, s: _body(m, max_tokens=4090)),
+    # 5 x 768px + 512px = 4,057 prompt tokens: max_tokens 100 is clipped to the 39 left.
+    ("prompt + max_tokens over max_model_len", lambda m, t, s: _body(
+        m, *[image(jpeg_url(768, s + 20 + i)) for i in range(5)], image(jpeg_url(512, s + 25)), max_tokens=100)),
     ("prompt over max_model_len (6 x 768px)",
      lambda m, t, s: _body(m, *[image(jpeg_url(768, s + 10 + i)) for i in range(6)])),
     ("n=2 streamed", lambda m, t, s: _body(m, n=2, stream=True, stream_options={"include_usage": True})),
