@@ -128,7 +128,7 @@ def test_switches_and_scaled_flags(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_routing_flags_and_variables() -> None:
     settings = settings_from_args(serve("--routing", "image-affinity", "--routing-load-factor", "1.25"))
     assert (settings.routing.mode, settings.routing.load_factor) == ("image-affinity", 1.25)
-    assert settings_from_args(serve()).routing.mode == "session"
+    assert settings_from_args(serve()).routing.mode == "image-affinity"
 
 
 def test_routing_from_the_environment_and_a_bad_value_names_the_flag(monkeypatch: pytest.MonkeyPatch) -> None:

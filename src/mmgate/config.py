@@ -137,7 +137,7 @@ class RoutingSettings(Frozen):
     model_config = ConfigDict(title="routing")
 
     mode: Literal["round-robin", "session", "lru-history", "image-affinity"] = setting(
-        "session", flag="--routing",
+        "image-affinity", flag="--routing",
         help="backend choice: session (the session's rendezvous home, else the less loaded of two), "
         "image-affinity (shared images at their rendezvous homes, a session's own images at the "
         "session's home, bounded loads), lru-history (llm-d-like recent-image history + load), round-robin")
@@ -149,9 +149,9 @@ class RoutingSettings(Frozen):
         help="image-affinity: a session's own images (not seen with another session) count this share "
         "of their weight at the session's home")
     held_weight: float = setting(
-        0.0, flag="--routing-held-weight", ge=0.0, le=100.0,
+        1.0, flag="--routing-held-weight", ge=0.0, le=100.0,
         help="image-affinity: a backend this gateway recently sent a shared image counts this share of "
-        "its weight (0: homes only, so every gateway agrees)")
+        "its weight, so spills go where the image already is (0: homes only)")
     history_keys: int = setting(100_000, flag="--routing-history-keys", ge=1,
                                 help="images the routing history remembers (bounded LRU)")
 

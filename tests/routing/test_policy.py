@@ -91,7 +91,11 @@ def test_own_images_go_to_the_session_home_shared_ones_to_theirs() -> None:
     policy.history.record("sim-0", [twin], "another-chat")
     mixed = policy.decide(NAMES, IDLE, session, [img(away[0]), img(twin), img("own-photo")])
     assert (mixed.order[0], mixed.reason) == (homes[away[0]], "image_affinity")
-    # A heavier own image outweighs them (weights are tokens).
+    # One shared image outweighs a never-seen one: that must be processed wherever it goes.
+    fresh = policy.decide(NAMES, IDLE, session, [img(away[0]), img("brand-new-photo")])
+    assert (fresh.order[0], fresh.reason) == (homes[away[0]], "image_affinity")
+    # A heavier image the session sent before outweighs them (weights are tokens).
+    policy.history.record(NAMES[session_home], ["own-scan"], session)
     heavy = policy.decide(NAMES, IDLE, session, [img(away[0]), img(twin), img("own-scan", 600.0)])
     assert (heavy.order[0], heavy.reason) == (session_home, "session")
 

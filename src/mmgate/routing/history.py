@@ -56,6 +56,10 @@ class ImageHistory:
         entry = self._entries.get(key)
         return entry is not None and backend in entry.holders
 
+    def knows(self, key: str) -> bool:
+        """True when ``key`` was sent before (and not yet forgotten by the LRU)."""
+        return key in self._entries
+
     def is_shared(self, key: str, session_id: str | None) -> bool:
         """True when ``key`` was seen without a session or with a session other than this one;
         False for an image never seen (it is the request's own) or seen only with this session."""

@@ -16,10 +16,12 @@ Modes (``--routing``):
                      ``affinity_scores``). Ties go to the session home, then the first image's
                      rendezvous order.
 
-``image-affinity`` then applies bounded loads (consistent hashing with bounded loads, Mirrokni et
-al.): no backend may have more than ``c x (outstanding + 1) / n`` requests in
-flight once the request is placed (see ``bounded_capacity``); the request spills to the next backend of its order. ``c >= 1`` guarantees one backend has
-room. Loads are this gateway's own in-flight counts: several gateways each bound their share.
+When shared images decide, ``image-affinity`` applies bounded loads (consistent hashing with
+bounded loads, Mirrokni et al.): no backend may have more than ``c x (outstanding + 1) / n``
+requests in flight once the request is placed (see ``bounded_capacity``); the request spills to
+the next backend of its order. ``c >= 1`` guarantees one backend has room. Loads are this
+gateway's own in-flight counts: several gateways each bound their share. A decision made by the
+session's own images stays at the session's home, as ``session`` routing would.
 
 A decision's ``reason`` is one of ``REASONS``, a bounded metric label.
 """
@@ -39,6 +41,9 @@ from mmgate.routing.weights import RoutedImage
 
 RoutingMode = Literal["round-robin", "session", "lru-history", "image-affinity"]
 ROUTING_MODES: tuple[RoutingMode, ...] = ("round-robin", "session", "lru-history", "image-affinity")
+# A never-seen image of a session pulls this share of a known own image toward the session home:
+# it must be processed wherever it goes, so only its later turns gain from the placement.
+NEW_IMAGE_SHARE = 0.1
 REASONS = ("round_robin", "session", "least_loaded", "image_affinity", "image_history", "load_spill")
 
 
@@ -89,18 +94,20 @@ def affinity_scores(
 ) -> tuple[list[float], list[float]]:
     """Each backend's ``image-affinity`` score, as (from the session, from image homes and holders).
 
-    A session's own images (never seen, or seen only with this session: ``ImageHistory.is_shared``)
-    count ``session_weight`` x their weight at the session's home, so a conversation and the
-    images it brings stay together; shared images (and every image of a request without a
-    session, or when there is no history) count at their own home, plus ``held_weight`` x their
-    weight at each backend the history says holds them.
+    A session's own images (seen only with this session: ``ImageHistory.is_shared``) count
+    ``session_weight`` x their weight at the session's home, so a conversation and the images it
+    brings stay together; a never-seen image of a session counts ``NEW_IMAGE_SHARE`` of that (it
+    is processed wherever it goes: it only breaks ties toward the session). Shared images (and every
+    image of a request without a session, or when there is no history) count at their own home,
+    plus ``held_weight`` x their weight at each backend the history says holds them.
     """
     from_session = [0.0] * len(names)
     from_images = [0.0] * len(names)
     session_home = rendezvous_rank(session_id, names)[0] if session_id is not None else None
     for image, home in zip(images, image_homes(images, names), strict=True):
         if session_home is not None and history is not None and not history.is_shared(image.key, session_id):
-            from_session[session_home] += session_weight * image.weight
+            share = 1.0 if history.knows(image.key) else NEW_IMAGE_SHARE
+            from_session[session_home] += share * session_weight * image.weight
         else:
             from_images[home] += image.weight
         if history is not None and held_weight > 0:
@@ -178,11 +185,14 @@ class RoutingPolicy:
             held_weight=self.held_weight,
         )
         scores = [a + b for a, b in zip(from_session, from_images, strict=True)]
-        order, spilled = spill(self._by_score(scores, names, session_id, images), loads, self.load_factor)
-        if spilled:
-            return Decision(order, "load_spill")
+        order = self._by_score(scores, names, session_id, images)
         first = order[0]
-        return Decision(order, "session" if from_session[first] >= from_images[first] else "image_affinity")
+        if session_id is not None and from_session[first] >= from_images[first]:
+            # The session's own images decided: stay at its home, as session routing does — moving a
+            # conversation costs its images' processing again; sessions spread by rendezvous.
+            return Decision(order, "session")
+        order, spilled = spill(order, loads, self.load_factor)
+        return Decision(order, "load_spill" if spilled else "image_affinity")
 
     @staticmethod
     def _by_score(
