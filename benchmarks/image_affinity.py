@@ -1,8 +1,9 @@
 """Image-affinity routing on a shared-pool workload: how often the engines process each image.
 
 Many sessions; each turn shows ``--pool-per-turn`` images drawn (Zipf, exponent ``--zipf``) from a
-pool of ``--pool`` popular images, plus one image of its own (new each turn), optionally a hot
-image in every request (``--hot``). Turns of a session run in order; ``--concurrency`` sessions
+pool of ``--pool`` popular images, plus one image of its own (new each turn; ``--no-own``: none),
+optionally a hot image in every request (``--hot``); ``--sessionless`` sends no session header
+(a catalogue: every request stands alone). Turns of a session run in order; ``--concurrency`` sessions
 at once; turn t of session s goes to gateway (s + t) mod G, so one session's turns cross gateways.
 Every run starts fresh processes: B sim engines (vLLM stand-ins, their own processes) behind G
 gateway processes (``mmgate serve --routing MODE``), all on loopback.
@@ -65,7 +66,8 @@ def workload(args: argparse.Namespace) -> list[list[list[str]]]:
         turns = []
         for t in range(args.turns):
             drawn = list(dict.fromkeys(rng.choices(range(args.pool), weights=weights, k=args.pool_per_turn)))
-            names = (["hot"] if args.hot else []) + [f"pool-{i}" for i in drawn] + [f"own-{s}-{t}"]
+            names = (["hot"] if args.hot else []) + [f"pool-{i}" for i in drawn]
+            names += [f"own-{s}-{t}"] if args.own else []
             turns.append(names)
         sessions.append(turns)
     return sessions
@@ -133,7 +135,7 @@ async def sample_loads(session: aiohttp.ClientSession, gateways: list[str], back
 
 
 async def run_session(client: aiohttp.ClientSession, gateways: list[str], sid: int, turns: list[list[str]],
-                      urls: dict[str, str], out: dict[str, list[float]], max_tokens: int) -> None:
+                      urls: dict[str, str], out: dict[str, list[float]], max_tokens: int, sessionless: bool) -> None:
     for t, names in enumerate(turns):
         parts: list[dict[str, Any]] = [{"type": "text", "text": f"turn {t}: compare these"}]
         parts += [{"type": "image_url", "image_url": {"url": urls[n]}} for n in names]
@@ -142,8 +144,10 @@ async def run_session(client: aiohttp.ClientSession, gateways: list[str], sid: i
         gw = gateways[(sid + t) % len(gateways)]
         t0 = time.perf_counter()
         ttft = None
-        async with client.post(gw + "/v1/chat/completions", data=body,
-                               headers={"Content-Type": "application/json", "x-session-id": f"session-{sid}"}) as r:
+        headers = {"Content-Type": "application/json"}
+        if not sessionless:
+            headers["x-session-id"] = f"session-{sid}"
+        async with client.post(gw + "/v1/chat/completions", data=body, headers=headers) as r:
             if r.status != 200:
                 out["errors"].append(float(r.status))
                 await r.read()
@@ -165,7 +169,7 @@ async def drive(gateways: list[str], backends: int, sessions: list[list[list[str
         async def worker() -> None:
             while queue:
                 sid, turns = queue.pop(0)
-                await run_session(client, gateways, sid, turns, urls, out, args.max_tokens)
+                await run_session(client, gateways, sid, turns, urls, out, args.max_tokens, args.sessionless)
 
         await asyncio.gather(*(worker() for _ in range(args.concurrency)))
         done.set()
@@ -223,11 +227,13 @@ def run_one(backends: int, gateways: int, mode: str, sessions: list[list[list[st
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sessions", type=int, default=32)
-    parser.add_argument("--turns", type=int, default=4)
+    parser.add_argument("--turns", type=int, default=6)
     parser.add_argument("--pool", type=int, default=24)
     parser.add_argument("--pool-per-turn", type=int, default=2)
     parser.add_argument("--zipf", type=float, default=1.0)
     parser.add_argument("--hot", action="store_true", help="one hot image in every request")
+    parser.add_argument("--no-own", dest="own", action="store_false", help="no image of its own per turn")
+    parser.add_argument("--sessionless", action="store_true", help="send no session header")
     parser.add_argument("--image-size", type=int, default=448)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--max-tokens", type=int, default=8)
@@ -252,7 +258,8 @@ def main() -> None:
                 print(f"  done {b} backends, {g} gateways, {mode}: {row['processed_per_unique']:.2f}x, "
                       f"{row['wall_s']:.1f}s", file=sys.stderr, flush=True)
     print(f"{args.sessions} sessions x {args.turns} turns; each turn {args.pool_per_turn} of {args.pool} pool "
-          f"images (zipf {args.zipf}) + 1 own{' + 1 hot' if args.hot else ''}; {args.image_size}px JPEG; "
+          f"images (zipf {args.zipf}){' + 1 own' if args.own else ''}{' + 1 hot' if args.hot else ''}"
+          f"{'; no session header' if args.sessionless else ''}; {args.image_size}px JPEG; "
           f"unique images {rows[0]['unique_images']}; concurrency {args.concurrency}")
     print(f"{'B':>2}{'G':>3} {'mode':<15}{'err':>4}{'processed':>10}{'/unique':>8}{'MB to eng':>10}"
           f"{'TTFT p50':>10}{'TTFT p90':>10}{'imbalance':>10}{'gw hit':>8}")

@@ -149,7 +149,7 @@ class RoutingSettings(Frozen):
         help="image-affinity: a session's own images (not seen with another session) count this share "
         "of their weight at the session's home")
     held_weight: float = setting(
-        1.0, flag="--routing-held-weight", ge=0.0, le=100.0,
+        1.0, flag="--routing-held-weight", ge=0.0, le=1.0,
         help="image-affinity: a backend this gateway recently sent a shared image counts this share of "
         "its weight, so spills go where the image already is (0: homes only)")
     history_keys: int = setting(100_000, flag="--routing-history-keys", ge=1,

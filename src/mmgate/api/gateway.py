@@ -165,6 +165,8 @@ class Gateway:
         """One send with the router's outstanding-request count and passive health reports."""
         router = self.router
         router.begin(backend)
+        # Recorded as it leaves, so concurrent requests already see where the images are going.
+        router.record_sent(backend, routed, session_id)
         try:
             reply, counts = await self.reuse.send(backend, request.body, plans, stream=request.stream)
         except (BackendConnectError, BackendTimeoutError):
@@ -175,7 +177,6 @@ class Gateway:
             router.end(backend)
             raise
         router.report_success(backend)
-        router.record_sent(backend, routed, session_id)
         headers = {"x-mmgate-backend": backend.name, "x-mmgate-reuse": counts.header()}
         return ChatOutcome(reply=reply, backend=backend, headers=headers, on_finish=lambda: router.end(backend))
 
