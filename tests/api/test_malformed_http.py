@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+import orjson
 import pytest
 
 from mmgate.sim.server import start_sim
@@ -51,3 +52,30 @@ async def test_sim_logs_no_traceback_for_malformed_http(caplog: pytest.LogCaptur
     finally:
         await sim.stop()
     assert server_errors(caplog) == []
+
+
+@pytest.mark.parametrize(
+    ("headers", "body"),
+    [
+        (b"Content-Encoding: gzip\r\nContent-Length: 4\r\n", b"{}{}"),  # says gzip, is not
+        (b"Content-Encoding: deflate\r\nContent-Length: 4\r\n", b"\xff\xff\xff\xff"),
+        (b"Content-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n", b"4\r\n{}{}\r\n0\r\n\r\n"),
+    ],
+)
+async def test_undecodable_body_is_a_json_400_not_a_500(headers: bytes, body: bytes) -> None:
+    async with running_gateway() as gw:
+        reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
+        writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     + headers + b"Connection: close\r\n\r\n")
+        await writer.drain()
+        await asyncio.sleep(0.2)  # the handler is reading the body when the bad bytes arrive
+        writer.write(body)
+        await writer.drain()
+        data = await asyncio.wait_for(reader.read(), 10)
+        writer.close()
+        head, _, payload = data.partition(b"\r\n\r\n")
+        assert head.split(b" ")[1] == b"400", data
+        assert b"application/json" in head, data
+        err = orjson.loads(payload)["error"]
+        assert err["type"] == "invalid_request_error"
+        assert err["message"].startswith("request body could not be read"), err

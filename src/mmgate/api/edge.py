@@ -25,9 +25,9 @@ from typing import cast
 
 import orjson
 from aiohttp import web
-from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_protocol import RequestHandler, RequestPayloadError
 
-from mmgate.errors import BodyTimeoutError, BodyTooLargeError
+from mmgate.errors import BodyTimeoutError, BodyTooLargeError, InvalidRequestError
 
 log = logging.getLogger(__name__)
 # File descriptors kept for everything but client connections (backends, origins, Redis, logs).
@@ -55,6 +55,11 @@ async def read_body(request: web.Request, *, max_bytes: int, timeout_s: float) -
         raise BodyTimeoutError(
             f"request body not received within {timeout_s:g}s ({received} bytes arrived)"
         ) from exc
+    except RequestPayloadError as exc:
+        # aiohttp could not decode the body (a Content-Encoding that is not what it says, broken
+        # chunked framing): the client's fault, a 400 — not aiohttp's plain-text 500.
+        reason = getattr(exc.__cause__, "message", None) or str(exc) or "malformed body"
+        raise InvalidRequestError(f"request body could not be read: {str(reason).strip()}") from exc
     return b"".join(chunks)
 
 
