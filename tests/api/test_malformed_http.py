@@ -79,3 +79,22 @@ async def test_undecodable_body_is_a_json_400_not_a_500(headers: bytes, body: by
         err = orjson.loads(payload)["error"]
         assert err["type"] == "invalid_request_error"
         assert err["message"].startswith("request body could not be read"), err
+
+
+async def test_sim_answers_an_undecodable_body_with_a_json_400() -> None:
+    sim = await start_sim(FAST_SIM)
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", sim.port)
+        writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Encoding: gzip\r\nContent-Length: 4\r\nConnection: close\r\n\r\n")
+        await writer.drain()
+        await asyncio.sleep(0.2)
+        writer.write(b"{}{}")
+        await writer.drain()
+        data = await asyncio.wait_for(reader.read(), 10)
+        writer.close()
+    finally:
+        await sim.stop()
+    head, _, payload = data.partition(b"\r\n\r\n")
+    assert head.split(b" ")[1] == b"400", data
+    assert orjson.loads(payload)["error"]["message"].startswith("Request body could not be read")

@@ -13,6 +13,7 @@ import uuid
 from dataclasses import dataclass
 
 from aiohttp import web
+from aiohttp.web_protocol import RequestPayloadError
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from mmgate.sim import responses
@@ -89,6 +90,10 @@ async def _chat(request: web.Request) -> web.StreamResponse:
         engine.metrics.request(413)
         body = responses.error_body(413, f"Request body exceeds {engine.settings.max_body_bytes} bytes.")
         return json_response(body, status=413)
+    except RequestPayloadError as exc:  # a Content-Encoding that is not what it says: the client's 400
+        engine.metrics.request(400)
+        reason = getattr(exc.__cause__, "message", None) or str(exc) or "malformed body"
+        return json_response(responses.error_body(400, f"Request body could not be read: {reason}"), status=400)
     try:
         admitted = await engine.admit(raw)
     except SimError as exc:
