@@ -7,8 +7,9 @@
   its first request's headers are complete (and again between requests), and closes the connection
   if they are not; ``header_timeout_s`` is that timer.
 * ``ConnectionGuard``: at most ``max_connections`` open client connections. At the cap, a new
-  connection first displaces the oldest connection that is not inside a request (a slow or idle
-  client: it has sent no complete request); only when every connection is busy with a request is
+  connection first displaces the oldest connection that has never sent a complete request (a slow
+  or silent client), else the oldest idle keep-alive connection; only when every connection is
+  busy with a request is
   the new one answered ``503`` with ``Retry-After`` and closed. A flood of slow connections thus
   never shuts out a client that sends a request promptly.
 * ``raise_fd_limit``: the process's soft open-files limit raised towards its hard limit, so the cap
@@ -117,7 +118,11 @@ class ConnectionGuard:
     def __call__(self) -> asyncio.Protocol:
         conns = self._server._connections  # insertion order: oldest first
         if len(conns) >= self.max_connections and self.open_connections() >= self.max_connections:
-            victim = next((h for h in conns if _is_idle(h)), None)
+            # Oldest first among those that never sent a whole request (slow or silent clients),
+            # then among idle keep-alive connections: a client that did send requests goes last.
+            victim = next((h for h in conns if h._request_count == 0 and _is_idle(h)), None)
+            if victim is None:
+                victim = next((h for h in conns if _is_idle(h)), None)
             if victim is None:
                 self._on_event("refused")
                 return _Refuse()
