@@ -101,6 +101,37 @@ async def test_a_flood_of_slow_connections_does_not_shut_out_a_normal_client(tmp
             w.close()
 
 
+async def test_at_the_cap_a_silent_connection_goes_before_an_idle_keep_alive_client(tmp_path: Path) -> None:
+    with serve_process(tmp_path, "--max-connections", "10", "--header-timeout", "30") as gw:
+        reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
+        health = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+
+        async def ask() -> bytes:
+            writer.write(health)
+            await writer.drain()
+            async with asyncio.timeout(5):
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next(int(line.split(b": ")[1]) for line in head.split(b"\r\n")
+                              if line.lower().startswith(b"content-length: "))
+                await reader.readexactly(length)
+            return head
+
+        assert b" 200 " in (await ask())  # a client that sent a request, now idle on keep-alive
+        silent = []
+        for _ in range(30):  # three times the cap, none ever sends a whole request
+            _, w = await asyncio.open_connection("127.0.0.1", gw.port)
+            w.write(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+            silent.append(w)
+        await asyncio.gather(*(w.drain() for w in silent))
+        await asyncio.sleep(0.3)
+        assert metric_value(gw.metrics(), "mmgate_edge_connections_total", event="displaced") >= 20
+        # The oldest connection of all is the keep-alive one: it was not the one displaced.
+        assert b" 200 " in (await ask())
+        writer.close()
+        for w in silent:
+            w.close()
+
+
 async def test_a_client_that_leaves_is_counted_as_499(tmp_path: Path) -> None:
     with serve_process(tmp_path, "--sim-speedup", "1") as gw:
         long = orjson.dumps({"model": "mmgate-sim-vl", "max_tokens": 400, "ignore_eos": True, "stream": True,
