@@ -19,7 +19,11 @@ def _shape(events: list[Any]) -> list[str]:
         else:
             choice = event["choices"][0]
             delta = choice["delta"]
-            shape.append("role" if "role" in delta else "finish" if choice.get("finish_reason") else "content")
+            kind = "role" if "role" in delta else "finish" if choice.get("finish_reason") else "content"
+            # vLLM holds back a token that ends inside a UTF-8 character and sends it with the next
+            # one, so the number of content events depends on which tokens came out: one run of them.
+            if not (kind == "content" and shape and shape[-1] == "content"):
+                shape.append(kind)
     return shape
 
 
@@ -27,7 +31,8 @@ async def test_stream_with_include_usage_is_relayed_as_vllm_sent_it(
     gateway: GatewayProcess, vllm_replicas: list[VllmReplica]
 ) -> None:
     url = fresh_jpeg()
-    payload = body(image(url), stream=True, stream_options={"include_usage": True}, max_tokens=6, ignore_eos=True)
+    payload = body(image(url), stream=True, stream_options={"include_usage": True}, max_tokens=6, ignore_eos=True,
+                   temperature=0)
     direct = await chat(vllm_replicas[0].url, payload)
     through = await chat(gateway.url, payload, {"x-session-id": "s-stream"})
 
