@@ -120,11 +120,15 @@ def fit(samples: dict[str, list[float]]) -> dict[str, float]:
         (real[f"ttft {s}px hit (reference)"] - base) / image_tokens(s) - slope for s in IMAGE_SIDES)
     miss_extra = statistics.fmean(
         (real[f"ttft {s}px miss"] - real[f"ttft {s}px hit with bytes"]) / image_tokens(s) for s in IMAGE_SIDES)
+    sent_extra = statistics.fmean(
+        (real[f"ttft {s}px hit with bytes"] - real[f"ttft {s}px hit (reference)"]) / image_tokens(s)
+        for s in IMAGE_SIDES)
     return {
         "request_overhead_ms": round(base, 2),
         "prefill_us_per_text_token": round(1e3 * slope, 2),
         "prefill_us_per_image_token": round(1e3 * (slope + per_image_token), 2),
-        "miss_us_per_image_token": round(1e3 * miss_extra, 2),
+        "miss_us_per_image_token": round(1e3 * max(0.0, miss_extra), 2),
+        "sent_us_per_image_token": round(1e3 * max(0.0, sent_extra), 2),
         "decode_ms_per_token": round(real["decode per token"], 3),
     }
 

@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.support.fidelity import jpeg_url  # noqa: E402
-from tests.support.vllm import GatewayProcess, VllmReplica, VllmSetup, start_replicas  # noqa: E402
+from tests.support.vllm import GatewayProcess, SimProcess, VllmReplica, VllmSetup, start_replicas  # noqa: E402
 
 MODES = ("direct-resend", "direct-strip", "gw-off", "gw-auto", "gw-strip")
 MODELS = {"tiny": (), "small-lm": ("--hidden-size", "64", "--layers", "1", "--heads", "2", "--kv-heads", "1")}
@@ -116,7 +116,7 @@ async def drive(urls: list[str], mode: str, args: argparse.Namespace, concurrenc
     return out
 
 
-def run_mode(mode: str, replicas: list[VllmReplica], args: argparse.Namespace, concurrency: int, run: int,
+def run_mode(mode: str, replicas: list[VllmReplica] | list[SimProcess], args: argparse.Namespace, concurrency: int, run: int,
              log_dir: Path) -> dict[str, Any]:
     gateway = None
     before = [scrape(r.url) for r in replicas]
@@ -153,27 +153,84 @@ def run_mode(mode: str, replicas: list[VllmReplica], args: argparse.Namespace, c
         "gw_images_reference": total(gw, 'mmgate_images_forwarded_total{mode="reference"}')
         + total(gw, 'mmgate_images_forwarded_total{mode="stripped"}'),
         "gw_heals": total(gw, "mmgate_reuse_heals_total"),
-        "wall_s": wall,
+        "wall_s": wall, "ttft_ms": out["ttft_ms"], "latency_ms": out["latency_ms"],
     }
 
 
-def print_rows(model: str, rows: list[dict[str, Any]]) -> None:
-    print(f"\n== model {model} ==")
-    print(f"{'mode':<14}{'c':>2}{'err':>4}{'TTFT p50':>10}{'p90':>9}{'lat p50':>9}{'p90':>9}{'client MB':>10}"
-          f"{'img sent':>9}{'vLLM q/hit':>12}{'gw data/ref/heal':>17}")
-    for r in rows:
-        gw = f"{int(r['gw_images_data'])}/{int(r['gw_images_reference'])}/{int(r['gw_heals'])}" \
+def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (mode, concurrency) over all rounds: TTFT and latency percentiles of the pooled
+    requests, the median of the rounds' TTFT p50, and the per-round counts (every round sends the
+    same workload on fresh images, so its counts are the same in each)."""
+    out = []
+    for key in dict.fromkeys((r["mode"], r["concurrency"]) for r in rows):
+        group = [r for r in rows if (r["mode"], r["concurrency"]) == key]
+        ttft = [t for r in group for t in r["ttft_ms"]]
+        latency = [t for r in group for t in r["latency_ms"]]
+        n = len(group)
+        out.append({
+            "mode": key[0], "concurrency": key[1], "rounds": n,
+            "requests": sum(r["requests"] for r in group), "errors": sum(r["errors"] for r in group),
+            "ttft_p50_ms": pct(ttft, 50), "ttft_p90_ms": pct(ttft, 90),
+            "ttft_p50_of_rounds_ms": [r["ttft_p50_ms"] for r in group],
+            "latency_p50_ms": pct(latency, 50), "latency_p90_ms": pct(latency, 90),
+            **{k: sum(r[k] for r in group) / n for k in (
+                "client_bytes", "client_images_with_data", "vllm_cache_queries", "vllm_cache_hits",
+                "vllm_prompt_tokens", "gw_images_data", "gw_images_reference", "gw_heals")},
+        })
+    return out
+
+
+def ratios(summary: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """TTFT p50 ratios per concurrency: of the pooled requests, and the range over rounds."""
+    by = {(r["mode"], r["concurrency"]): r for r in summary}
+    out: dict[int, dict[str, Any]] = {}
+    for c in sorted({r["concurrency"] for r in summary}):
+        entry: dict[str, Any] = {}
+        for name, (a, b) in {"auto/strip": ("gw-auto", "direct-strip"), "auto/resend": ("gw-auto", "direct-resend"),
+                             "auto/off": ("gw-auto", "gw-off")}.items():
+            if (a, c) in by and (b, c) in by:
+                per_round = [x / y for x, y in zip(by[(a, c)]["ttft_p50_of_rounds_ms"],
+                                                   by[(b, c)]["ttft_p50_of_rounds_ms"], strict=True)]
+                entry[name] = {"pooled": by[(a, c)]["ttft_p50_ms"] / by[(b, c)]["ttft_p50_ms"],
+                               "rounds": per_round}
+        out[c] = entry
+    return out
+
+
+def print_rows(label: str, summary: list[dict[str, Any]]) -> None:
+    print(f"\n== {label} ==")
+    print(f"{'mode':<14}{'c':>2}{'n':>4}{'err':>4}{'TTFT p50':>10}{'p90':>9}{'lat p50':>9}{'client MB':>10}"
+          f"{'img sent':>9}{'cache q/hit':>12}{'gw data/ref/heal':>17}  TTFT p50 of rounds")
+    for r in summary:
+        gw = f"{r['gw_images_data']:.0f}/{r['gw_images_reference']:.0f}/{r['gw_heals']:.0f}" \
             if r["mode"].startswith("gw-") else "-"
-        print(f"{r['mode']:<14}{r['concurrency']:>2}{r['errors']:>4}{r['ttft_p50_ms']:>8.0f}ms{r['ttft_p90_ms']:>7.0f}ms"
-              f"{r['latency_p50_ms']:>7.0f}ms{r['latency_p90_ms']:>7.0f}ms{r['client_bytes'] / 1e6:>10.2f}"
-              f"{r['client_images_with_data']:>9}{int(r['vllm_cache_queries']):>6}/{int(r['vllm_cache_hits']):<5}"
-              f"{gw:>17}")
-    by = {(r["mode"], r["concurrency"]): r for r in rows}
-    for c in sorted({r["concurrency"] for r in rows}):
-        auto, resend, strip = by.get(("gw-auto", c)), by.get(("direct-resend", c)), by.get(("direct-strip", c))
-        if auto and resend and strip:
-            print(f"c={c}: TTFT p50 gw-auto / direct-strip = {auto['ttft_p50_ms'] / strip['ttft_p50_ms']:.2f}, "
-                  f"gw-auto / direct-resend = {auto['ttft_p50_ms'] / resend['ttft_p50_ms']:.2f}")
+        rounds = ", ".join(f"{v:.0f}" for v in r["ttft_p50_of_rounds_ms"])
+        print(f"{r['mode']:<14}{r['concurrency']:>2}{r['requests']:>4}{r['errors']:>4}{r['ttft_p50_ms']:>8.0f}ms"
+              f"{r['ttft_p90_ms']:>7.0f}ms{r['latency_p50_ms']:>7.0f}ms{r['client_bytes'] / 1e6:>10.2f}"
+              f"{r['client_images_with_data']:>9.0f}{r['vllm_cache_queries']:>6.0f}/{r['vllm_cache_hits']:<5.0f}"
+              f"{gw:>17}  {rounds}")
+    for c, entry in ratios(summary).items():
+        text = "; ".join(f"{name} {v['pooled']:.2f} (rounds {', '.join(f'{x:.2f}' for x in v['rounds'])})"
+                         for name, v in entry.items())
+        print(f"c={c}: TTFT p50 {text}")
+
+
+def start_backends(engine: str, model: str, args: argparse.Namespace, base: VllmSetup | None
+                   ) -> list[VllmReplica] | list[SimProcess]:
+    if engine == "sim":
+        sims = [SimProcess(args.log_dir / "sim" / f"sim-{i}.log") for i in range(2)]
+        try:
+            for sim in sims:
+                sim.start(args.sim_args.split())
+        except BaseException:
+            for sim in sims:
+                sim.stop()
+            raise
+        return sims
+    assert base is not None
+    setup = dataclasses.replace(base, model_dir=base.model_dir.parent / f"sw-{model}")
+    setup.ensure_model(*MODELS[model])
+    return start_replicas(setup, 2, args.log_dir / model)
 
 
 def main() -> int:
@@ -184,30 +241,49 @@ def main() -> int:
     p.add_argument("--image-size", type=int, default=768)
     p.add_argument("--max-tokens", type=int, default=8)
     p.add_argument("--concurrency", default="1,4", help="comma-separated session concurrencies")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="run every mode this many times, the order rotated each round (noise falls on all)")
     p.add_argument("--modes", default=",".join(MODES))
     p.add_argument("--models", default="tiny,small-lm", help=f"comma-separated, of {', '.join(MODELS)}")
+    p.add_argument("--engines", default="vllm,sim",
+                   help="comma-separated: 'vllm' (real replicas) and/or 'sim' (two `mmgate sim` "
+                        "processes with --sim-args; the tiny model only: that is what its profile is fitted to)")
+    p.add_argument("--sim-args", default="--profile tiny-qwen2vl-cpu", help="flags for `mmgate sim`")
     p.add_argument("--out", type=Path, default=ROOT / "results" / "vllm_sliding_window.json")
     p.add_argument("--log-dir", type=Path, default=ROOT / "build" / "vllm-sliding-window")
     args = p.parse_args()
-    base = VllmSetup.locate()
-    results: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}, "models": {}}
+    base = VllmSetup.locate() if "vllm" in args.engines.split(",") else None
+    results: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}, "runs": {}}
+    modes = args.modes.split(",")
     run = 0
-    for model in args.models.split(","):
-        setup = dataclasses.replace(base, model_dir=base.model_dir.parent / f"sw-{model}")
-        setup.ensure_model(*MODELS[model])
-        replicas = start_replicas(setup, 2, args.log_dir / model)
-        rows = []
-        try:
-            for c in (int(x) for x in args.concurrency.split(",")):
-                for mode in args.modes.split(","):
-                    run += 1
-                    rows.append(run_mode(mode, replicas, args, c, run, args.log_dir / model))
-                    print(f"  {model} c={c} {mode}: TTFT p50 {rows[-1]['ttft_p50_ms']:.0f} ms", file=sys.stderr)
-        finally:
-            for r in replicas:
-                r.stop()
-        results["models"][model] = rows
-        print_rows(model, rows)
+    for engine in args.engines.split(","):
+        for model in args.models.split(","):
+            if engine == "sim" and model != "tiny":
+                continue
+            label = f"{engine} {model}"
+            backends = start_backends(engine, model, args, base)
+            rows = []
+            try:
+                for c in (int(x) for x in args.concurrency.split(",")):
+                    for rnd in range(args.rounds):
+                        for mode in modes[rnd % len(modes):] + modes[:rnd % len(modes)]:
+                            run += 1
+                            rows.append(run_mode(mode, backends, args, c, run, args.log_dir / model))
+                            print(f"  {label} c={c} round {rnd} {mode}: TTFT p50 {rows[-1]['ttft_p50_ms']:.0f} ms",
+                                  file=sys.stderr)
+            finally:
+                for b in backends:
+                    b.stop()
+            summary = summarise(rows)
+            results["runs"][label] = {"summary": summary, "ratios": ratios(summary), "rounds": rows}
+            print_rows(label, summary)
+    real, sim = results["runs"].get("vllm tiny"), results["runs"].get("sim tiny")
+    if real and sim:
+        print("\n== sim against real vLLM (tiny): TTFT p50 gw-auto / gw-off ==")
+        for c in real["ratios"]:
+            a, b = real["ratios"][c].get("auto/off"), sim["ratios"].get(c, {}).get("auto/off")
+            if a and b:
+                print(f"c={c}: vLLM {a['pooled']:.2f}, sim {b['pooled']:.2f}, sim/vLLM {b['pooled'] / a['pooled']:.2f}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2))
     print(f"\nwrote {args.out}")

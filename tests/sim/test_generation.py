@@ -49,6 +49,9 @@ def test_timing_model_scales_with_speedup() -> None:
     assert prefill_seconds(1000, 500, slow) == 0.1 + 0.1
     assert abs(prefill_seconds(1000, 500, fast) - 0.02) < 1e-12
     assert decode_seconds_per_token(slow) == 0.02
+    sent = slow.model_copy(update={"sent_us_per_image_token": 400.0, "miss_us_per_image_token": 1000.0})
+    assert abs(prefill_seconds(1000, 500, sent, sent_image_tokens=250) - 0.3) < 1e-12
+    assert abs(prefill_seconds(1000, 500, sent, sent_image_tokens=250, missed_image_tokens=100) - 0.4) < 1e-12
     assert abs(decode_seconds_per_token(fast) - 0.002) < 1e-12
 
 

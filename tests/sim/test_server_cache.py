@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import aiohttp
 import pytest
@@ -149,3 +151,25 @@ async def test_http_image_urls(http: aiohttp.ClientSession, make_sim: SimFactory
     assert status == 400 and "exceeds the limit" in out["error"]["message"]
     status, out = await post_chat(http, sim, chat_body(image_part("file:///etc/passwd")))
     assert status == 400 and "scheme" in out["error"]["message"]
+
+
+async def test_image_sent_with_bytes_costs_its_modelled_time(
+        http: aiohttp.ClientSession, make_sim: SimFactory) -> None:
+    """``--sent-us-per-image-token``: an image that arrives with its bytes pays it on a hit too (vLLM
+    parses, decodes and hashes what it is sent), a cache-only reference does not. 224px = 64 tokens:
+    64 x 4 ms = 0.256 s modelled, every other modelled time 0."""
+    sim = await make_sim(speedup=1.0, sent_us_per_image_token=4000.0, decode_ms_per_token=0.0,
+                         prefill_us_per_text_token=0.0, prefill_us_per_image_token=0.0)
+    url = data_url(image_bytes(224, 224))
+
+    async def timed(part: dict[str, Any]) -> float:
+        start = time.perf_counter()
+        status, _ = await post_chat(http, sim, chat_body(part, max_tokens=1))
+        assert status == 200
+        return time.perf_counter() - start
+
+    miss = await timed(image_part(url, uuid="u1"))
+    hit_with_bytes = await timed(image_part(url, uuid="u1"))
+    reference = await timed(image_part(None, uuid="u1"))
+    assert miss >= 0.25 and hit_with_bytes >= 0.25, (miss, hit_with_bytes)
+    assert reference < 0.2, reference

@@ -82,6 +82,11 @@ class SimSettings(Frozen):
     miss_us_per_image_token: float = setting(
         0.0, flag="--miss-us-per-image-token", ge=0,
         help="modelled extra time per image token on a processor-cache miss (vLLM's HF processor), us")
+    # What an image sent with its bytes costs vLLM over a cache-only reference, hit or miss: its API
+    # server parses the larger body, decodes the base64 and the image, and hashes it.
+    sent_us_per_image_token: float = setting(
+        0.0, flag="--sent-us-per-image-token", ge=0,
+        help="modelled extra time per image token of an image sent with its bytes (parse, decode, hash), us")
     # How prompt text is counted: "estimate" (4 characters a token, 3 per message) or "bytes" (the
     # byte-level tokenizer of tools/tiny_qwen2vl.py through Qwen2-VL's chat template: exact).
     text_tokens: Literal["estimate", "bytes"] = setting(

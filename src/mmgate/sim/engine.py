@@ -232,6 +232,9 @@ class SimEngine:
             image_tokens=image_tokens,
             max_tokens=max_tokens,
             plans=plans,
-            prefill_s=prefill_seconds(text_tokens, image_tokens, s, missed_image_tokens=missed_tokens),
+            prefill_s=prefill_seconds(
+                text_tokens, image_tokens, s, missed_image_tokens=missed_tokens,
+                sent_image_tokens=sum(p.num_tokens for item, p in zip(loaded, processed, strict=True)
+                                      if item.data is not None)),
             decode_s=decode_seconds_per_token(s),
         )

@@ -106,13 +106,15 @@ def plan_generation(seed: int, *, max_tokens: int, min_tokens: int, ignore_eos: 
 
 
 def prefill_seconds(text_tokens: int, image_tokens: int, settings: SimSettings, *,
-                    missed_image_tokens: int = 0) -> float:
+                    missed_image_tokens: int = 0, sent_image_tokens: int = 0) -> float:
     """Modelled time from admission to the first token: the fixed per-request part, prefill of
-    every prompt token, and the processor's extra work on the images that missed the cache."""
+    every prompt token, the receiving of the images sent with their bytes, and the processor's
+    extra work on the images that missed the cache."""
     micros = settings.request_overhead_ms * 1e3
     micros += text_tokens * settings.prefill_us_per_text_token
     micros += image_tokens * settings.prefill_us_per_image_token
     micros += missed_image_tokens * settings.miss_us_per_image_token
+    micros += sent_image_tokens * settings.sent_us_per_image_token
     return micros / 1e6 / settings.speedup
 
 
