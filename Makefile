@@ -9,7 +9,10 @@ ARGS ?=
 # existing one to skip the install (e.g. `make test VLLM_VENV=/work/vllm-venv`).
 VLLM_VENV ?= .venv-vllm
 VLLM_PY := $(VLLM_VENV)/bin/python
-VLLM_STAMP := $(VLLM_VENV)/.mmgate-vllm-installed
+# The stamp is named by the content of the pins and the workaround, so the venv is reinstalled when
+# they change and not when a checkout merely touches them.
+VLLM_PINS := $(shell cat tools/vllm-requirements.txt tools/patch_torchvision.py | sha256sum | cut -c1-16)
+VLLM_STAMP := $(VLLM_VENV)/.mmgate-vllm-$(VLLM_PINS)
 VLLM_MODEL ?= build/tiny-qwen2vl
 REPLICAS ?= 2
 export MMGATE_VLLM_VENV := $(abspath $(VLLM_VENV))
@@ -43,7 +46,7 @@ install-test: $(VENV)/.installed-test
 
 # vLLM's CPU build, pinned (tools/vllm-requirements.txt), plus the torchvision workaround; once
 # (the stamp), again only when the pins or the workaround change.
-$(VLLM_STAMP): tools/vllm-requirements.txt tools/patch_torchvision.py | $(BIN)/python
+$(VLLM_STAMP): | $(BIN)/python
 	@test -x $(VLLM_PY) || $(PYTHON) -m venv $(VLLM_VENV) || { \
 	  echo "make vllm: '$(PYTHON) -m venv $(VLLM_VENV)' failed" >&2; exit 1; }
 	@echo "make vllm: installing vLLM's CPU build into $(VLLM_VENV) (once: ~4 min, ~3.5 GB)"
@@ -53,6 +56,7 @@ $(VLLM_STAMP): tools/vllm-requirements.txt tools/patch_torchvision.py | $(BIN)/p
 	@$(VLLM_PY) tools/patch_torchvision.py
 	@$(VLLM_PY) -c "import vllm, vllm.entrypoints.openai.api_server, torchvision.transforms.v2" || { \
 	  echo "make vllm: vLLM is installed in $(VLLM_VENV) but does not import (error above)" >&2; exit 1; }
+	@rm -f $(VLLM_VENV)/.mmgate-vllm-*
 	@touch $@
 
 ## vllm: the pinned vLLM venv and the tiny Qwen2-VL model directory (no download, dummy weights)
