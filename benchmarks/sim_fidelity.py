@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import itertools
 import json
 import statistics
@@ -154,7 +155,8 @@ async def main_async(args: argparse.Namespace) -> int:
     sim.start(args.sim_args.split())
     replicas = []
     try:
-        replicas = await asyncio.to_thread(start_replicas, setup, 1, args.log_dir)
+        replicas = await asyncio.to_thread(
+            functools.partial(start_replicas, setup, 1, args.log_dir, extra_args=args.vllm_args.split()))
         real = replicas[0]
         contract_real = await run_corpus(real)
         contract_sim = await run_corpus(sim)
@@ -195,6 +197,7 @@ async def main_async(args: argparse.Namespace) -> int:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sim-args", default="--profile tiny-qwen2vl-cpu", help="flags for `mmgate sim`")
+    p.add_argument("--vllm-args", default="", help="more flags for the vLLM replica (the last of a flag wins)")
     p.add_argument("--repeats", type=int, default=5, help="requests per timing workload (0: contract only)")
     p.add_argument("--fit", action="store_true", help="print sim settings fitted from vLLM's figures")
     p.add_argument("--out", type=Path, default=None, help="write everything as JSON here")

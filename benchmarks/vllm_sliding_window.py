@@ -12,14 +12,18 @@ caches), the same two replicas for all:
 * ``gw-auto``        client → ``mmgate serve --reuse auto`` → vLLM, the same unmodified client
 * ``gw-strip``       client → ``mmgate serve --reuse auto`` → vLLM, the stripping client
 
-Reported per mode: TTFT and request latency p50/p90, client bytes, images the client sent with
-bytes, vLLM's processor-cache queries and hits (both replicas), the gateway's forwarded images and
-heals, errors. ``--concurrency`` runs that many sessions at once; ``--models`` picks the tiny
-model (``tiny``: hidden 256, 2 layers) and/or one with a smaller language model (``small-lm``:
-hidden 64, 1 layer) where image handling weighs more, as on a GPU.
+Every mode runs ``--rounds`` times, the order of the modes rotated each round, so that the noise
+of a shared machine falls on all of them. Reported per mode: TTFT and request latency p50/p90 of
+all its rounds' requests, each round's TTFT p50, client bytes, images the client sent with bytes,
+vLLM's processor-cache queries and hits (both replicas), the gateway's forwarded images and heals,
+errors (counts per round); and the TTFT p50 ratios of the aims, pooled and per round.
+``--concurrency`` runs that many sessions at once; ``--models`` picks the tiny model (``tiny``:
+hidden 256, 2 layers) and/or one with a smaller language model (``small-lm``: hidden 64, 1 layer).
+``--engines sim`` runs the same workload against two ``mmgate sim --profile tiny-qwen2vl-cpu``
+processes (the profile fitted to the tiny model here), to set the sim's ratios beside vLLM's.
 
-    .venv/bin/python benchmarks/vllm_sliding_window.py --sessions 4 --turns 6 --window 4 \\
-        --concurrency 1,4 --models tiny,small-lm --out results/vllm_sliding_window.json
+    .venv/bin/python benchmarks/vllm_sliding_window.py --engines vllm,sim --models tiny \\
+        --concurrency 1 --rounds 3 --out results/vllm_sliding_window.json
 
 Needs the vLLM venv (``make vllm``); replicas start once per model (60-90 s).
 """
@@ -230,7 +234,7 @@ def start_backends(engine: str, model: str, args: argparse.Namespace, base: Vllm
     assert base is not None
     setup = dataclasses.replace(base, model_dir=base.model_dir.parent / f"sw-{model}")
     setup.ensure_model(*MODELS[model])
-    return start_replicas(setup, 2, args.log_dir / model)
+    return start_replicas(setup, 2, args.log_dir / model, extra_args=args.vllm_args.split())
 
 
 def main() -> int:
@@ -249,6 +253,8 @@ def main() -> int:
                    help="comma-separated: 'vllm' (real replicas) and/or 'sim' (two `mmgate sim` "
                         "processes with --sim-args; the tiny model only: that is what its profile is fitted to)")
     p.add_argument("--sim-args", default="--profile tiny-qwen2vl-cpu", help="flags for `mmgate sim`")
+    p.add_argument("--vllm-args", default="", help="more flags for the vLLM replicas (the last of a flag wins), "
+                   "e.g. '--dtype float32'")
     p.add_argument("--out", type=Path, default=ROOT / "results" / "vllm_sliding_window.json")
     p.add_argument("--log-dir", type=Path, default=ROOT / "build" / "vllm-sliding-window")
     args = p.parse_args()
