@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -173,3 +174,24 @@ async def test_image_sent_with_bytes_costs_its_modelled_time(
     reference = await timed(image_part(None, uuid="u1"))
     assert miss >= 0.25 and hit_with_bytes >= 0.25, (miss, hit_with_bytes)
     assert reference < 0.2, reference
+
+
+@pytest.mark.parametrize("serial", [False, True])
+async def test_serial_prefill_makes_concurrent_prefills_take_turns(
+        http: aiohttp.ClientSession, make_sim: SimFactory, serial: bool) -> None:
+    """``--serial-prefill`` (the CPU profile's): three requests that arrive together get their first
+    tokens one prefill after another (0.3, 0.6, 0.9 s); without it each as if alone (0.3 s)."""
+    sim = await make_sim(speedup=1.0, serial_prefill=serial, request_overhead_ms=300.0, decode_ms_per_token=0.0,
+                         prefill_us_per_text_token=0.0)
+
+    async def timed() -> float:
+        start = time.perf_counter()
+        status, _ = await post_chat(http, sim, chat_body(max_tokens=1))
+        assert status == 200
+        return time.perf_counter() - start
+
+    times = sorted(await asyncio.gather(timed(), timed(), timed()))
+    if serial:
+        assert times[2] >= 0.85 and 0.55 <= times[1] < 0.85, times
+    else:
+        assert times[2] < 0.55, times

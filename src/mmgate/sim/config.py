@@ -29,6 +29,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         "max_model_len": 4096,
         "max_images_per_request": 8,
         "text_tokens": "bytes",
+        "serial_prefill": True,
         # Fastest of 5 requests per workload, 2026-12-01 10:05 UTC, quiet machine (load average
         # ~2: this benchmark and two agents editing code).
         "request_overhead_ms": 19.49,
@@ -94,6 +95,10 @@ class SimSettings(Frozen):
         "estimate", flag="--text-tokens", help="prompt text counting: 'estimate' or 'bytes' (the tiny Qwen2-VL's)")
     # <|vision_start|> and <|vision_end|> around every image's tokens (Qwen2-VL's chat template).
     vision_marker_tokens: int = Field(2, ge=0)
+    # Prefills of concurrent requests take turns (vLLM on a CPU: one engine step uses every core)
+    # instead of each running as if alone (a GPU's batched prefill, roughly).
+    serial_prefill: bool = setting(False, flag="--serial-prefill",
+                                   help="concurrent requests' prefills take turns, as on a CPU")
     speedup: float = setting(1.0, flag="--speedup", gt=0,
                              help="divide every modelled time by this; large values ≈ no latency")
     # max_tokens when the request gives none (vLLM would use the rest of the context window).

@@ -102,6 +102,18 @@ class SimEngine:
         self._session: aiohttp.ClientSession | None = None
         # Cache queries (hit or not) of processed requests, published when one is admitted.
         self._unpublished: list[bool] = []
+        # With serial prefill: when the engine's last admitted prefill ends (event-loop time).
+        self._prefill_free_at = 0.0
+
+    def first_token_at(self, arrived: float, prefill_s: float) -> float:
+        """When a request that arrived at ``arrived`` (loop time) gets its first token. With
+        ``serial_prefill`` the prefills of concurrent requests take turns, as on a CPU where one
+        engine step uses every core; otherwise each runs as if alone."""
+        if not self.settings.serial_prefill:
+            return arrived + prefill_s
+        start = max(arrived, self._prefill_free_at)
+        self._prefill_free_at = start + prefill_s
+        return self._prefill_free_at
 
     async def close(self) -> None:
         if self._session is not None:

@@ -123,7 +123,8 @@ def _ids() -> tuple[str, int]:
 
 async def _complete(engine: SimEngine, admitted: Admitted, arrived: float) -> web.Response:
     n = admitted.completion_tokens
-    await _sleep_until(arrived + admitted.prefill_s + max(0, admitted.longest - 1) * admitted.decode_s)
+    first_token_at = engine.first_token_at(arrived, admitted.prefill_s)
+    await _sleep_until(first_token_at + max(0, admitted.longest - 1) * admitted.decode_s)
     request_id, created = _ids()
     body = responses.completion(
         request_id=request_id, created=created, model=admitted.request.model,
@@ -138,7 +139,7 @@ async def _complete(engine: SimEngine, admitted: Admitted, arrived: float) -> we
 
 async def _stream(request: web.Request, engine: SimEngine, admitted: Admitted,
                   arrived: float) -> web.StreamResponse:
-    first_token_at = arrived + admitted.prefill_s
+    first_token_at = engine.first_token_at(arrived, admitted.prefill_s)
     request_id, created = _ids()
     writer = responses.ChunkWriter(
         request_id=request_id, created=created, model=admitted.request.model,
