@@ -255,6 +255,8 @@ def main() -> int:
     p.add_argument("--sim-args", default="--profile tiny-qwen2vl-cpu", help="flags for `mmgate sim`")
     p.add_argument("--vllm-args", default="", help="more flags for the vLLM replicas (the last of a flag wins), "
                    "e.g. '--dtype float32'")
+    p.add_argument("--merge", type=Path, action="append", default=[],
+                   help="add the runs of an earlier --out file (repeatable), to compare with them")
     p.add_argument("--out", type=Path, default=ROOT / "results" / "vllm_sliding_window.json")
     p.add_argument("--log-dir", type=Path, default=ROOT / "build" / "vllm-sliding-window")
     args = p.parse_args()
@@ -283,11 +285,14 @@ def main() -> int:
             summary = summarise(rows)
             results["runs"][label] = {"summary": summary, "ratios": ratios(summary), "rounds": rows}
             print_rows(label, summary)
+    for path in args.merge:  # runs of another invocation (e.g. the sim leg run apart from vLLM's)
+        for label, entry in json.loads(path.read_text())["runs"].items():
+            results["runs"].setdefault(label, entry)
     real, sim = results["runs"].get("vllm tiny"), results["runs"].get("sim tiny")
     if real and sim:
         print("\n== sim against real vLLM (tiny): TTFT p50 gw-auto / gw-off ==")
         for c in real["ratios"]:
-            a, b = real["ratios"][c].get("auto/off"), sim["ratios"].get(c, {}).get("auto/off")
+            a, b = real["ratios"][c].get("auto/off"), {str(k): v for k, v in sim["ratios"].items()}.get(str(c), {}).get("auto/off")
             if a and b:
                 print(f"c={c}: vLLM {a['pooled']:.2f}, sim {b['pooled']:.2f}, sim/vLLM {b['pooled'] / a['pooled']:.2f}")
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -30,14 +30,14 @@ PROFILES: dict[str, dict[str, Any]] = {
         "max_images_per_request": 8,
         "text_tokens": "bytes",
         "serial_prefill": True,
-        # Fastest of 5 requests per workload, 2026-12-01 10:05 UTC, quiet machine (load average
-        # ~2: this benchmark and two agents editing code).
-        "request_overhead_ms": 19.49,
-        "prefill_us_per_text_token": 368.94,
-        "prefill_us_per_image_token": 410.08,
-        "miss_us_per_image_token": 234.54,
-        "sent_us_per_image_token": 8.6,
-        "decode_ms_per_token": 6.092,
+        # `benchmarks/sim_fidelity.py --repeats 7 --fit`, 2026-12-01 11:16 UTC, vLLM in float32
+        # (load average ~4: other agents' work on the same 2 cores).
+        "request_overhead_ms": 0.0,
+        "prefill_us_per_text_token": 133.63,
+        "prefill_us_per_image_token": 290.07,
+        "miss_us_per_image_token": 216.73,
+        "sent_us_per_image_token": 17.28,
+        "decode_ms_per_token": 8.504,
     },
 }
 
