@@ -57,7 +57,8 @@ class MediaSettings(Frozen):
         help="images over this many pixels decode in a lane of their own (one thread), apart from the rest")
     max_decode_queue_pixels: int = setting(
         160_000_000, flag="--max-decode-queue-pixels", gt=0,
-        help="most pixels of large images queued or decoding at once; past it 429 with Retry-After")
+        help="most pixels of large images queued or decoding at once; a request is admitted with all "
+        "its large images or refused (429 with Retry-After) before any is decoded")
     decode_workers: int = setting(2, flag="--decode-workers", ge=1, le=64,
                                   help="threads validating (decoding) images")
 

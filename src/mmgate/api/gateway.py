@@ -199,7 +199,8 @@ class Gateway:
         to_load = [(s, s.url) for s in slots if s.url is not None]
         if not to_load:
             return {}
-        budget = self.loader.pixel_budget()  # the pixels this request may have decoded
+        # The pixels this request may have decoded, and its large decodes admitted all together.
+        budget = self.loader.pixel_budget(loads=len(to_load))
         if len(to_load) == 1:
             slot, url = to_load[0]
             return {slot.index: await self.loader.load(url, session_id=session_id, param=slot.param, budget=budget)}
