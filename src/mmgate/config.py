@@ -204,6 +204,10 @@ class GatewaySettings(Frozen):
                                    help="longest image uuid accepted, characters")
     max_body_bytes: int = setting(256 * MiB, flag="--max-body-bytes", group="server", gt=0,
                                   help="largest request body accepted, bytes")
+    max_json_depth: int = setting(
+        64, flag="--max-json-depth", group="http edge", ge=2, le=254,
+        help="deepest JSON nesting accepted in a request body (400 past it); at most 254, the "
+        "deepest the gateway can write back out for the backend")
     header_timeout_s: float = setting(
         10.0, flag="--header-timeout", group="http edge", gt=0,
         help="seconds a client connection may take to send a request's headers (from connect, or "

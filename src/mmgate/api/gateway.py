@@ -118,6 +118,7 @@ class Gateway:
             raw,
             max_images=self.settings.max_images_per_request,
             max_uuid_length=self.settings.max_uuid_length,
+            max_depth=self.settings.max_json_depth,
         )
 
     def authenticate(self, headers: Mapping[str, str]) -> str | None:

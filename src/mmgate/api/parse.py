@@ -18,7 +18,8 @@ from mmgate.api.parts import ImageSpec, PassthroughSpec, parse_part
 from mmgate.errors import InvalidRequestError
 from mmgate.reuse import ImageSlot
 
-# Deepest JSON nesting accepted (orjson writes at most 254 levels; real requests use < 10).
+# Deepest JSON nesting accepted by default (``--max-json-depth``; orjson writes at most 254
+# levels, real requests use < 10).
 MAX_JSON_DEPTH = 64
 
 @dataclass(slots=True)
@@ -43,7 +44,9 @@ class PassthroughSlot:
     part: dict[str, Any]
 
 
-def parse_chat_request(raw: bytes, *, max_images: int, max_uuid_length: int) -> ChatRequest:
+def parse_chat_request(
+    raw: bytes, *, max_images: int, max_uuid_length: int, max_depth: int = MAX_JSON_DEPTH
+) -> ChatRequest:
     """Parse ``raw`` JSON; raise ``InvalidRequestError`` naming the offending field."""
     try:
         body = orjson.loads(raw)
@@ -51,7 +54,7 @@ def parse_chat_request(raw: bytes, *, max_images: int, max_uuid_length: int) -> 
         raise InvalidRequestError(f"request body is not valid JSON: {exc}") from exc
     if not isinstance(body, dict):
         raise InvalidRequestError("request body must be a JSON object")
-    check_depth(body, MAX_JSON_DEPTH)
+    check_depth(body, max_depth)
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise InvalidRequestError("'model' is required and must be a non-empty string", param="model")
@@ -113,7 +116,7 @@ def check_depth(node: Any, limit: int) -> None:
     while stack:
         item, depth = stack.pop()
         if depth > limit:
-            raise InvalidRequestError(f"the request nests JSON deeper than {limit} levels")
+            raise InvalidRequestError(f"the request nests JSON deeper than {limit} levels (--max-json-depth)")
         if isinstance(item, dict):
             stack.extend((v, depth + 1) for v in item.values() if isinstance(v, dict | list))
         elif isinstance(item, list):
