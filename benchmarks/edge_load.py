@@ -226,11 +226,14 @@ async def with_slow_connections(
     try:
         ramp_started = time.monotonic()
         # The gateway holds at most ``cap`` client connections (one more while a displaced one closes).
-        while open_fds(gateway_pid) - base_fds < cap and time.monotonic() - ramp_started < ramp_s:
+        result["cap_reached"] = False
+        while time.monotonic() - ramp_started < ramp_s:
+            if open_fds(gateway_pid) - base_fds >= cap:
+                result["cap_reached"] = True
+                break
             await asyncio.sleep(0.25)
         result["ramp_s"] = round(time.monotonic() - ramp_started, 1)
         log(f"slowloris: {open_fds(gateway_pid) - base_fds} client connections after {result['ramp_s']} s")
-        result["cap_reached"] = open_fds(gateway_pid) - base_fds >= cap
         before = edge_events(url)
         samples: list[int] = []
 

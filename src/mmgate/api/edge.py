@@ -33,6 +33,7 @@ from mmgate.errors import BodyTimeoutError, BodyTooLargeError, InvalidRequestErr
 log = logging.getLogger(__name__)
 # File descriptors kept for everything but client connections (backends, origins, Redis, logs).
 FD_RESERVE = 2048
+_JOIN_IN_THREAD_BYTES = 1 << 20
 
 
 async def read_body(request: web.Request, *, max_bytes: int, timeout_s: float) -> bytes:
@@ -40,12 +41,15 @@ async def read_body(request: web.Request, *, max_bytes: int, timeout_s: float) -
     declared = request.content_length
     if declared is not None and declared > max_bytes:
         raise BodyTooLargeError(f"request body of {declared} bytes is over the {max_bytes}-byte limit")
+    # readchunk hands over one buffered chunk at a time (readany joins what is buffered, on the
+    # loop); the chunks of a large body are joined in a thread, where bytes.join drops the GIL
+    # (on the loop, a 100 MB body's join held every other request ~100 ms).
     chunks: list[bytes] = []
     received = 0
     try:
         async with asyncio.timeout(timeout_s):
             while True:
-                chunk = await request.content.readany()
+                chunk, _ = await request.content.readchunk()
                 if not chunk:
                     break
                 received += len(chunk)
@@ -61,6 +65,8 @@ async def read_body(request: web.Request, *, max_bytes: int, timeout_s: float) -
         # chunked framing): the client's fault, a 400 — not aiohttp's plain-text 500.
         reason = getattr(exc.__cause__, "message", None) or str(exc) or "malformed body"
         raise InvalidRequestError(f"request body could not be read: {str(reason).strip()}") from exc
+    if received >= _JOIN_IN_THREAD_BYTES:
+        return await asyncio.to_thread(b"".join, chunks)
     return b"".join(chunks)
 
 

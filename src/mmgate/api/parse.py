@@ -16,6 +16,7 @@ import orjson
 
 from mmgate.api.parts import ImageSpec, PassthroughSpec, parse_part
 from mmgate.errors import InvalidRequestError
+from mmgate.jsonbody import loads_body
 from mmgate.reuse import ImageSlot
 
 # Deepest JSON nesting accepted by default (``--max-json-depth``; orjson writes at most 254
@@ -45,13 +46,30 @@ class PassthroughSlot:
 
 
 def parse_chat_request(
-    raw: bytes, *, max_images: int, max_uuid_length: int, max_depth: int = MAX_JSON_DEPTH
+    raw: bytes | bytearray, *, max_images: int, max_uuid_length: int, max_depth: int = MAX_JSON_DEPTH
 ) -> ChatRequest:
     """Parse ``raw`` JSON; raise ``InvalidRequestError`` naming the offending field."""
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise InvalidRequestError(f"request body is not valid JSON: {exc}") from exc
+    return parse_chat_body(body, max_images=max_images, max_uuid_length=max_uuid_length, max_depth=max_depth)
+
+
+async def parse_chat_request_async(
+    raw: bytes | bytearray, *, max_images: int, max_uuid_length: int, max_depth: int = MAX_JSON_DEPTH
+) -> ChatRequest:
+    """``parse_chat_request``, giving the event loop back while a very large body is parsed
+    (``mmgate.jsonbody``)."""
+    try:
+        body = await loads_body(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequestError(f"request body is not valid JSON: {exc}") from exc
+    return parse_chat_body(body, max_images=max_images, max_uuid_length=max_uuid_length, max_depth=max_depth)
+
+
+def parse_chat_body(body: Any, *, max_images: int, max_uuid_length: int, max_depth: int) -> ChatRequest:
+    """Validate a parsed request body (see ``parse_chat_request``)."""
     if not isinstance(body, dict):
         raise InvalidRequestError("request body must be a JSON object")
     check_depth(body, max_depth)

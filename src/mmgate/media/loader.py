@@ -160,7 +160,10 @@ class MediaLoader:
     async def _load_data_url(
         self, url: str, session_id: str | None, ticket: _Ticket | None
     ) -> tuple[LoadedImage, Outcome]:
-        parsed = parse_data_url(url, max_bytes=self._media.max_image_bytes)
+        if len(url) >= _INLINE_HASH_BYTES:  # slicing out a big payload is a copy: not on the loop
+            parsed = await self._in_pool(functools.partial(parse_data_url, max_bytes=self._media.max_image_bytes), url)
+        else:
+            parsed = parse_data_url(url, max_bytes=self._media.max_image_bytes)
         if parsed.num_bytes >= _INLINE_HASH_BYTES:
             key = data_url_key(await self._in_pool(payload_digest, parsed))
         else:
