@@ -225,6 +225,7 @@ class Gateway:
             # shared through in-flight dedup and finish for any other waiter).
             for task in tasks:
                 task.cancel()
+            budget.abandon()  # a load cancelled before it started never reports to the budget
             raise
         return {slot.index: image for (slot, _), image in zip(to_load, loaded, strict=True)}
 

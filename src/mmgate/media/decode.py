@@ -100,6 +100,12 @@ class PixelBudget:
         self._unreported -= 1
         self._decide()
 
+    def abandon(self) -> None:
+        """The request stopped loading (failed or cancelled): loads that never reported stand aside,
+        so a load shared with other requests is not left waiting for them."""
+        self._unreported = 0
+        self._decide()
+
     def _decide(self) -> None:
         decision = self._decision
         if decision is None or decision.done() or self._unreported > 0:
