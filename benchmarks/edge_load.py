@@ -6,7 +6,9 @@ sent at a steady rate and its latency recorded, in these phases, side by side in
 
 * ``unloaded``   — nothing else going on;
 * ``slowloris``  — N slow connections (default 20,000, from two helper processes of their own) that
-                   trickle header bytes and reconnect whenever the gateway closes them;
+                   trickle header bytes and reconnect the moment the gateway closes them; measured
+                   only once the gateway holds its ``--max-connections`` (its open fds, from
+                   /proc/PID/fd, sampled through the window and reported: min and median);
 * ``giants``     — 4 clients in a loop, each sending requests of 8 giant-pixel PNGs (6300x6300,
                    ~115 KB each: cheap to send, 40 M pixels to decode);
 
@@ -40,7 +42,7 @@ import orjson
 from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _procs import free_port, start, stop
+from _procs import cpu_seconds, free_port, start, stop
 
 MODEL = "mmgate-sim-vl"
 MiB = 1024 * 1024
@@ -73,17 +75,36 @@ def image_part(url: str, uuid: str | None = None) -> dict[str, Any]:
 
 
 async def normal_traffic(url: str, seconds: float, rate: float, seed0: int) -> dict[str, Any]:
-    """Normal requests at ``rate``/s for ``seconds``; latency percentiles and failures."""
+    """Normal requests at ``rate``/s for ``seconds``; latency percentiles and failures.
+
+    Each request's own connection set-up, when it needed a new one, is timed apart (aiohttp's
+    connection trace): a request on a reused keep-alive connection never waits for ``accept()``.
+    """
     latencies: list[float] = []
+    fresh_latencies: list[float] = []
+    connect_ms: list[float] = []
     failures: dict[str, int] = {}
+
+    async def on_create_start(_s: Any, ctx: Any, _p: Any) -> None:
+        ctx.trace_request_ctx["connect_started"] = time.perf_counter()
+
+    async def on_create_end(_s: Any, ctx: Any, _p: Any) -> None:
+        started = ctx.trace_request_ctx.get("connect_started")
+        if started is not None:
+            ctx.trace_request_ctx["connect_ms"] = (time.perf_counter() - started) * 1000
+
+    trace = aiohttp.TraceConfig()
+    trace.on_connection_create_start.append(on_create_start)
+    trace.on_connection_create_end.append(on_create_end)
     timeout = aiohttp.ClientTimeout(total=60)
-    async with aiohttp.ClientSession(timeout=timeout) as s:
+    async with aiohttp.ClientSession(timeout=timeout, trace_configs=[trace]) as s:
 
         async def one(i: int) -> None:
             body = turn([image_part(png_url(96, 96, seed0 + i))])
+            ctx: dict[str, float] = {}
             started = time.perf_counter()
             try:
-                async with s.post(url + "/v1/chat/completions", data=body,
+                async with s.post(url + "/v1/chat/completions", data=body, trace_request_ctx=ctx,
                                   headers={"Content-Type": "application/json"}) as r:
                     await r.read()
                     if r.status != 200:
@@ -93,6 +114,9 @@ async def normal_traffic(url: str, seconds: float, rate: float, seed0: int) -> d
                 failures[type(exc).__name__] = failures.get(type(exc).__name__, 0) + 1
                 return
             latencies.append(time.perf_counter() - started)
+            if "connect_ms" in ctx:
+                connect_ms.append(ctx["connect_ms"])
+                fresh_latencies.append(latencies[-1])
 
         tasks = []
         begin = time.perf_counter()
@@ -105,98 +129,150 @@ async def normal_traffic(url: str, seconds: float, rate: float, seed0: int) -> d
     ms = sorted(x * 1000 for x in latencies)
     q = statistics.quantiles(ms, n=100) if len(ms) >= 2 else [ms[0] if ms else float("nan")] * 99
     return {"sent": i, "ok": len(ms), "failures": failures, "p50_ms": round(q[49], 1), "p99_ms": round(q[98], 1),
-            "max_ms": round(ms[-1], 1) if ms else None}
+            "max_ms": round(ms[-1], 1) if ms else None,
+            "new_connections": len(connect_ms),
+            "connect_ms_max": round(max(connect_ms), 1) if connect_ms else None,
+            "on_new_connection_max_ms": round(max(fresh_latencies) * 1000, 1) if fresh_latencies else None}
 
 
 # -- slow connections (in helper processes: each its own fds) ----------------------------------
 
-def _slow_worker(port: int, count: int, seconds: float, ready: Any, stats: Any) -> None:
+SLOW_HEAD = b"GET /health HTTP/1.1\r\nHost: x\r\n"
+
+
+def _slow_worker(port: int, count: int, nice: int, stop: Any, stats: Any) -> None:
+    """``count`` slow clients until ``stop`` is set: each trickles one header byte every 2 s and
+    never completes its request; the moment the gateway closes it (displaced, refused, timed out)
+    it connects again. Puts its counts on ``stats`` when stopped. Runs at ``nice``: the attackers
+    share the gateway's two cores here, where a real attacker's CPU would be its own."""
     raise_nofile()
+    os.nice(nice)
 
     async def main() -> None:
-        deadline = time.monotonic() + seconds
-        opened = closed_by_server = 0
+        counts = {"opened": 0, "closed_by_server": 0, "answered_503": 0, "connect_errors": 0}
+        stopping = asyncio.Event()
 
         async def hold() -> None:
-            nonlocal opened, closed_by_server
-            while time.monotonic() < deadline:
+            while not stopping.is_set():
                 try:
                     reader, writer = await asyncio.open_connection("127.0.0.1", port)
                 except OSError:
-                    await asyncio.sleep(0.2)
+                    counts["connect_errors"] += 1
+                    await asyncio.sleep(0.01)  # refused or timed out in the kernel: at once again
                     continue
-                opened += 1
+                counts["opened"] += 1
                 try:
-                    writer.write(b"GET /health HTTP/1.1\r\nHost: x\r\n")
-                    while time.monotonic() < deadline:
+                    writer.write(SLOW_HEAD)
+                    while not stopping.is_set():
                         writer.write(b"X")  # one header byte now and then: never a full request
                         await writer.drain()
                         try:
-                            if await asyncio.wait_for(reader.read(1024), 2.0) == b"":
-                                closed_by_server += 1
-                                break
+                            data = await asyncio.wait_for(reader.read(1024), 2.0)
                         except TimeoutError:
                             continue
+                        if data.startswith(b"HTTP/1.1 503"):
+                            counts["answered_503"] += 1
+                        if data == b"" or data.startswith(b"HTTP/"):
+                            counts["closed_by_server"] += 1
+                            break
                 except OSError:
-                    closed_by_server += 1
+                    counts["closed_by_server"] += 1
                 finally:
                     writer.close()
 
+        async def watch_stop() -> None:
+            await asyncio.to_thread(stop.wait)
+            stopping.set()
+
+        watcher = asyncio.create_task(watch_stop())
         tasks = []
         for _ in range(count):
             tasks.append(asyncio.create_task(hold()))
             if len(tasks) % 500 == 0:
                 await asyncio.sleep(0.05)
-        # Ready once most of them are connected (on a busy machine that takes a while).
-        started = time.monotonic()
-        while opened < 0.9 * count and time.monotonic() - started < 60:
-            await asyncio.sleep(0.2)
-        ready.set()
+        await watcher
+        for t in tasks:
+            t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        stats.put({"opened": opened, "closed_by_server": closed_by_server})
+        stats.put(counts)
 
     asyncio.run(main())
 
 
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def open_fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
 async def with_slow_connections(
-    url: str, port: int, total: int, seconds: float, rate: float, gateway_pid: int
+    url: str, port: int, total: int, seconds: float, rate: float, gateway_pid: int, cap: int,
+    helpers: int = 2, nice: int = 0, ramp_s: float = 120.0,
 ) -> dict[str, Any]:
+    """Normal traffic while ``total`` slow clients (in ``helpers`` processes) hold the gateway at
+    its connection cap: measured only once the gateway's open fds have reached the cap, and its
+    open fds sampled every 0.25 s through the window."""
+    base_fds = open_fds(gateway_pid)  # listener, epoll, backend pool, logs: everything but clients
     ctx = multiprocessing.get_context("spawn")
     stats = ctx.Queue()
-    workers = []
-    per = [total // 2, total - total // 2]
-    readies = [ctx.Event() for _ in per]
-    for count, ready in zip(per, readies, strict=True):
-        p = ctx.Process(target=_slow_worker, args=(port, count, seconds + 120, ready, stats), daemon=True)
+    stop = ctx.Event()
+    per = [total // helpers + (1 if k < total % helpers else 0) for k in range(helpers)]
+    workers = [ctx.Process(target=_slow_worker, args=(port, count, nice, stop, stats), daemon=True) for count in per]
+    for p in workers:
         p.start()
-        workers.append(p)
+    result: dict[str, Any] = {}
     try:
-        for ready in readies:
-            await asyncio.to_thread(ready.wait, 90)
-        await asyncio.sleep(3)  # let the flood reach the cap
+        ramp_started = time.monotonic()
+        # The gateway holds at most ``cap`` client connections (one more while a displaced one closes).
+        result["cap_reached"] = False
+        while time.monotonic() - ramp_started < ramp_s:
+            if open_fds(gateway_pid) - base_fds >= cap:
+                result["cap_reached"] = True
+                break
+            await asyncio.sleep(0.25)
+        result["ramp_s"] = round(time.monotonic() - ramp_started, 1)
+        log(f"slowloris: {open_fds(gateway_pid) - base_fds} client connections after {result['ramp_s']} s")
         before = edge_events(url)
-        peak_fds = 0
+        samples: list[int] = []
 
         async def count_fds() -> None:
-            nonlocal peak_fds
             while True:
-                peak_fds = max(peak_fds, len(os.listdir(f"/proc/{gateway_pid}/fd")))
-                await asyncio.sleep(0.5)
+                samples.append(open_fds(gateway_pid) - base_fds)
+                await asyncio.sleep(0.25)
 
         counter = asyncio.create_task(count_fds())
-        result = await normal_traffic(url, seconds, rate, 10_000)
+        cpu_before = [cpu_seconds(pid) for pid in (gateway_pid, *(p.pid for p in workers))]
+        window_started = time.perf_counter()
+        result.update(await normal_traffic(url, seconds, rate, 10_000))
+        window = time.perf_counter() - window_started
+        cpu = [cpu_seconds(pid) - b for pid, b in zip((gateway_pid, *(p.pid for p in workers)), cpu_before, strict=True)]
         counter.cancel()
-        result["gateway_peak_fds"] = peak_fds
+        result["gateway_cpu_cores"] = round(cpu[0] / window, 2)  # cores busy on average
+        result["helpers_cpu_cores"] = round(sum(cpu[1:]) / window, 2)
         after = edge_events(url)
         result["edge_events_during"] = {k: after.get(k, 0) - before.get(k, 0) for k in after}
-        result["slow_clients"] = []
+        result["client_conns_min"] = min(samples)
+        result["client_conns_median"] = statistics.median(samples)
+        result["client_conns_samples"] = len(samples)
+        # At the cap: within 1% of it (a displaced connection still closing frees its fd a moment later).
+        result["at_cap_share"] = round(sum(1 for x in samples if x >= 0.99 * cap) / len(samples), 3)
     finally:
-        for p in workers:
-            if p.is_alive():
-                p.terminate()
+        stop.set()
+        helper_counts = []
+        for _ in workers:
+            try:
+                helper_counts.append(await asyncio.to_thread(stats.get, True, 30))
+            except Exception:  # a helper that died: its counts are lost, the others still count
+                pass
         for p in workers:
             p.join(10)
+            if p.is_alive():
+                p.kill()
+    result["slow_clients"] = {k: sum(c[k] for c in helper_counts) for k in helper_counts[0]} if helper_counts else {}
     result["slow_connections"] = total
+    result["cap"] = cap
     return result
 
 
@@ -322,16 +398,18 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"ulimit_n": nofile, "phases": {}}
     try:
         port = free_port()
-        gw = start(gateway_args(port, sim_port, []), port)
+        gw = start(gateway_args(port, sim_port, ["--max-connections", str(args.max_connections)]), port)
         url = f"http://127.0.0.1:{port}"
         try:
             rounds: dict[str, list[dict[str, Any]]] = {}
             await normal_traffic(url, 3, args.rate, 900_000)  # warm-up: pools, first connections
             for r in range(args.rounds):  # phases alternate, so a noisy machine hits them all alike
+                log(f"round {r + 1} of {args.rounds}")
                 rounds.setdefault("unloaded", []).append(await normal_traffic(url, args.seconds, args.rate, r * 100_000))
                 if args.slow:
                     rounds.setdefault("slowloris", []).append(
-                        await with_slow_connections(url, port, args.slow, args.seconds, args.rate, gw.pid))
+                        await with_slow_connections(url, port, args.slow, args.seconds, args.rate, gw.pid,
+                                                   args.max_connections, args.helpers, args.helper_nice))
                     await asyncio.sleep(2)
                 if args.giants:
                     rounds.setdefault("giants", []).append(await with_giants(url, args.seconds, args.rate, r))
@@ -376,9 +454,15 @@ def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
            "p99_ms": statistics.median(r["p99_ms"] for r in results),
            "p99_per_round": [r["p99_ms"] for r in results],
            "max_ms": max(r["max_ms"] or 0 for r in results)}
-    for key in ("giant_answers", "slow_connections", "edge_events_during", "slow_clients", "gateway_peak_fds"):
+    out["new_connections"] = sum(r["new_connections"] for r in results)
+    out["connect_ms_max"] = max((r["connect_ms_max"] or 0) for r in results)
+    for key in ("giant_answers", "edge_events_during", "slow_clients", "client_conns_min", "client_conns_median",
+                "at_cap_share", "cap_reached", "ramp_s", "gateway_cpu_cores", "helpers_cpu_cores"):
         if key in results[0]:
-            out[key] = results[0][key] if key == "slow_connections" else [r[key] for r in results]
+            out[key] = [r[key] for r in results]
+    for key in ("slow_connections", "cap"):
+        if key in results[0]:
+            out[key] = results[0][key]
     return out
 
 
@@ -393,10 +477,17 @@ def report(out: dict[str, Any]) -> None:
               f"{r['p99_ms'] / base:13.2f}  {r['p99_per_round']} {r['failures'] or ''}")
     if "giants" in phases:
         print("giant requests answered:", phases["giants"]["giant_answers"])
+    print("normal requests that opened a new connection:",
+          {name: (r["new_connections"], f"slowest connect {r['connect_ms_max']} ms") for name, r in phases.items()})
     if "slowloris" in phases:
-        print("edge during slowloris:", phases["slowloris"]["edge_events_during"],
-              "gateway peak open fds:", phases["slowloris"]["gateway_peak_fds"],
-              "slow clients:", phases["slowloris"]["slow_clients"])
+        sl = phases["slowloris"]
+        print(f"slowloris: {sl['slow_connections']} slow clients against --max-connections {sl['cap']}; per round: "
+              f"cap reached {sl['cap_reached']} after {sl['ramp_s']} s; gateway client connections (open fds "
+              f"less its own) min {sl['client_conns_min']}, median {sl['client_conns_median']}, share of samples "
+              f"at the cap {sl['at_cap_share']}")
+        print("  edge events in the window:", sl["edge_events_during"], "; CPU cores busy: gateway",
+              sl["gateway_cpu_cores"], "slow-client processes", sl["helpers_cpu_cores"])
+        print("  slow clients (whole phase):", sl["slow_clients"])
     if "soak" in out:
         s = out["soak"]
         print(f"soak: {s['images']} images in {s['seconds']} s, statuses {s['statuses']}; RSS base {s['base_rss_mib']} MiB, "
@@ -410,6 +501,10 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=15, help="length of each measured phase")
     parser.add_argument("--rate", type=float, default=20, help="normal requests per second")
     parser.add_argument("--slow", type=int, default=20_000, help="slow connections (0: skip)")
+    parser.add_argument("--helpers", type=int, default=2, help="processes the slow connections come from")
+    parser.add_argument("--helper-nice", type=int, default=0,
+                        help="niceness of the slow-connection processes (19: they get only spare CPU)")
+    parser.add_argument("--max-connections", type=int, default=8192, help="the gateway's --max-connections")
     parser.add_argument("--giants", type=int, default=1, help="1: run the giant-image phase, 0: skip")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of the alternating phases")
     parser.add_argument("--soak", type=int, default=256 * 1024, help="tiny images in the RSS soak (0: skip)")

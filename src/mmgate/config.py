@@ -57,7 +57,8 @@ class MediaSettings(Frozen):
         help="images over this many pixels decode in a lane of their own (one thread), apart from the rest")
     max_decode_queue_pixels: int = setting(
         160_000_000, flag="--max-decode-queue-pixels", gt=0,
-        help="most pixels of large images queued or decoding at once; past it 429 with Retry-After")
+        help="most pixels of large images queued or decoding at once; a request is admitted with all "
+        "its large images or refused (429 with Retry-After) before any is decoded")
     decode_workers: int = setting(2, flag="--decode-workers", ge=1, le=64,
                                   help="threads validating (decoding) images")
 
@@ -203,6 +204,10 @@ class GatewaySettings(Frozen):
                                    help="longest image uuid accepted, characters")
     max_body_bytes: int = setting(256 * MiB, flag="--max-body-bytes", group="server", gt=0,
                                   help="largest request body accepted, bytes")
+    max_json_depth: int = setting(
+        64, flag="--max-json-depth", group="http edge", ge=2, le=254,
+        help="deepest JSON nesting accepted in a request body (400 past it); at most 254, the "
+        "deepest the gateway can write back out for the backend")
     header_timeout_s: float = setting(
         10.0, flag="--header-timeout", group="http edge", gt=0,
         help="seconds a client connection may take to send a request's headers (from connect, or "

@@ -1,6 +1,7 @@
 """Validation work per request is bounded, through a real ``mmgate serve`` process: a request whose
 images add up to more pixels than ``--max-request-pixels`` is refused before it costs more, and a
-full queue of large-image decodes answers 429 with ``Retry-After`` while small images go on."""
+full queue of large-image decodes answers 429 with ``Retry-After`` while small images go on, and
+a request is admitted to that queue with all its images or with none."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import aiohttp
 import pytest
 from PIL import Image
 
-from tests.support.serve_process import serve_process
+from tests.support.serve_process import metric_value, serve_process
 
 MODEL = "mmgate-sim-vl"
 
@@ -70,3 +71,30 @@ async def test_a_full_large_image_queue_is_a_429_and_small_images_still_pass(tmp
         started = time.perf_counter()
         status, _, _ = await post(gw.url, turn(png_url(64, 7)))
         assert status == 200 and time.perf_counter() - started < 5
+
+
+async def test_a_request_is_admitted_to_the_large_lane_whole_or_not_at_all(tmp_path: Path) -> None:
+    # A 100 M-pixel queue holding request 1's two 39.7 M-pixel decodes has room for one more 16 M
+    # image, not two: request 2 (two such images) must get its 429 before either is decoded. Per
+    # image, its first image was admitted and decoded (and cached) for a request that failed.
+    with serve_process(tmp_path, "--max-decode-queue-pixels", "100000000", "--large-image-pixels", "1000000") as gw:
+        for attempt in range(5):  # request 1 must still be decoding when request 2 asks
+            first, second = png_url(4000, 2 * attempt), png_url(4000, 2 * attempt + 1)
+            giants = png_url(6300, 10 + 2 * attempt), png_url(6300, 11 + 2 * attempt)
+            busy = asyncio.create_task(post(gw.url, turn(*giants)))
+            await asyncio.sleep(0.1)
+            status, headers, body = await post(gw.url, turn(first, second))
+            assert (await busy)[0] == 200
+            if status == 429:
+                break
+            assert status == 200, body
+        assert status == 429 and headers["Retry-After"] == "1" and body["error"]["code"] == "gateway_busy", body
+        await asyncio.sleep(2)  # time for a decode that was wrongly admitted to end (and be cached)
+        # Only request 1's images were decoded: request 2's are in no cache (nor those of request
+        # 2 in earlier attempts, answered 200).
+        entries = metric_value(gw.metrics(), "mmgate_local_cache_entries")
+        assert entries == 4 * attempt + 2, (entries, attempt)
+        loads = metric_value(gw.metrics(), "mmgate_image_loads_total", outcome="local_hit")
+        status, _, body = await post(gw.url, turn(first))
+        assert status == 200, body
+        assert metric_value(gw.metrics(), "mmgate_image_loads_total", outcome="local_hit") == loads

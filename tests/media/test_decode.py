@@ -49,3 +49,29 @@ async def test_small_images_do_not_wait_behind_a_large_one_and_the_large_queue_i
     finally:
         release.set()
         lanes.shutdown()
+
+
+async def test_a_request_is_admitted_once_every_load_has_reported_and_all_or_nothing() -> None:
+    lanes = DecodeLanes(workers=1, large_image_pixels=10, max_queue_pixels=100)
+    try:
+        # Two large images of 60: together over the queue, but an empty lane takes one request whole.
+        budget = PixelBudget(1000, lanes, 3)
+        a, b, cached = object(), object(), object()
+        waiting = [asyncio.create_task(budget.admit(a, 60)), asyncio.create_task(budget.admit(b, 60))]
+        await asyncio.sleep(0.01)
+        assert not any(t.done() for t in waiting) and lanes.queued_large_pixels == 0  # the third has not said
+        budget.stand_aside(cached)
+        assert await asyncio.gather(*waiting) == [True, True] and lanes.queued_large_pixels == 120
+        # The next request's two images do not both fit behind them: refused, nothing reserved.
+        second = PixelBudget(1000, lanes, 2)
+        refused = asyncio.gather(second.admit(object(), 20), second.admit(object(), 20), return_exceptions=True)
+        assert [type(r) for r in await refused] == [BusyError, BusyError] and lanes.queued_large_pixels == 120
+        lanes.release(120)
+        # A request that stops loading before every load reported: the waiting one is not left hanging.
+        third = PixelBudget(1000, lanes, 2)
+        alone = asyncio.create_task(third.admit(object(), 30))
+        await asyncio.sleep(0.01)
+        third.abandon()
+        assert await asyncio.wait_for(alone, 1) is True and lanes.queued_large_pixels == 30
+    finally:
+        lanes.shutdown()

@@ -21,6 +21,7 @@ class Recorder:
 
     url: str = ""
     bodies: list[dict[str, Any]] = field(default_factory=list)
+    headers: list[dict[str, str]] = field(default_factory=list)  # of each chat request
 
     def image_parts(self, index: int = -1) -> list[dict[str, Any]]:
         body = self.bodies[index]
@@ -40,6 +41,7 @@ async def recording_proxy(upstream: str) -> AsyncIterator[Recorder]:
         raw = await request.read()
         if request.method == "POST" and request.path.endswith("/chat/completions"):
             recorder.bodies.append(orjson.loads(raw))
+            recorder.headers.append(dict(request.headers))
         async with session.request(
             request.method, upstream + request.path_qs, data=raw or None,
             headers={"Content-Type": request.headers.get("Content-Type", "application/json")},

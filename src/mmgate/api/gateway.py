@@ -14,7 +14,7 @@ import asyncio
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from mmgate.api.parse import ChatRequest, parse_chat_request
+from mmgate.api.parse import ChatRequest, parse_chat_request, parse_chat_request_async
 from mmgate.backends import Backend, BackendReply
 from mmgate.config import GatewaySettings
 from mmgate.errors import BackendConnectError, BackendTimeoutError, ImageTooLargeError, InvalidRequestError
@@ -113,11 +113,21 @@ class Gateway:
                 return value
         return None
 
-    def parse(self, raw: bytes) -> ChatRequest:
+    def parse(self, raw: bytes | bytearray) -> ChatRequest:
         return parse_chat_request(
             raw,
             max_images=self.settings.max_images_per_request,
             max_uuid_length=self.settings.max_uuid_length,
+            max_depth=self.settings.max_json_depth,
+        )
+
+    async def parse_async(self, raw: bytes | bytearray) -> ChatRequest:
+        """``parse``, giving the event loop back while a very large body is parsed."""
+        return await parse_chat_request_async(
+            raw,
+            max_images=self.settings.max_images_per_request,
+            max_uuid_length=self.settings.max_uuid_length,
+            max_depth=self.settings.max_json_depth,
         )
 
     def authenticate(self, headers: Mapping[str, str]) -> str | None:
@@ -126,7 +136,7 @@ class Gateway:
         return self.tenants.tenant_for(headers.get("Authorization")) if self.tenants is not None else None
 
     async def chat(
-        self, raw: bytes, headers: Mapping[str, str], *, tenant: str | object | None = _AUTHENTICATE
+        self, raw: bytes | bytearray, headers: Mapping[str, str], *, tenant: str | object | None = _AUTHENTICATE
     ) -> ChatOutcome:
         """Run one chat request to a successful backend reply, or raise an ``MmgateError``.
 
@@ -136,7 +146,7 @@ class Gateway:
             tenant = self.authenticate(headers)
         assert tenant is None or isinstance(tenant, str)
         session_id = self.session_id(headers)  # a hostile session header is a 400 before any work
-        request = self.parse(raw)
+        request = await self.parse_async(raw)
         self.router.candidates(request.model)  # an unknown model is a 404 before any image is loaded
         for p in request.passthrough:  # audio/video URLs the backend fetches: policed first
             p.part[p.kind]["url"] = await self.loader.check_passthrough(p.url, param=p.param)
@@ -199,7 +209,8 @@ class Gateway:
         to_load = [(s, s.url) for s in slots if s.url is not None]
         if not to_load:
             return {}
-        budget = self.loader.pixel_budget()  # the pixels this request may have decoded
+        # The pixels this request may have decoded, and its large decodes admitted all together.
+        budget = self.loader.pixel_budget(loads=len(to_load))
         if len(to_load) == 1:
             slot, url = to_load[0]
             return {slot.index: await self.loader.load(url, session_id=session_id, param=slot.param, budget=budget)}
@@ -214,6 +225,7 @@ class Gateway:
             # shared through in-flight dedup and finish for any other waiter).
             for task in tasks:
                 task.cancel()
+            budget.abandon()  # a load cancelled before it started never reports to the budget
             raise
         return {slot.index: image for (slot, _), image in zip(to_load, loaded, strict=True)}
 

@@ -16,9 +16,11 @@ import orjson
 
 from mmgate.api.parts import ImageSpec, PassthroughSpec, parse_part
 from mmgate.errors import InvalidRequestError
+from mmgate.jsonbody import loads_body
 from mmgate.reuse import ImageSlot
 
-# Deepest JSON nesting accepted (orjson writes at most 254 levels; real requests use < 10).
+# Deepest JSON nesting accepted by default (``--max-json-depth``; orjson writes at most 254
+# levels, real requests use < 10).
 MAX_JSON_DEPTH = 64
 
 @dataclass(slots=True)
@@ -43,15 +45,34 @@ class PassthroughSlot:
     part: dict[str, Any]
 
 
-def parse_chat_request(raw: bytes, *, max_images: int, max_uuid_length: int) -> ChatRequest:
+def parse_chat_request(
+    raw: bytes | bytearray, *, max_images: int, max_uuid_length: int, max_depth: int = MAX_JSON_DEPTH
+) -> ChatRequest:
     """Parse ``raw`` JSON; raise ``InvalidRequestError`` naming the offending field."""
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise InvalidRequestError(f"request body is not valid JSON: {exc}") from exc
+    return parse_chat_body(body, max_images=max_images, max_uuid_length=max_uuid_length, max_depth=max_depth)
+
+
+async def parse_chat_request_async(
+    raw: bytes | bytearray, *, max_images: int, max_uuid_length: int, max_depth: int = MAX_JSON_DEPTH
+) -> ChatRequest:
+    """``parse_chat_request``, giving the event loop back while a very large body is parsed
+    (``mmgate.jsonbody``)."""
+    try:
+        body = await loads_body(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequestError(f"request body is not valid JSON: {exc}") from exc
+    return parse_chat_body(body, max_images=max_images, max_uuid_length=max_uuid_length, max_depth=max_depth)
+
+
+def parse_chat_body(body: Any, *, max_images: int, max_uuid_length: int, max_depth: int) -> ChatRequest:
+    """Validate a parsed request body (see ``parse_chat_request``)."""
     if not isinstance(body, dict):
         raise InvalidRequestError("request body must be a JSON object")
-    check_depth(body, MAX_JSON_DEPTH)
+    check_depth(body, max_depth)
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise InvalidRequestError("'model' is required and must be a non-empty string", param="model")
@@ -113,7 +134,7 @@ def check_depth(node: Any, limit: int) -> None:
     while stack:
         item, depth = stack.pop()
         if depth > limit:
-            raise InvalidRequestError(f"the request nests JSON deeper than {limit} levels")
+            raise InvalidRequestError(f"the request nests JSON deeper than {limit} levels (--max-json-depth)")
         if isinstance(item, dict):
             stack.extend((v, depth + 1) for v in item.values() if isinstance(v, dict | list))
         elif isinstance(item, list):

@@ -6,7 +6,11 @@
   CPU from them.
 * The large lane's queue is bounded in pixels, queued and running together
   (``max_decode_queue_pixels``): past it a request gets ``BusyError`` (429 with ``Retry-After``)
-  instead of waiting behind work it cannot see. A single image is always admitted to an empty lane.
+  instead of waiting behind work it cannot see. A request is admitted whole or not at all
+  (``PixelBudget.admit``): once each of its loads has probed its image (or found it cached, or
+  joined another's load), the large pixels of all of them are reserved in one step, or the
+  request gets its 429 before any of its images is decoded. Any one request is admitted to an
+  empty lane.
 * ``PixelBudget``: the pixels decoded for one request (``max_request_pixels``); past it, 400 before
   the image that would cross it is decoded. Cached images cost nothing: they are not decoded again.
 """
@@ -36,11 +40,22 @@ def _lower_priority() -> None:
 
 
 class PixelBudget:
-    """The pixels one request may have decoded (shared by its images' loads)."""
+    """The pixels one request may have decoded (shared by its images' loads), and its admission
+    to the large lane: ``expected`` loads each report once, through ``admit`` (an image to decode)
+    or ``stand_aside`` (cached, joined, failed or cancelled), and the lane is asked once, for the
+    sum, when the last has reported."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, lanes: DecodeLanes | None = None, expected: int = 0) -> None:
         self.limit = limit
         self.used = 0
+        self._lanes = lanes
+        self._unreported = expected
+        self._reported: set[object] = set()
+        self._asked: dict[object, int] = {}  # load → large pixels it waits to have reserved
+        self._decision: asyncio.Future[None] | None = None
+        if lanes is not None and expected > 0:  # built in the event loop, by the request's handler
+            self._decision = asyncio.get_running_loop().create_future()
+            self._decision.add_done_callback(_retrieve)
 
     def charge(self, pixels: int) -> None:
         """Count ``pixels`` or raise ``ImageTooLargeError`` (400) when they would cross the limit."""
@@ -50,6 +65,66 @@ class PixelBudget:
                 "the per-request limit is --max-request-pixels: send fewer or smaller images"
             )
         self.used += pixels
+
+    async def admit(self, load: object, pixels: int) -> bool:
+        """Wait until the request's large decodes are admitted together; True when ``pixels`` are
+        now reserved in the large lane for this load (it must run or release them), False when the
+        image goes to the normal lane. Raises ``BusyError`` (429) when the request is refused."""
+        lanes = self._lanes
+        if lanes is None or pixels <= lanes.large_image_pixels:
+            self.stand_aside(load)
+            return False
+        if load in self._reported or self._decision is None or self._decision.done():
+            lanes.reserve(pixels)  # not part of the request's admission (too late): on its own
+            return True
+        self._reported.add(load)
+        self._unreported -= 1
+        self._asked[load] = pixels
+        decision = self._decision
+        self._decide()
+        try:
+            await asyncio.shield(decision)
+        except asyncio.CancelledError:
+            if self._asked.pop(load, None) is None and decision.done() and not decision.cancelled() \
+                    and decision.exception() is None:
+                lanes.release(pixels)  # reserved for a load that is gone
+            raise
+        self._asked.pop(load, None)
+        return True
+
+    def stand_aside(self, load: object) -> None:
+        """``load`` decodes nothing of its own (cached, joined, failed or cancelled). Idempotent."""
+        if load in self._reported:
+            return
+        self._reported.add(load)
+        self._unreported -= 1
+        self._decide()
+
+    def abandon(self) -> None:
+        """The request stopped loading (failed or cancelled): loads that never reported stand aside,
+        so a load shared with other requests is not left waiting for them."""
+        self._unreported = 0
+        self._decide()
+
+    def _decide(self) -> None:
+        decision = self._decision
+        if decision is None or decision.done() or self._unreported > 0:
+            return
+        assert self._lanes is not None
+        total = sum(self._asked.values())
+        try:
+            if total:
+                self._lanes.reserve(total)
+        except BusyError as exc:
+            decision.set_exception(exc)
+            return
+        self._asked.clear()  # reserved: each load now holds its share
+        decision.set_result(None)
+
+
+def _retrieve(future: asyncio.Future[None]) -> None:
+    if not future.cancelled():
+        future.exception()  # a refusal nobody waits for any more is not "never retrieved"
 
 
 class DecodeLanes:
@@ -68,11 +143,27 @@ class DecodeLanes:
     def queued_large_pixels(self) -> int:
         return self._queued
 
-    async def run(self, pixels: int, fn: Callable[..., _T], *args: object) -> _T:
-        """Run ``fn(*args)`` in the lane for an image of ``pixels`` (0: lane-less small work)."""
+    async def run(self, pixels: int, fn: Callable[..., _T], *args: object, reserved: bool = False) -> _T:
+        """Run ``fn(*args)`` in the lane for an image of ``pixels`` (0: lane-less small work).
+        ``reserved``: the pixels were reserved already (``PixelBudget.admit``)."""
         if pixels <= self.large_image_pixels:
             loop = asyncio.get_running_loop()
             return await loop.run_in_executor(self._normal, functools.partial(fn, *args))
+        if not reserved:
+            self.reserve(pixels)
+        try:
+            future: Future[_T] = self._large.submit(fn, *args)
+        except BaseException:
+            self.release(pixels)
+            raise
+        # Released when the job ends (or is cancelled unstarted), not when its waiter gives up:
+        # a running decode still occupies the lane.
+        future.add_done_callback(functools.partial(self._release, pixels))
+        return await asyncio.wrap_future(future)
+
+    def reserve(self, pixels: int) -> None:
+        """Count ``pixels`` into the large lane's queue, or raise ``BusyError`` when they do not fit
+        (an empty lane takes anything)."""
         with self._lock:
             if self._queued and self._queued + pixels > self.max_queue_pixels:
                 raise BusyError(
@@ -80,11 +171,10 @@ class DecodeLanes:
                     "retry shortly"
                 )
             self._queued += pixels
-        future: Future[_T] = self._large.submit(fn, *args)
-        # Released when the job ends (or is cancelled unstarted), not when its waiter gives up:
-        # a running decode still occupies the lane.
-        future.add_done_callback(functools.partial(self._release, pixels))
-        return await asyncio.wrap_future(future)
+
+    def release(self, pixels: int) -> None:
+        """Give back reserved pixels that will not be decoded."""
+        self._release(pixels, None)
 
     def _release(self, pixels: int, _future: object) -> None:
         with self._lock:

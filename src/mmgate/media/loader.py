@@ -90,9 +90,10 @@ class MediaLoader:
             max_queue_pixels=media.max_decode_queue_pixels,
         )
 
-    def pixel_budget(self) -> PixelBudget:
-        """A fresh per-request budget of decoded pixels (``--max-request-pixels``)."""
-        return PixelBudget(self._media.max_request_pixels)
+    def pixel_budget(self, loads: int = 0) -> PixelBudget:
+        """A fresh per-request budget of decoded pixels (``--max-request-pixels``), admitting the
+        request's ``loads`` to the large decode lane together (each ``load`` call with it counts)."""
+        return PixelBudget(self._media.max_request_pixels, self._lanes, loads)
 
     async def load(
         self, url: str, *, session_id: str | None = None, param: str | None = None,
@@ -103,11 +104,15 @@ class MediaLoader:
         Raises a ``MediaError`` subclass carrying ``param`` (the client's part path). ``budget``:
         the request's pixel budget, charged for the images this load decodes (not for cache hits).
         """
+        ticket = _Ticket(budget) if budget is not None else None
         try:
-            image, outcome = await self._load(url, session_id, budget)
+            image, outcome = await self._load(url, session_id, ticket)
         except MediaError as exc:
             self.metrics.load("error")
             raise _with_param(exc, param) from exc.__cause__
+        finally:
+            if ticket is not None:  # cached, joined, failed or cancelled: the others need not wait
+                ticket.stand_aside()
         self.metrics.load(outcome)
         return image
 
@@ -130,14 +135,14 @@ class MediaLoader:
     # -- the pipeline ----------------------------------------------------------------------
 
     async def _load(
-        self, url: str, session_id: str | None, budget: PixelBudget | None
+        self, url: str, session_id: str | None, ticket: _Ticket | None
     ) -> tuple[LoadedImage, Outcome]:
         if self._closed:
             raise OriginError("the media loader is shutting down; retry the request")
         if not isinstance(url, str) or not url:
             raise ForbiddenURLError("the image URL is empty")
         if is_data_url(url):
-            return await self._load_data_url(url, session_id, budget)
+            return await self._load_data_url(url, session_id, ticket)
         is_file = url[:5].lower() == "file:"
         if not is_file:
             # Pure and cheap: runs before any tier, so a hit never bypasses the policy.
@@ -148,26 +153,29 @@ class MediaLoader:
             raise ForbiddenURLError(f"malformed image URL: {exc}") from exc
 
         async def produce() -> LoadedImage:
-            return await self._validated(await self._fetcher.fetch(url), budget)
+            return await self._validated(await self._fetcher.fetch(url), ticket)
 
-        return await self._through_tiers(key, session_id, produce)
+        return await self._through_tiers(key, session_id, produce, ticket)
 
     async def _load_data_url(
-        self, url: str, session_id: str | None, budget: PixelBudget | None
+        self, url: str, session_id: str | None, ticket: _Ticket | None
     ) -> tuple[LoadedImage, Outcome]:
-        parsed = parse_data_url(url, max_bytes=self._media.max_image_bytes)
+        if len(url) >= _INLINE_HASH_BYTES:  # slicing out a big payload is a copy: not on the loop
+            parsed = await self._in_pool(functools.partial(parse_data_url, max_bytes=self._media.max_image_bytes), url)
+        else:
+            parsed = parse_data_url(url, max_bytes=self._media.max_image_bytes)
         if parsed.num_bytes >= _INLINE_HASH_BYTES:
             key = data_url_key(await self._in_pool(payload_digest, parsed))
         else:
             key = data_url_key(payload_digest(parsed))
 
         async def produce() -> LoadedImage:
-            return await self._validated(parsed, budget)
+            return await self._validated(parsed, ticket)
 
-        return await self._through_tiers(key, session_id, produce)
+        return await self._through_tiers(key, session_id, produce, ticket)
 
     async def _through_tiers(
-        self, key: str, session_id: str | None, produce: Produce
+        self, key: str, session_id: str | None, produce: Produce, ticket: _Ticket | None
     ) -> tuple[LoadedImage, Outcome]:
         tier_key = scope_key(
             key, session_scoping=self._cache.session_scoping, session_id=session_id
@@ -177,6 +185,8 @@ class MediaLoader:
         hit = self.local.get(tier_key)
         if hit is not None:
             return hit, "local_hit"
+        if ticket is not None and tier_key in self._inflight:
+            ticket.stand_aside()  # joins a load that admits itself: waiting on it could deadlock
         (image, outcome), joined = await self._inflight.run(
             tier_key, functools.partial(self._fill, tier_key, produce)
         )
@@ -214,16 +224,22 @@ class MediaLoader:
         self.metrics.local_cache_bytes.set(self.local.num_cached_bytes)
         self.metrics.local_cache_entries.set(len(self.local))
 
-    async def _validated(self, source: bytes | DataURL, budget: PixelBudget | None) -> LoadedImage:
-        """Decode (data: URLs) and probe ``source``, charge the budget, then validate and hash it in
-        the lane its size picks."""
+    async def _validated(self, source: bytes | DataURL, ticket: _Ticket | None) -> LoadedImage:
+        """Decode (data: URLs) and probe ``source``, charge the request's budget and wait for its
+        admission (all its images together), then validate and hash it in the lane its size picks."""
         media = self._media
-        data, probed = await self._in_pool(_decode_probe, source, media.allowed_formats, media.max_image_pixels)
-        pixels = probed.width * probed.height
-        if budget is not None:
-            budget.charge(pixels)
+        try:
+            data, probed = await self._in_pool(_decode_probe, source, media.allowed_formats, media.max_image_pixels)
+            pixels = probed.width * probed.height
+            reserved = False
+            if ticket is not None:
+                ticket.budget.charge(pixels)
+                reserved = await ticket.budget.admit(ticket, pixels)
+        finally:
+            if ticket is not None:
+                ticket.stand_aside()  # failed before its admission: a no-op once it asked
         info, digest, data_url = await self._lanes.run(
-            pixels, _validate_hash, data, media.allowed_formats, media.max_image_pixels
+            pixels, _validate_hash, data, media.allowed_formats, media.max_image_pixels, reserved=reserved
         )
         return LoadedImage(data=data, mime=info.mime, width=info.width, height=info.height, digest=digest,
                            _data_url=data_url)
@@ -231,6 +247,18 @@ class MediaLoader:
     async def _in_pool(self, fn: Callable[..., _T], *args: object) -> _T:
         """Small work (hashes, base64, header probes) in the normal lane."""
         return await self._lanes.run(0, fn, *args)
+
+
+class _Ticket:
+    """One ``load`` call's place in its request's ``PixelBudget`` admission."""
+
+    __slots__ = ("budget",)
+
+    def __init__(self, budget: PixelBudget) -> None:
+        self.budget = budget
+
+    def stand_aside(self) -> None:
+        self.budget.stand_aside(self)
 
 
 def _footprint(image: LoadedImage) -> int:

@@ -14,6 +14,7 @@ import orjson
 
 from mmgate.backends import Backend, BackendReply, status_error
 from mmgate.errors import UnknownUUIDError
+from mmgate.jsonbody import dumps_body
 from mmgate.metrics import GatewayMetrics
 from mmgate.reuse.plan import ReuseCounts, SlotPlan, render
 from mmgate.reuse.sent import SentTracker
@@ -77,7 +78,7 @@ class ReuseSender:
         counts = render(plans, with_uuid=with_uuid, already_sent=known)
         healed = 0
         for _ in range(MAX_HEALS + 1):
-            reply = await backend.chat(orjson.dumps(body), stream=stream)
+            reply = await backend.chat(await dumps_body(body), stream=stream)
             if reply.status == 200:
                 break
             self.metrics.backend_requests.labels(backend.name, f"http_{reply.status}").inc()

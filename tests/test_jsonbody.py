@@ -1,0 +1,69 @@
+"""``mmgate.jsonbody``: a large body parsed or written in pieces gives exactly what orjson gives
+(the same value, the same refusals), whatever the body hides around its big strings."""
+
+from __future__ import annotations
+
+import base64
+import random
+from typing import Any
+
+import orjson
+import pytest
+
+from mmgate.jsonbody import BIG_STRING_BYTES, LARGE_BODY_BYTES, dumps_body, loads_body
+
+
+def data_url(n: int, seed: int) -> str:
+    return "data:image/png;base64," + base64.b64encode(random.Random(seed).randbytes(n)).decode()
+
+
+def big_body() -> dict[str, Any]:
+    urls = [data_url(300_000, i) for i in range(6)]
+    return {"model": "m", "messages": [{"role": "user", "content": [
+        {"type": "text", "text": 'a "data:quoted" text, \\"data:x\\" and ' + "é" * 10},
+        *({"type": "image_url", "image_url": {"url": u}} for u in urls[:4])]}],
+        "list": [urls[4], 1, None, True, [urls[5]]], urls[0][:BIG_STRING_BYTES + 10]: "a big key"}
+
+
+async def test_a_large_body_parses_to_what_orjson_gives() -> None:
+    raw = orjson.dumps(big_body())
+    assert len(raw) > LARGE_BODY_BYTES
+    assert await loads_body(raw) == orjson.loads(raw)
+    # The same with whitespace and escaped slashes inside a big string (other writers do that).
+    spaced = raw.replace(b'":"', b'" :\n "').replace(b'","', b'" , "')
+    escaped = spaced.replace(b"/", b"\\/", 50)
+    for variant in (spaced, escaped):
+        assert await loads_body(variant) == orjson.loads(variant)
+
+
+async def test_a_large_body_is_written_as_orjson_writes_it() -> None:
+    body = big_body()
+    assert await dumps_body(body) == orjson.dumps(body)
+    small = {"model": "m", "x": "data:" + "A" * 100}
+    assert await dumps_body(small) == orjson.dumps(small)
+
+
+async def test_broken_large_bodies_are_refused_exactly_when_orjson_refuses_them() -> None:
+    raw = orjson.dumps(big_body())
+    rng = random.Random(7)
+    # Break it near the big strings' quotes and elsewhere: delete, insert or swap one byte.
+    quotes = [i for i in range(len(raw)) if raw[i:i + 6] == b'"data:']
+    quotes += [raw.index(b'"', q + 1) for q in quotes]
+    spots = [p + d for p in quotes for d in (-2, -1, 0, 1)] + [rng.randrange(len(raw)) for _ in range(40)]
+    for spot in spots:
+        for change in (b"", b'"', b"\\", b",", b" ", b"x", b"]"):
+            mutated = raw[:spot] + change + raw[spot + (1 if change != b" " else 0):]
+            try:
+                expected: Any = orjson.loads(mutated)
+            except orjson.JSONDecodeError:
+                expected = orjson.JSONDecodeError
+            try:
+                got: Any = await loads_body(mutated)
+            except orjson.JSONDecodeError:
+                got = orjson.JSONDecodeError
+            assert got == expected, (spot, change)
+
+
+@pytest.mark.parametrize("raw", [b'{"a": 1}', b"[1, 2]", b'"data:x"'])
+async def test_small_bodies_take_plain_orjson(raw: bytes) -> None:
+    assert await loads_body(raw) == orjson.loads(raw)
