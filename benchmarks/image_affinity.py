@@ -41,6 +41,7 @@ from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _procs import MMGATE, free_port, stop
+from _table import Column, pct, print_table
 
 MODEL = "mmgate-sim-vl"
 MODES = ("round-robin", "session", "lru-history", "image-affinity")
@@ -80,11 +81,6 @@ def scrape(url: str) -> str:
 
 def total(text: str, name: str) -> float:
     return sum(float(m.group(1)) for m in re.finditer(rf"^{re.escape(name)}(?:\{{[^}}]*\}})? ([0-9.e+-]+)$", text, re.M))
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))] if ordered else float("nan")
 
 
 def start_all(commands: list[tuple[list[str], int]], timeout_s: float = 90.0) -> list[subprocess.Popen[bytes]]:
@@ -261,17 +257,26 @@ def main() -> None:
           f"images (zipf {args.zipf}){' + 1 own' if args.own else ''}{' + 1 hot' if args.hot else ''}"
           f"{'; no session header' if args.sessionless else ''}; {args.image_size}px JPEG; "
           f"unique images {rows[0]['unique_images']}; concurrency {args.concurrency}")
-    print(f"{'B':>2}{'G':>3} {'mode':<15}{'err':>4}{'processed':>10}{'/unique':>8}{'MB to eng':>10}"
-          f"{'TTFT p50':>10}{'TTFT p90':>10}{'imbalance':>10}{'gw hit':>8}")
-    for r in rows:
-        print(f"{r['backends']:>2}{r['gateways']:>3} {r['mode']:<15}{r['errors']:>4}{int(r['engine_images_processed']):>10}"
-              f"{r['processed_per_unique']:>7.2f}x{r['engine_image_bytes'] / 1e6:>10.1f}"
-              f"{r['ttft_p50_ms']:>8.1f}ms{r['ttft_p90_ms']:>8.1f}ms{r['imbalance']:>10.2f}"
-              f"{r['gateway_weight_hit_ratio']:>8.2f}")
+    print_table(COLUMNS, rows)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"args": vars(args), "command": " ".join(sys.argv), "rows": rows}, indent=2))
     print(f"wrote {out}")
+
+
+COLUMNS = [
+    Column("B", 2, lambda r: str(r["backends"])),
+    Column("G", 3, lambda r: str(r["gateways"])),
+    Column(" mode", 16, lambda r: " " + r["mode"], left=True),
+    Column("err", 4, lambda r: str(r["errors"])),
+    Column("processed", 10, lambda r: str(int(r["engine_images_processed"]))),
+    Column("/unique", 8, lambda r: f"{r['processed_per_unique']:.2f}x"),
+    Column("MB to eng", 10, lambda r: f"{r['engine_image_bytes'] / 1e6:.1f}"),
+    Column("TTFT p50", 10, lambda r: f"{r['ttft_p50_ms']:.1f}ms"),
+    Column("TTFT p90", 10, lambda r: f"{r['ttft_p90_ms']:.1f}ms"),
+    Column("imbalance", 10, lambda r: f"{r['imbalance']:.2f}"),
+    Column("gw hit", 8, lambda r: f"{r['gateway_weight_hit_ratio']:.2f}"),
+]
 
 
 def hash_seed(name: str) -> int:
