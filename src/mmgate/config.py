@@ -9,12 +9,18 @@ before exiting with status 2.
 from __future__ import annotations
 
 import ipaddress
+import re
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import ConfigDict, ValidationError, ValidationInfo, field_validator
 
 from mmgate._settings import ConfigError, Frozen, MiB, setting
+
+# One label of a host name (letters, digits, hyphens inside, underscores tolerated), and a label that
+# is a number (decimal, or 0x hex as inet_aton reads it): only an IP address ends in one.
+_HOST_LABEL = re.compile(r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?", re.IGNORECASE)
+_NUMERIC_LABEL = re.compile(r"[0-9]+|0x[0-9a-f]*", re.IGNORECASE)
 
 DEFAULT_SESSION_HEADERS: tuple[str, ...] = (
     "x-session-id",
@@ -67,8 +73,23 @@ class MediaSettings(Frozen):
         for item in value:
             if not item or any(c.isspace() for c in item):
                 raise ValueError(f"invalid destination {item!r}")
-            if "/" in item:
-                ipaddress.ip_network(item, strict=False)  # ValueError names the bad CIDR
+            if "/" in item or ":" in item:
+                try:
+                    ipaddress.ip_network(item, strict=False)
+                except ValueError as exc:
+                    raise ValueError(f"{item!r} is not a valid IP address or CIDR ({exc})") from None
+                continue
+            labels = item.rstrip(".").split(".")
+            if _NUMERIC_LABEL.fullmatch(labels[-1]):
+                # A name cannot end in a number (RFC 1123): it is meant as an address, so it must be one
+                # (999.1.1.1 or 127.1 would otherwise be opened as a host name that never matches).
+                try:
+                    ipaddress.ip_address(item)
+                except ValueError:
+                    raise ValueError(f"{item!r} is not a valid IP address (four numbers 0-255, "
+                                     "or an IPv6 address, or a CIDR)") from None
+            elif not all(_HOST_LABEL.fullmatch(label) for label in labels):
+                raise ValueError(f"{item!r} is not a valid host name, IP address or CIDR")
         return value
 
     @field_validator("allowed_formats")

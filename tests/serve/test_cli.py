@@ -39,6 +39,7 @@ def test_help(command: str) -> None:
         (["--redis-url", "redis://:secret@127.0.0.1:1/?socket_timeout=2"], "--redis-url"),
         (["--api-keys-file", "/nonexistent/keys.txt"], "--api-keys-file"),
         (["--allowed-private", "10.0.0.0/40"], "--allowed-private"),
+        (["--allowed-private", "999.1.1.1"], "'999.1.1.1' is not a valid IP address"),
         (["--fetch-timeout", "-1"], "--fetch-timeout"),
     ],
 )
