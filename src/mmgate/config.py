@@ -22,6 +22,10 @@ from mmgate._settings import ConfigError, Frozen, MiB, setting
 _HOST_LABEL = re.compile(r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?", re.IGNORECASE)
 _NUMERIC_LABEL = re.compile(r"[0-9]+|0x[0-9a-f]*", re.IGNORECASE)
 
+# --help sections of GatewaySettings' own fields (nested models are grouped by their title).
+REUSE_GROUP = "reuse and tenants"
+HEALTH_GROUP = "backend health"
+
 DEFAULT_SESSION_HEADERS: tuple[str, ...] = (
     "x-session-id",
     "x-dynamo-session-id",
@@ -248,35 +252,35 @@ class GatewaySettings(Frozen):
     cache: CacheSettings = CacheSettings()
     routing: RoutingSettings = RoutingSettings()
     reuse: Literal["auto", "off"] = setting(
-        "auto", flag="--reuse", group="routing, reuse and tenants",
+        "auto", flag="--reuse", group=REUSE_GROUP,
         help="auto: send repeats of an image to a vllm backend as cache-only references "
         "(misses are healed); off: send every image's bytes")
     reuse_backend_cache_gb: float = setting(
-        4.0, flag="--reuse-backend-cache-gb", group="routing, reuse and tenants", ge=0,
+        4.0, flag="--reuse-backend-cache-gb", group=REUSE_GROUP, ge=0,
         help="processor-cache size assumed per vllm backend (vLLM's --mm-processor-cache-gb)")
     reuse_tracked_uuids: int = setting(
-        65536, flag="--reuse-tracked-uuids", group="routing, reuse and tenants", ge=1,
+        65536, flag="--reuse-tracked-uuids", group=REUSE_GROUP, ge=1,
         help="uuids remembered per vllm backend as sent (about 250 bytes of gateway memory each)")
-    uuid_store_bytes: int = setting(256 * MiB, flag="--uuid-store-bytes", group="routing, reuse and tenants",
+    uuid_store_bytes: int = setting(256 * MiB, flag="--uuid-store-bytes", group=REUSE_GROUP,
                                     ge=0, help="local byte budget of the uuid -> image store used for healing")
-    uuid_ttl_s: int = setting(3600, flag="--uuid-ttl", group="routing, reuse and tenants", gt=0,
+    uuid_ttl_s: int = setting(3600, flag="--uuid-ttl", group=REUSE_GROUP, gt=0,
                               help="uuid store TTL, seconds")
     api_keys_file: str | None = setting(
-        None, flag="--api-keys-file", group="routing, reuse and tenants",
+        None, flag="--api-keys-file", group=REUSE_GROUP,
         help="API keys -> tenants (JSON object or 'KEY TENANT' lines); requests then need a key")
     tenant_secret: str | None = setting(
-        None, flag="--tenant-secret", group="routing, reuse and tenants", repr=False, min_length=16,
+        None, flag="--tenant-secret", group=REUSE_GROUP, repr=False, min_length=16,
         help="secret (16+ characters) keying the tenant tags of backend uuids (HMAC); prefer the "
         "MMGATE_TENANT_SECRET variable. Unset: random per process, so gateways that share a Redis "
         "must set the same one")
-    health_interval_s: float = setting(5.0, flag="--health-interval", group="routing, reuse and tenants", gt=0,
+    health_interval_s: float = setting(5.0, flag="--health-interval", group=HEALTH_GROUP, gt=0,
                                        help="seconds between backend health probes")
-    health_timeout_s: float = setting(2.0, flag="--health-timeout", group="routing, reuse and tenants", gt=0,
+    health_timeout_s: float = setting(2.0, flag="--health-timeout", group=HEALTH_GROUP, gt=0,
                                       help="seconds one health probe may take")
-    eject_after_failures: int = setting(1, flag="--eject-after-failures", group="routing, reuse and tenants",
+    eject_after_failures: int = setting(1, flag="--eject-after-failures", group=HEALTH_GROUP,
                                         ge=1, help="consecutive connect failures/timeouts that eject a backend")
     readmit_after_s: float = setting(
-        5.0, flag="--readmit-after", group="routing, reuse and tenants", ge=0,
+        5.0, flag="--readmit-after", group=HEALTH_GROUP, ge=0,
         help="minimum seconds an ejected backend stays out before a passing probe re-admits it")
 
     @field_validator("backends", mode="before")
