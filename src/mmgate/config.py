@@ -179,6 +179,22 @@ class RoutingSettings(Frozen):
         "its weight, so spills go where the image already is (0: homes only)")
     history_keys: int = setting(100_000, flag="--routing-history-keys", ge=1,
                                 help="images the routing history remembers (bounded LRU)")
+    load_poll_interval_s: float = setting(
+        0.1, flag="--routing-load-poll-interval", ge=0.0, le=10.0,
+        help="seconds between polls of each vllm backend's running + waiting requests (/metrics), "
+        "so the load every gateway puts on it weighs in the balance; 0: this gateway's own in-flight "
+        "requests only")
+    load_poll_timeout_s: float = setting(
+        0.25, flag="--routing-load-poll-timeout", gt=0.0, le=10.0,
+        help="seconds one load poll may take; a backend that does not answer counts this gateway's "
+        "own in-flight requests until it does")
+
+    @field_validator("load_poll_interval_s")
+    @classmethod
+    def _check_poll_interval(cls, value: float) -> float:
+        if 0 < value < 0.02:
+            raise ValueError("must be 0 (off) or at least 0.02 seconds (each poll reads every backend's /metrics)")
+        return value
 
 
 class BackendSpec(Frozen):

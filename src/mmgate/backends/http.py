@@ -19,6 +19,7 @@ from mmgate.errors import (
     BackendStatusError,
     BackendTimeoutError,
 )
+from mmgate.wire import engine_load
 
 _JSON_HEADERS = {"Content-Type": "application/json"}
 
@@ -140,6 +141,19 @@ class HTTPBackend:
         except (TimeoutError, aiohttp.ClientError):
             # A failed probe is the answer itself: unhealthy.
             return False
+
+    async def load(self, timeout_s: float) -> int | None:
+        if self.kind != "vllm":
+            return None  # an OpenAI-compatible server other than vLLM exports no scheduler gauges
+        timeout = aiohttp.ClientTimeout(total=timeout_s)
+        with self._translated("reading its load", sent=False):
+            async with self._client().get(self.url + "/metrics", timeout=timeout) as resp:
+                if resp.status != 200:
+                    raise BackendStatusError(
+                        f"backend {self.name} /metrics answered {resp.status}", backend_status=resp.status
+                    )
+                text = await resp.read()
+        return engine_load(text)
 
     async def close(self) -> None:
         if self._session is not None:

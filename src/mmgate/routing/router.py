@@ -17,6 +17,12 @@ Routing keys are the session id, configured backend names and, for ``image-affin
 computed it): a client can steer its own requests by its images, but the load cap keeps any one
 image from piling a fleet's load on one backend. No key is ever a metric label.
 
+Load: the policy balances by each backend's requests in flight. With ``load_poll_interval_s`` the
+router also polls every backend's engine-reported load (vLLM's running + waiting gauges: every
+gateway's requests) in a background task, off the request path, and a decision uses the estimate of
+``mmgate.routing.load.FleetLoad`` (the engine's figure moved by this gateway's requests since the
+poll, never below its own count; its own count alone when the poll failed or is stale).
+
 Health: ``report_failure`` (the gateway, on a connect error or a timeout) ejects a backend after
 ``eject_after_failures`` consecutive failures; ``start()`` runs one background task that probes every
 backend each ``health_interval_s`` and re-admits ejected ones that answer (no sooner than
@@ -37,6 +43,7 @@ from mmgate.errors import MmgateError, ModelNotFoundError
 from mmgate.metrics import GatewayMetrics
 from mmgate.routing.health import BackendHealth
 from mmgate.routing.history import ImageHistory
+from mmgate.routing.load import FleetLoad
 from mmgate.routing.policy import RoutingPolicy
 from mmgate.routing.weights import RoutedImage
 
@@ -64,6 +71,8 @@ class Router:
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.monotonic,
         policy: RoutingPolicy | None = None,
+        load_poll_interval_s: float = 0.0,
+        load_poll_timeout_s: float = 0.25,
     ) -> None:
         if not backends:
             raise ValueError("at least one backend is required")
@@ -72,6 +81,8 @@ class Router:
             raise ValueError(f"backend names must be unique (they are hash keys and labels): {names}")
         if health_interval_s <= 0 or health_timeout_s <= 0:
             raise ValueError("health_interval_s and health_timeout_s must be positive")
+        if load_poll_interval_s < 0 or load_poll_timeout_s <= 0:
+            raise ValueError("load_poll_interval_s must not be negative, load_poll_timeout_s must be positive")
         self.backends = list(backends)
         self._metrics = metrics
         self._health_interval_s = health_interval_s
@@ -84,6 +95,11 @@ class Router:
             for b in self.backends
         }
         self._outstanding = dict.fromkeys(names, 0)
+        self._load_poll_interval_s = load_poll_interval_s
+        self._load_poll_timeout_s = load_poll_timeout_s
+        # A reading older than two polls and a timeout is stale: polls stopped answering in time.
+        self.fleet_load = FleetLoad(2 * load_poll_interval_s + load_poll_timeout_s) if load_poll_interval_s else None
+        self._poller: asyncio.Task[None] | None = None
         self._models: dict[str, list[Backend]] = {}
         self._answered = False
         self._prober: asyncio.Task[None] | None = None
@@ -110,6 +126,8 @@ class Router:
             eject_after_failures=settings.eject_after_failures,
             readmit_after_s=settings.readmit_after_s,
             policy=policy,
+            load_poll_interval_s=r.load_poll_interval_s,
+            load_poll_timeout_s=r.load_poll_timeout_s,
         )
 
     # Models -----------------------------------------------------------------------------------
@@ -160,9 +178,7 @@ class Router:
         for pool in (healthy, ejected):
             if not pool:
                 continue
-            decision = self.policy.decide(
-                [b.name for b in pool], [self._outstanding[b.name] for b in pool], session_id, images
-            )
+            decision = self.policy.decide([b.name for b in pool], [self.load(b) for b in pool], session_id, images)
             if not order and self._metrics is not None:
                 self._metrics.routing_decisions.labels(decision.reason).inc()
             order.extend(pool[i] for i in decision.order)
@@ -184,6 +200,51 @@ class Router:
     def outstanding(self, backend: Backend) -> int:
         """Requests in flight to ``backend`` (between ``begin`` and ``end``)."""
         return self._outstanding[backend.name]
+
+    def load(self, backend: Backend) -> int:
+        """Requests in flight to ``backend`` from every gateway, as far as this one can tell (its
+        own ``outstanding`` without the load poll)."""
+        own = self._outstanding[backend.name]
+        if self.fleet_load is None:
+            return own
+        return self.fleet_load.estimate(backend.name, own, self._clock())
+
+    async def poll_loads_once(self) -> None:
+        """Read every backend's engine-reported load once, concurrently (each read bounded)."""
+        if self.fleet_load is not None:
+            await asyncio.gather(*(self._poll_load(b, self.fleet_load) for b in self.backends))
+
+    async def _poll_load(self, backend: Backend, fleet: FleetLoad) -> None:
+        outcome = "ok"
+        try:
+            async with asyncio.timeout(self._load_poll_timeout_s):
+                engine = await backend.load(self._load_poll_timeout_s)
+        except (TimeoutError, MmgateError):
+            # Slow or failing: fail open to this gateway's own count until a poll answers.
+            fleet.fail(backend.name)
+            outcome = "error"
+        except Exception:
+            # A bug in one backend's poll must not stop the others: count it as failed and say so.
+            log.exception("load poll of %s raised", backend.name)
+            fleet.fail(backend.name)
+            outcome = "error"
+        else:
+            fleet.record(backend.name, engine, self._outstanding[backend.name], self._clock())
+            outcome = "ok" if engine is not None else "none"
+        if self._metrics is not None:
+            self._metrics.backend_load_polls.labels(backend.name, outcome).inc()
+            self._metrics.backend_load.labels(backend.name).set(self.load(backend))
+
+    async def _load_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            started = loop.time()
+            try:
+                await self.poll_loads_once()
+            except Exception:
+                # A failed round must never kill the loop: the next round retries.
+                log.exception("load poll round failed")
+            await asyncio.sleep(max(0.0, self._load_poll_interval_s - (loop.time() - started)))
 
     def begin(self, backend: Backend) -> None:
         """One more request in flight to ``backend``; pair every call with ``end``."""
@@ -240,9 +301,11 @@ class Router:
             return False
 
     async def start(self) -> None:
-        """Start the background probe task (idempotent); ``close()`` stops it."""
+        """Start the background probe task and the load poll (idempotent); ``close()`` stops them."""
         if self._prober is None or self._prober.done():
             self._prober = asyncio.create_task(self._probe_loop(), name="mmgate-router-probes")
+        if self.fleet_load is not None and (self._poller is None or self._poller.done()):
+            self._poller = asyncio.create_task(self._load_loop(), name="mmgate-router-load-poll")
 
     async def _probe_loop(self) -> None:
         while True:
@@ -254,12 +317,14 @@ class Router:
             await asyncio.sleep(self._health_interval_s)
 
     async def stop(self) -> None:
-        """Stop the probe task; the backends stay open."""
-        prober, self._prober = self._prober, None
-        if prober is not None:
-            prober.cancel()
-            # wait() neither raises the task's CancelledError nor swallows a cancellation of ours.
-            await asyncio.wait([prober])
+        """Stop the probe and load-poll tasks; the backends stay open."""
+        tasks = [t for t in (self._prober, self._poller) if t is not None]
+        self._prober = self._poller = None
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            # wait() neither raises the tasks' CancelledError nor swallows a cancellation of ours.
+            await asyncio.wait(tasks)
 
     async def close(self) -> None:
         """Stop probing and close every backend."""
@@ -273,3 +338,4 @@ class Router:
     def _publish_outstanding(self, backend: Backend) -> None:
         if self._metrics is not None:
             self._metrics.backend_outstanding.labels(backend.name).set(self._outstanding[backend.name])
+            self._metrics.backend_load.labels(backend.name).set(self.load(backend))
