@@ -16,6 +16,10 @@ gateways; imbalance = sum over samples of the max / sum of the mean (time-weight
 the ramp-up and the tail, with a handful in flight, weigh what they last), over samples with at
 least B requests in flight.
 
+``--variant LABEL=MODE FLAGS`` adds a mode of its own label (``ia-own=image-affinity
+--routing-load-poll-interval 0``; a ``NAME=value`` among the flags goes to the gateways' environment); ``--repeats N`` runs every row N times, the modes interleaved
+round by round, and prints the medians (JSON keeps every run).
+
     .venv/bin/python benchmarks/image_affinity.py --backends 2,4 --gateways 1,3
 """
 
@@ -26,8 +30,10 @@ import asyncio
 import base64
 import io
 import json
+import os
 import random
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -83,9 +89,12 @@ def total(text: str, name: str) -> float:
     return sum(float(m.group(1)) for m in re.finditer(rf"^{re.escape(name)}(?:\{{[^}}]*\}})? ([0-9.e+-]+)$", text, re.M))
 
 
-def start_all(commands: list[tuple[list[str], int]], timeout_s: float = 90.0) -> list[subprocess.Popen[bytes]]:
+def start_all(commands: list[tuple[list[str], int]], timeout_s: float = 90.0,
+              env: dict[str, str] | None = None) -> list[subprocess.Popen[bytes]]:
     """Start every process at once, then wait until each one's /health answers."""
-    procs = [subprocess.Popen([*MMGATE, *a], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for a, _ in commands]
+    full_env = {**os.environ, **env} if env else None
+    procs = [subprocess.Popen([*MMGATE, *a], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=full_env)
+             for a, _ in commands]
     deadline = time.monotonic() + timeout_s
     try:
         for proc, (cmd, port) in zip(procs, commands, strict=True):
@@ -178,15 +187,18 @@ def run_one(backends: int, gateways: int, mode: str, sessions: list[list[list[st
     sim_ports = [free_port() for _ in range(backends)]
     gw_ports = [free_port() for _ in range(gateways)]
     sim_cmds = [(["sim", "--port", str(p), "--speedup", str(args.sim_speedup),
-                  "--mm-processor-cache-gb", str(args.sim_cache_gb)], p) for p in sim_ports]
+                  "--mm-processor-cache-gb", str(args.sim_cache_gb), *args.sim_args.split()], p) for p in sim_ports]
     backend_args = [a for p in sim_ports for a in ("--backend", f"vllm=http://127.0.0.1:{p}")]
-    extra = args.affinity_args.split() if mode == "image-affinity" else []
-    gw_cmds = [(["serve", "--port", str(p), "--routing", mode, "--log-level", "warning", *backend_args, *extra], p)
-               for p in gw_ports]
+    routing, *flags = args.variants.get(mode, mode).split()
+    env = dict(f.split("=", 1) for f in flags if re.fullmatch(r"[A-Z][A-Z0-9_]*=.*", f))  # VAR=value: environment
+    flags = [f for f in flags if not re.fullmatch(r"[A-Z][A-Z0-9_]*=.*", f)]
+    extra = args.affinity_args.split() if routing == "image-affinity" else []
+    gw_cmds = [(["serve", "--port", str(p), "--routing", routing, "--log-level", "warning", *backend_args, *extra,
+                 *flags], p) for p in gw_ports]
     procs: list[subprocess.Popen[bytes]] = []
     try:
         procs += start_all(sim_cmds)
-        procs += start_all(gw_cmds)
+        procs += start_all(gw_cmds, env=env)
         gw_urls = [f"http://127.0.0.1:{p}" for p in gw_ports]
         t0 = time.perf_counter()
         out = asyncio.run(drive(gw_urls, backends, sessions, urls, args))
@@ -235,33 +247,64 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=8)
     parser.add_argument("--sim-speedup", type=float, default=4.0)
     parser.add_argument("--sim-cache-gb", type=float, default=4.0)
+    parser.add_argument("--sim-args", default="--enable-server-load-tracking",
+                        help="extra mmgate sim flags (default: /load counts requests in flight, as vLLM's "
+                        "--enable-server-load-tracking)")
     parser.add_argument("--backends", default="2,4")
     parser.add_argument("--gateways", default="1,3")
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--affinity-args", default="", help="extra mmgate serve flags for image-affinity runs")
+    parser.add_argument("--variant", action="append", default=[], metavar="LABEL=MODE FLAGS",
+                        help="a mode named LABEL: --routing MODE plus FLAGS (repeatable)")
+    parser.add_argument("--repeats", type=int, default=1, help="runs of every row, interleaved; medians shown")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", default="results/image_affinity.json")
     args = parser.parse_args()
     sessions = workload(args)
     names = sorted({n for turns in sessions for t in turns for n in t})
     urls = {n: make_image(hash_seed(n), args.image_size) for n in names}
-    rows = []
-    for b in (int(x) for x in args.backends.split(",")):
-        for g in (int(x) for x in args.gateways.split(",")):
-            for mode in args.modes.split(","):
-                row = run_one(b, g, mode, sessions, urls, args)
-                rows.append(row)
-                print(f"  done {b} backends, {g} gateways, {mode}: {row['processed_per_unique']:.2f}x, "
-                      f"{row['wall_s']:.1f}s", file=sys.stderr, flush=True)
+    args.variants = dict(v.split("=", 1) for v in args.variant)
+    runs = []
+    for repeat in range(args.repeats):
+        for b in (int(x) for x in args.backends.split(",")):
+            for g in (int(x) for x in args.gateways.split(",")):
+                for mode in args.modes.split(","):
+                    row = run_one(b, g, mode, sessions, urls, args)
+                    row["repeat"] = repeat
+                    runs.append(row)
+                    print(f"  done {b} backends, {g} gateways, {mode} (run {repeat + 1}): "
+                          f"{row['processed_per_unique']:.2f}x, imbalance {row['imbalance']:.2f}, "
+                          f"TTFT p50 {row['ttft_p50_ms']:.0f} ms, {row['wall_s']:.1f}s", file=sys.stderr, flush=True)
+    rows = medians(runs)
     print(f"{args.sessions} sessions x {args.turns} turns; each turn {args.pool_per_turn} of {args.pool} pool "
           f"images (zipf {args.zipf}){' + 1 own' if args.own else ''}{' + 1 hot' if args.hot else ''}"
           f"{'; no session header' if args.sessionless else ''}; {args.image_size}px JPEG; "
-          f"unique images {rows[0]['unique_images']}; concurrency {args.concurrency}")
+          f"unique images {rows[0]['unique_images']}; concurrency {args.concurrency}"
+          f"{f'; medians of {args.repeats} runs' if args.repeats > 1 else ''}")
     print_table(COLUMNS, rows)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"args": vars(args), "command": " ".join(sys.argv), "rows": rows}, indent=2))
+    out.write_text(json.dumps({"args": vars(args), "command": " ".join(sys.argv), "rows": rows, "runs": runs},
+                              indent=2))
     print(f"wrote {out}")
+
+
+MEDIAN_KEYS = ("engine_images_processed", "processed_per_unique", "engine_image_bytes", "ttft_p50_ms",
+               "ttft_p90_ms", "imbalance", "gateway_weight_hit_ratio", "errors", "wall_s")
+
+
+def medians(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (backends, gateways, mode), first-seen order: the median of each figure."""
+    groups: dict[tuple[int, int, str], list[dict[str, Any]]] = {}
+    for r in runs:
+        groups.setdefault((r["backends"], r["gateways"], r["mode"]), []).append(r)
+    rows = []
+    for group in groups.values():
+        row = {k: v for k, v in group[0].items() if k not in MEDIAN_KEYS and k != "repeat"}
+        row.update({k: statistics.median(r[k] for r in group) for k in MEDIAN_KEYS})
+        row["runs"] = len(group)
+        rows.append(row)
+    return rows
 
 
 COLUMNS = [

@@ -180,7 +180,7 @@ class RoutingSettings(Frozen):
     history_keys: int = setting(100_000, flag="--routing-history-keys", ge=1,
                                 help="images the routing history remembers (bounded LRU)")
     load_poll_interval_s: float = setting(
-        0.1, flag="--routing-load-poll-interval", ge=0.0, le=10.0,
+        0.2, flag="--routing-load-poll-interval", ge=0.0, le=10.0,
         help="seconds between polls of each vllm backend's running + waiting requests (/metrics), "
         "so the load every gateway puts on it weighs in the balance; 0: this gateway's own in-flight "
         "requests only")

@@ -62,3 +62,29 @@ def test_a_failed_stale_or_silent_poll_falls_back_to_the_own_count() -> None:
 def test_max_age_must_be_positive() -> None:
     with pytest.raises(ValueError):
         FleetLoad(max_age_s=0)
+
+
+def test_with_other_gateways_in_flight_own_changes_count_for_the_fleet() -> None:
+    fleet = FleetLoad(max_age_s=1.0)
+    for _ in range(30):  # every round: the engines hold 3x what this gateway has in flight
+        fleet.record("a", engine=6, own_now=2, now=0.0)
+        fleet.record("b", engine=3, own_now=1, now=0.0)
+        fleet.end_round(now=0.0)
+    assert fleet.share == pytest.approx(3.0, rel=0.01)
+    # One more request of ours to a: the others likely sent as many since the poll.
+    assert fleet.estimate("a", 3, now=0.1) == 9
+    assert fleet.estimate("a", 1, now=0.1) == 3  # one of ours ended: so did theirs
+    fleet.record("a", engine=0, own_now=0, now=1.0)
+    fleet.record("b", engine=0, own_now=0, now=1.0)
+    fleet.end_round(now=1.0)  # nothing of ours in flight: the share stays what it was
+    assert fleet.share == pytest.approx(3.0, rel=0.01)
+
+
+def test_the_share_is_bounded() -> None:
+    fleet = FleetLoad(max_age_s=1.0, max_share=4.0)
+    for _ in range(50):
+        fleet.record("a", engine=100, own_now=1, now=0.0)
+        fleet.end_round(now=0.0)
+    assert fleet.share == pytest.approx(4.0, rel=0.01)
+    with pytest.raises(ValueError):
+        FleetLoad(max_age_s=1.0, max_share=0.5)

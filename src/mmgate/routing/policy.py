@@ -19,8 +19,9 @@ Modes (``--routing``):
 When shared images decide, ``image-affinity`` applies bounded loads (consistent hashing with
 bounded loads, Mirrokni et al.): no backend may have more than ``c x (outstanding + 1) / n``
 requests in flight once the request is placed (see ``bounded_capacity``); the request spills to
-the next backend of its order. ``c >= 1`` guarantees one backend has room. Loads are this
-gateway's own in-flight counts: several gateways each bound their share. A decision made by the
+the next backend of its order. ``c >= 1`` guarantees one backend has room. The bound holds for
+this gateway's own in-flight counts (several gateways each bound their share) and, when the
+router polls the engines, for the fleet's (every gateway's load on each backend: see ``spill``). A decision made by the
 session's own images stays at the session's home, as ``session`` routing would.
 
 A decision's ``reason`` is one of ``REASONS``, a bounded metric label.
@@ -63,15 +64,32 @@ def bounded_capacity(loads: Sequence[int], load_factor: float) -> int:
     return max(math.ceil(mean), math.floor(load_factor * mean))
 
 
-def spill(order: list[int], loads: Sequence[int], load_factor: float) -> tuple[list[int], bool]:
+def spill(
+    order: list[int], loads: Sequence[int], load_factor: float, fleet: Sequence[int] | None = None
+) -> tuple[list[int], bool]:
     """``order`` with its first backend under capacity moved to the front; True when that is not
-    the preferred one (the request spilled over)."""
-    capacity = bounded_capacity(loads, load_factor)
-    for position, index in enumerate(order):
-        if loads[index] + 1 <= capacity:
-            if position == 0:
-                return order, False
-            return [index, *order[:position], *order[position + 1:]], True
+    the preferred one (the request spilled over).
+
+    With ``fleet`` (every gateway's load, as this one estimates it: ``mmgate.routing.load``) a
+    backend must have room by both counts: this gateway's own (exact, but a G-th of the traffic)
+    and the fleet's (all of it, but a poll old: one request of slack at small loads). When no
+    backend has room by both, room by the fleet's count decides, then by the own count.
+    """
+    own_cap = bounded_capacity(loads, load_factor)
+    checks = [lambda i: loads[i] + 1 <= own_cap]
+    if fleet is not None:
+        # A poll-old estimate is off by a request or so (one that ended, or one another gateway just
+        # sent): one request of slack, or a finished request would spill an idle fleet's next one.
+        mean = (sum(fleet) + 1) / len(fleet)
+        fleet_cap = max(math.ceil(mean) + 1, math.floor(load_factor * mean))
+        checks = [lambda i: loads[i] + 1 <= own_cap and fleet[i] + 1 <= fleet_cap,
+                  lambda i: fleet[i] + 1 <= fleet_cap, *checks]
+    for has_room in checks:
+        for position, index in enumerate(order):
+            if has_room(index):
+                if position == 0:
+                    return order, False
+                return [index, *order[:position], *order[position + 1:]], True
     return order, False  # unreachable with load_factor >= 1: some backend is at or below the mean
 
 
@@ -159,10 +177,16 @@ class RoutingPolicy:
 
     def decide(
         self, names: Sequence[str], loads: Sequence[int], session_id: str | None,
-        images: Sequence[RoutedImage] = (),
+        images: Sequence[RoutedImage] = (), fleet_loads: Sequence[int] | None = None,
     ) -> Decision:
-        """The order to try ``names`` in (``loads``: requests in flight to each) and its reason."""
+        """The order to try ``names`` in and its reason. ``loads``: this gateway's requests in
+        flight to each; ``fleet_loads``: every gateway's, as estimated from the engines' own
+        figures (None: unknown). Least-loaded choices use the fleet's when known; the bounded-load
+        cap wants room by both."""
         count = len(names)
+        own_loads = loads
+        if fleet_loads is not None:
+            loads = fleet_loads
         images = _unique(images)
         if count == 0:
             return Decision([], "least_loaded")
@@ -191,7 +215,7 @@ class RoutingPolicy:
             # The session's own images decided: stay at its home, as session routing does — moving a
             # conversation costs its images' processing again; sessions spread by rendezvous.
             return Decision(order, "session")
-        order, spilled = spill(order, loads, self.load_factor)
+        order, spilled = spill(order, own_loads, self.load_factor, fleet_loads)
         return Decision(order, "load_spill" if spilled else "image_affinity")
 
     @staticmethod

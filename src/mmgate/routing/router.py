@@ -19,9 +19,10 @@ image from piling a fleet's load on one backend. No key is ever a metric label.
 
 Load: the policy balances by each backend's requests in flight. With ``load_poll_interval_s`` the
 router also polls every backend's engine-reported load (vLLM's running + waiting gauges: every
-gateway's requests) in a background task, off the request path, and a decision uses the estimate of
-``mmgate.routing.load.FleetLoad`` (the engine's figure moved by this gateway's requests since the
-poll, never below its own count; its own count alone when the poll failed or is stale).
+gateway's requests) in a background task (``mmgate.routing.load.LoadPoller``), off the request
+path; a decision then weighs both this gateway's own counts and the fleet estimate (the engine's
+figure moved by this gateway's requests since the poll, never below its own count; its own count
+alone when the poll failed or is stale).
 
 Health: ``report_failure`` (the gateway, on a connect error or a timeout) ejects a backend after
 ``eject_after_failures`` consecutive failures; ``start()`` runs one background task that probes every
@@ -43,7 +44,7 @@ from mmgate.errors import MmgateError, ModelNotFoundError
 from mmgate.metrics import GatewayMetrics
 from mmgate.routing.health import BackendHealth
 from mmgate.routing.history import ImageHistory
-from mmgate.routing.load import FleetLoad
+from mmgate.routing.load import LoadPoller
 from mmgate.routing.policy import RoutingPolicy
 from mmgate.routing.weights import RoutedImage
 
@@ -95,10 +96,10 @@ class Router:
             for b in self.backends
         }
         self._outstanding = dict.fromkeys(names, 0)
-        self._load_poll_interval_s = load_poll_interval_s
-        self._load_poll_timeout_s = load_poll_timeout_s
-        # A reading older than two polls and a timeout is stale: polls stopped answering in time.
-        self.fleet_load = FleetLoad(2 * load_poll_interval_s + load_poll_timeout_s) if load_poll_interval_s else None
+        self.load_poller = LoadPoller(
+            self.backends, self._outstanding, interval_s=load_poll_interval_s, timeout_s=load_poll_timeout_s,
+            clock=clock, metrics=metrics,
+        ) if load_poll_interval_s else None
         self._poller: asyncio.Task[None] | None = None
         self._models: dict[str, list[Backend]] = {}
         self._answered = False
@@ -178,7 +179,10 @@ class Router:
         for pool in (healthy, ejected):
             if not pool:
                 continue
-            decision = self.policy.decide([b.name for b in pool], [self.load(b) for b in pool], session_id, images)
+            fleet = [self.load(b) for b in pool] if self.load_poller is not None else None
+            decision = self.policy.decide(
+                [b.name for b in pool], [self._outstanding[b.name] for b in pool], session_id, images, fleet
+            )
             if not order and self._metrics is not None:
                 self._metrics.routing_decisions.labels(decision.reason).inc()
             order.extend(pool[i] for i in decision.order)
@@ -204,47 +208,14 @@ class Router:
     def load(self, backend: Backend) -> int:
         """Requests in flight to ``backend`` from every gateway, as far as this one can tell (its
         own ``outstanding`` without the load poll)."""
-        own = self._outstanding[backend.name]
-        if self.fleet_load is None:
-            return own
-        return self.fleet_load.estimate(backend.name, own, self._clock())
+        if self.load_poller is None:
+            return self._outstanding[backend.name]
+        return self.load_poller.estimate(backend.name)
 
     async def poll_loads_once(self) -> None:
-        """Read every backend's engine-reported load once, concurrently (each read bounded)."""
-        if self.fleet_load is not None:
-            await asyncio.gather(*(self._poll_load(b, self.fleet_load) for b in self.backends))
-
-    async def _poll_load(self, backend: Backend, fleet: FleetLoad) -> None:
-        outcome = "ok"
-        try:
-            async with asyncio.timeout(self._load_poll_timeout_s):
-                engine = await backend.load(self._load_poll_timeout_s)
-        except (TimeoutError, MmgateError):
-            # Slow or failing: fail open to this gateway's own count until a poll answers.
-            fleet.fail(backend.name)
-            outcome = "error"
-        except Exception:
-            # A bug in one backend's poll must not stop the others: count it as failed and say so.
-            log.exception("load poll of %s raised", backend.name)
-            fleet.fail(backend.name)
-            outcome = "error"
-        else:
-            fleet.record(backend.name, engine, self._outstanding[backend.name], self._clock())
-            outcome = "ok" if engine is not None else "none"
-        if self._metrics is not None:
-            self._metrics.backend_load_polls.labels(backend.name, outcome).inc()
-            self._metrics.backend_load.labels(backend.name).set(self.load(backend))
-
-    async def _load_loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            started = loop.time()
-            try:
-                await self.poll_loads_once()
-            except Exception:
-                # A failed round must never kill the loop: the next round retries.
-                log.exception("load poll round failed")
-            await asyncio.sleep(max(0.0, self._load_poll_interval_s - (loop.time() - started)))
+        """Read every backend's engine-reported load once (a no-op without the load poll)."""
+        if self.load_poller is not None:
+            await self.load_poller.poll_once()
 
     def begin(self, backend: Backend) -> None:
         """One more request in flight to ``backend``; pair every call with ``end``."""
@@ -304,8 +275,8 @@ class Router:
         """Start the background probe task and the load poll (idempotent); ``close()`` stops them."""
         if self._prober is None or self._prober.done():
             self._prober = asyncio.create_task(self._probe_loop(), name="mmgate-router-probes")
-        if self.fleet_load is not None and (self._poller is None or self._poller.done()):
-            self._poller = asyncio.create_task(self._load_loop(), name="mmgate-router-load-poll")
+        if self.load_poller is not None and (self._poller is None or self._poller.done()):
+            self._poller = asyncio.create_task(self.load_poller.run(), name="mmgate-router-load-poll")
 
     async def _probe_loop(self) -> None:
         while True:

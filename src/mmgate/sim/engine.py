@@ -102,6 +102,8 @@ class SimEngine:
         self._session: aiohttp.ClientSession | None = None
         # Cache queries (hit or not) of processed requests, published when one is admitted.
         self._unpublished: list[bool] = []
+        # Chat requests the HTTP front holds (GET /load, with enable_server_load_tracking).
+        self.server_load = 0
 
     async def close(self) -> None:
         if self._session is not None:
