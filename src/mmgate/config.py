@@ -177,6 +177,10 @@ class RoutingSettings(Frozen):
         1.0, flag="--routing-held-weight", ge=0.0, le=1.0,
         help="image-affinity: a backend this gateway recently sent a shared image counts this share of "
         "its weight, so spills go where the image already is (0: homes only)")
+    hold_overflow: int = setting(
+        0, flag="--routing-hold-overflow", ge=0, le=16,
+        help="image-affinity: requests over the load cap a backend may take for a request that would "
+        "process images again where it spills (0: the cap is strict)")
     history_keys: int = setting(100_000, flag="--routing-history-keys", ge=1,
                                 help="images the routing history remembers (bounded LRU)")
     load_poll_interval_s: float = setting(

@@ -159,6 +159,31 @@ def test_decide_balances_by_the_fleet_load_when_it_is_known() -> None:
     assert sessionless.decide(["a", "b"], [0, 0], None, fleet_loads=[5, 0]).order[0] == 1
 
 
+def test_hold_overflow_keeps_a_request_where_its_images_are_one_request_over_the_cap() -> None:
+    names = ["b0", "b1", "b2", "b3"]
+    seen = RoutedImage("~sha256:seen", 256.0)
+    for overflow, stays in ((0, False), (1, True)):
+        policy = RoutingPolicy("image-affinity", held_weight=1.0, hold_overflow=overflow)
+        home = policy.decide(names, [0] * 4, None, [seen]).order[0]
+        policy.history.record(names[home], [seen.key])
+        loads = [0] * 4
+        loads[home] = 1  # the cap is 1 (2 in flight over 4), and no other backend holds the image
+        decision = policy.decide(names, loads, None, [seen])
+        assert (decision.order[0] == home) is stays, (overflow, decision)
+        loads[home] = 2  # past the cap + 1: spills whatever the overflow
+        assert policy.decide(names, loads, None, [seen]).order[0] != home
+    # A spill target that holds the image too costs nothing: the cap stays strict.
+    policy = RoutingPolicy("image-affinity", held_weight=1.0, hold_overflow=1)
+    home = policy.decide(names, [0] * 4, None, [seen]).order[0]
+    for b in names:
+        policy.history.record(b, [seen.key])
+    loads = [0] * 4
+    loads[home] = 1
+    assert policy.decide(names, loads, None, [seen]).order[0] != home
+    with pytest.raises(ValueError):
+        RoutingPolicy("image-affinity", hold_overflow=-1)
+
+
 def test_hot_image_in_every_request_spills_within_the_bound() -> None:
     policy = affinity(load_factor=1.3)
     loads = [0, 0, 0, 0]

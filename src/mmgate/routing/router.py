@@ -117,7 +117,7 @@ class Router:
         r = settings.routing
         policy = RoutingPolicy(
             r.mode, load_factor=r.load_factor, session_weight=r.session_weight, held_weight=r.held_weight,
-            history=ImageHistory(r.history_keys),
+            history=ImageHistory(r.history_keys), hold_overflow=r.hold_overflow,
         )
         return cls(
             backends,
