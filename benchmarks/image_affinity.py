@@ -85,6 +85,11 @@ def scrape(url: str) -> str:
         return str(r.read().decode())
 
 
+def misses(text: str) -> float:
+    """A vLLM engine's processor-cache misses so far (queries - hits): the images it processed."""
+    return total(text, "vllm:mm_cache_queries_total") - total(text, "vllm:mm_cache_hits_total")
+
+
 def total(text: str, name: str) -> float:
     return sum(float(m.group(1)) for m in re.finditer(rf"^{re.escape(name)}(?:\{{[^}}]*\}})? ([0-9.e+-]+)$", text, re.M))
 
@@ -140,11 +145,12 @@ async def sample_loads(session: aiohttp.ClientSession, gateways: list[str], back
 
 
 async def run_session(client: aiohttp.ClientSession, gateways: list[str], sid: int, turns: list[list[str]],
-                      urls: dict[str, str], out: dict[str, list[float]], max_tokens: int, sessionless: bool) -> None:
+                      urls: dict[str, str], out: dict[str, list[float]], max_tokens: int, sessionless: bool,
+                      model: str) -> None:
     for t, names in enumerate(turns):
         parts: list[dict[str, Any]] = [{"type": "text", "text": f"turn {t}: compare these"}]
         parts += [{"type": "image_url", "image_url": {"url": urls[n]}} for n in names]
-        body = json.dumps({"model": MODEL, "stream": True, "max_tokens": max_tokens,
+        body = json.dumps({"model": model, "stream": True, "max_tokens": max_tokens,
                            "messages": [{"role": "user", "content": parts}]}).encode()
         gw = gateways[(sid + t) % len(gateways)]
         t0 = time.perf_counter()
@@ -174,7 +180,8 @@ async def drive(gateways: list[str], backends: int, sessions: list[list[list[str
         async def worker() -> None:
             while queue:
                 sid, turns = queue.pop(0)
-                await run_session(client, gateways, sid, turns, urls, out, args.max_tokens, args.sessionless)
+                await run_session(client, gateways, sid, turns, urls, out, args.max_tokens, args.sessionless,
+                                  args.model)
 
         await asyncio.gather(*(worker() for _ in range(args.concurrency)))
         done.set()
@@ -183,12 +190,15 @@ async def drive(gateways: list[str], backends: int, sessions: list[list[list[str
 
 
 def run_one(backends: int, gateways: int, mode: str, sessions: list[list[list[str]]], urls: dict[str, str],
-            args: argparse.Namespace) -> dict[str, Any]:
-    sim_ports = [free_port() for _ in range(backends)]
+            args: argparse.Namespace, engines: list[str] | None = None) -> dict[str, Any]:
+    """One row on fresh gateways: fresh sim engines, or the running ``engines`` (real vLLM), whose
+    processing is then the change of their processor-cache misses over the run."""
+    sim_ports = [free_port() for _ in range(backends)] if engines is None else []
     gw_ports = [free_port() for _ in range(gateways)]
     sim_cmds = [(["sim", "--port", str(p), "--speedup", str(args.sim_speedup),
                   "--mm-processor-cache-gb", str(args.sim_cache_gb), *args.sim_args.split()], p) for p in sim_ports]
-    backend_args = [a for p in sim_ports for a in ("--backend", f"vllm=http://127.0.0.1:{p}")]
+    engine_urls = engines if engines is not None else [f"http://127.0.0.1:{p}" for p in sim_ports]
+    backend_args = [a for u in engine_urls for a in ("--backend", f"vllm={u}")]
     routing, *flags = args.variants.get(mode, mode).split()
     env = dict(f.split("=", 1) for f in flags if re.fullmatch(r"[A-Z][A-Z0-9_]*=.*", f))  # VAR=value: environment
     flags = [f for f in flags if not re.fullmatch(r"[A-Z][A-Z0-9_]*=.*", f)]
@@ -196,6 +206,7 @@ def run_one(backends: int, gateways: int, mode: str, sessions: list[list[list[st
     gw_cmds = [(["serve", "--port", str(p), "--routing", routing, "--log-level", "warning", *backend_args, *extra,
                  *flags], p) for p in gw_ports]
     procs: list[subprocess.Popen[bytes]] = []
+    before = [misses(scrape(u)) for u in engine_urls] if engines is not None else []
     try:
         procs += start_all(sim_cmds)
         procs += start_all(gw_cmds, env=env)
@@ -203,13 +214,16 @@ def run_one(backends: int, gateways: int, mode: str, sessions: list[list[list[st
         t0 = time.perf_counter()
         out = asyncio.run(drive(gw_urls, backends, sessions, urls, args))
         wall = time.perf_counter() - t0
-        sims = [scrape(f"http://127.0.0.1:{p}") for p in sim_ports]
+        sims = [scrape(u) for u in engine_urls]
         gws = [scrape(u) for u in gw_urls]
     finally:
         for p in reversed(procs):
             stop(p)
     unique = len({n for turns in sessions for names in turns for n in names})
-    processed = sum(total(m, "mmgate_sim_images_processed_total") for m in sims)
+    if engines is None:
+        processed = sum(total(m, "mmgate_sim_images_processed_total") for m in sims)
+    else:  # vLLM: processor-cache queries that missed, over this run
+        processed = sum(misses(m) for m in sims) - sum(before)
     reasons: dict[str, float] = {}
     for text in gws:
         for reason, value in re.findall(r'^mmgate_routing_decisions_total\{reason="([^"]+)"\} ([0-9.e+-]+)$', text, re.M):
@@ -222,7 +236,8 @@ def run_one(backends: int, gateways: int, mode: str, sessions: list[list[list[st
         "unique_images": unique,
         "engine_images_processed": processed,
         "processed_per_unique": processed / unique,
-        "engine_image_bytes": sum(total(m, "mmgate_sim_image_bytes_received_total") for m in sims),
+        "engine_image_bytes": sum(total(m, "mmgate_sim_image_bytes_received_total") for m in sims)
+        if engines is None else float("nan"),  # vLLM does not count the bytes it receives
         "ttft_p50_ms": pct(out["ttft_ms"], 50), "ttft_p90_ms": pct(out["ttft_ms"], 90),
         "imbalance": (sum(out["imbalance"][0::2]) / sum(out["imbalance"][1::2])) if out["imbalance"] else float("nan"),
         "imbalance_samples": len(out["imbalance"]) // 2,
@@ -258,23 +273,46 @@ def main() -> None:
                         help="a mode named LABEL: --routing MODE plus FLAGS (repeatable)")
     parser.add_argument("--repeats", type=int, default=1, help="runs of every row, interleaved; medians shown")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--engine", choices=("sim", "vllm"), default="sim",
+                        help="vllm: real vLLM replicas (MMGATE_VLLM_VENV, tests/support/vllm.py), started once "
+                        "with --enable-server-load-tracking; every run gets images of its own, so its processing is "
+                        "the change of the replicas' processor-cache misses")
+    parser.add_argument("--log-dir", default="build/image-affinity-vllm", help="vLLM replica logs")
     parser.add_argument("--out", default="results/image_affinity.json")
     args = parser.parse_args()
     sessions = workload(args)
     names = sorted({n for turns in sessions for t in turns for n in t})
-    urls = {n: make_image(hash_seed(n), args.image_size) for n in names}
     args.variants = dict(v.split("=", 1) for v in args.variant)
+    args.model = MODEL
+    backend_counts = [int(x) for x in args.backends.split(",")]
+    replicas: list[Any] = []
+    if args.engine == "vllm":
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+        from tests.support.vllm import SERVED_MODEL, VllmSetup, start_replicas
+
+        args.model = SERVED_MODEL
+        replicas = start_replicas(VllmSetup.locate(), max(backend_counts), Path(args.log_dir),
+                                  extra_args=("--enable-server-load-tracking",))
     runs = []
-    for repeat in range(args.repeats):
-        for b in (int(x) for x in args.backends.split(",")):
-            for g in (int(x) for x in args.gateways.split(",")):
-                for mode in args.modes.split(","):
-                    row = run_one(b, g, mode, sessions, urls, args)
-                    row["repeat"] = repeat
-                    runs.append(row)
-                    print(f"  done {b} backends, {g} gateways, {mode} (run {repeat + 1}): "
-                          f"{row['processed_per_unique']:.2f}x, imbalance {row['imbalance']:.2f}, "
-                          f"TTFT p50 {row['ttft_p50_ms']:.0f} ms, {row['wall_s']:.1f}s", file=sys.stderr, flush=True)
+    try:
+        for repeat in range(args.repeats):
+            for b in backend_counts:
+                for g in (int(x) for x in args.gateways.split(",")):
+                    for mode in args.modes.split(","):
+                        # Against long-lived vLLM replicas every run needs images never sent before.
+                        salt = len(runs) * 7919 if replicas else 0
+                        urls = {n: make_image(hash_seed(n) + salt, args.image_size) for n in names}
+                        engines = [r.url for r in replicas[:b]] if replicas else None
+                        row = run_one(b, g, mode, sessions, urls, args, engines)
+                        row["repeat"] = repeat
+                        runs.append(row)
+                        print(f"  done {b} backends, {g} gateways, {mode} (run {repeat + 1}): "
+                              f"{row['processed_per_unique']:.2f}x, imbalance {row['imbalance']:.2f}, "
+                              f"TTFT p50 {row['ttft_p50_ms']:.0f} ms, {row['wall_s']:.1f}s", file=sys.stderr,
+                              flush=True)
+    finally:
+        for r in replicas:
+            r.stop()
     rows = medians(runs)
     print(f"{args.sessions} sessions x {args.turns} turns; each turn {args.pool_per_turn} of {args.pool} pool "
           f"images (zipf {args.zipf}){' + 1 own' if args.own else ''}{' + 1 hot' if args.hot else ''}"
