@@ -66,6 +66,14 @@ def bounded_capacity(loads: Sequence[int], load_factor: float) -> int:
     return max(math.ceil(mean), math.floor(load_factor * mean))
 
 
+def fleet_capacity(fleet: Sequence[int], load_factor: float) -> int:
+    """``bounded_capacity`` for the fleet estimate: a poll-old figure is off by a request or so
+    (one that ended, or one another gateway just sent), so one request of slack at small loads, or a
+    finished request still in the reading would spill an idle fleet's next one."""
+    mean = (sum(fleet) + 1) / len(fleet)
+    return max(math.ceil(mean) + 1, math.floor(load_factor * mean))
+
+
 def spill(
     order: list[int], loads: Sequence[int], load_factor: float, fleet: Sequence[int] | None = None
 ) -> tuple[list[int], bool]:
@@ -80,10 +88,7 @@ def spill(
     own_cap = bounded_capacity(loads, load_factor)
     checks = [lambda i: loads[i] + 1 <= own_cap]
     if fleet is not None:
-        # A poll-old estimate is off by a request or so (one that ended, or one another gateway just
-        # sent): one request of slack, or a finished request would spill an idle fleet's next one.
-        mean = (sum(fleet) + 1) / len(fleet)
-        fleet_cap = max(math.ceil(mean) + 1, math.floor(load_factor * mean))
+        fleet_cap = fleet_capacity(fleet, load_factor)
         checks = [lambda i: loads[i] + 1 <= own_cap and fleet[i] + 1 <= fleet_cap,
                   lambda i: fleet[i] + 1 <= fleet_cap, *checks]
     for has_room in checks:
@@ -251,7 +256,7 @@ class RoutingPolicy:
         if loads[preferred] + 1 > limit:
             return False
         if fleet is not None:
-            fleet_limit = bounded_capacity(fleet, self.load_factor) + 1 + self.hold_overflow
+            fleet_limit = fleet_capacity(fleet, self.load_factor) + self.hold_overflow
             return fleet[preferred] + 1 <= fleet_limit
         return True
 
