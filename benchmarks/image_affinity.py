@@ -85,7 +85,7 @@ def scrape(url: str) -> str:
         return str(r.read().decode())
 
 
-def misses(text: str) -> float:
+def cache_misses(text: str) -> float:
     """A vLLM engine's processor-cache misses so far (queries - hits): the images it processed."""
     return total(text, "vllm:mm_cache_queries_total") - total(text, "vllm:mm_cache_hits_total")
 
@@ -206,7 +206,7 @@ def run_one(backends: int, gateways: int, mode: str, sessions: list[list[list[st
     gw_cmds = [(["serve", "--port", str(p), "--routing", routing, "--log-level", "warning", *backend_args, *extra,
                  *flags], p) for p in gw_ports]
     procs: list[subprocess.Popen[bytes]] = []
-    before = [misses(scrape(u)) for u in engine_urls] if engines is not None else []
+    before = [cache_misses(scrape(u)) for u in engine_urls] if engines is not None else []
     try:
         procs += start_all(sim_cmds)
         procs += start_all(gw_cmds, env=env)
@@ -223,7 +223,7 @@ def run_one(backends: int, gateways: int, mode: str, sessions: list[list[list[st
     if engines is None:
         processed = sum(total(m, "mmgate_sim_images_processed_total") for m in sims)
     else:  # vLLM: processor-cache queries that missed, over this run
-        processed = sum(misses(m) for m in sims) - sum(before)
+        processed = sum(cache_misses(m) for m in sims) - sum(before)
     reasons: dict[str, float] = {}
     for text in gws:
         for reason, value in re.findall(r'^mmgate_routing_decisions_total\{reason="([^"]+)"\} ([0-9.e+-]+)$', text, re.M):
