@@ -16,6 +16,10 @@ gateways; imbalance = sum over samples of the max / sum of the mean (time-weight
 the ramp-up and the tail, with a handful in flight, weigh what they last), over samples with at
 least B requests in flight.
 
+``--variant LABEL=MODE FLAGS`` adds a mode of its own label (``ia-own=image-affinity
+--routing-load-poll-interval 0``; a ``NAME=value`` among the flags goes to the gateways' environment); ``--repeats N`` runs every row N times, the modes interleaved
+round by round, and prints the medians (JSON keeps every run).
+
     .venv/bin/python benchmarks/image_affinity.py --backends 2,4 --gateways 1,3
 """
 
@@ -26,8 +30,10 @@ import asyncio
 import base64
 import io
 import json
+import os
 import random
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -41,6 +47,7 @@ from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _procs import MMGATE, free_port, stop
+from _table import Column, pct, print_table
 
 MODEL = "mmgate-sim-vl"
 MODES = ("round-robin", "session", "lru-history", "image-affinity")
@@ -78,18 +85,21 @@ def scrape(url: str) -> str:
         return str(r.read().decode())
 
 
+def cache_misses(text: str) -> float:
+    """A vLLM engine's processor-cache misses so far (queries - hits): the images it processed."""
+    return total(text, "vllm:mm_cache_queries_total") - total(text, "vllm:mm_cache_hits_total")
+
+
 def total(text: str, name: str) -> float:
     return sum(float(m.group(1)) for m in re.finditer(rf"^{re.escape(name)}(?:\{{[^}}]*\}})? ([0-9.e+-]+)$", text, re.M))
 
 
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))] if ordered else float("nan")
-
-
-def start_all(commands: list[tuple[list[str], int]], timeout_s: float = 90.0) -> list[subprocess.Popen[bytes]]:
+def start_all(commands: list[tuple[list[str], int]], timeout_s: float = 90.0,
+              env: dict[str, str] | None = None) -> list[subprocess.Popen[bytes]]:
     """Start every process at once, then wait until each one's /health answers."""
-    procs = [subprocess.Popen([*MMGATE, *a], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for a, _ in commands]
+    full_env = {**os.environ, **env} if env else None
+    procs = [subprocess.Popen([*MMGATE, *a], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=full_env)
+             for a, _ in commands]
     deadline = time.monotonic() + timeout_s
     try:
         for proc, (cmd, port) in zip(procs, commands, strict=True):
@@ -135,11 +145,12 @@ async def sample_loads(session: aiohttp.ClientSession, gateways: list[str], back
 
 
 async def run_session(client: aiohttp.ClientSession, gateways: list[str], sid: int, turns: list[list[str]],
-                      urls: dict[str, str], out: dict[str, list[float]], max_tokens: int, sessionless: bool) -> None:
+                      urls: dict[str, str], out: dict[str, list[float]], max_tokens: int, sessionless: bool,
+                      model: str) -> None:
     for t, names in enumerate(turns):
         parts: list[dict[str, Any]] = [{"type": "text", "text": f"turn {t}: compare these"}]
         parts += [{"type": "image_url", "image_url": {"url": urls[n]}} for n in names]
-        body = json.dumps({"model": MODEL, "stream": True, "max_tokens": max_tokens,
+        body = json.dumps({"model": model, "stream": True, "max_tokens": max_tokens,
                            "messages": [{"role": "user", "content": parts}]}).encode()
         gw = gateways[(sid + t) % len(gateways)]
         t0 = time.perf_counter()
@@ -169,7 +180,8 @@ async def drive(gateways: list[str], backends: int, sessions: list[list[list[str
         async def worker() -> None:
             while queue:
                 sid, turns = queue.pop(0)
-                await run_session(client, gateways, sid, turns, urls, out, args.max_tokens, args.sessionless)
+                await run_session(client, gateways, sid, turns, urls, out, args.max_tokens, args.sessionless,
+                                  args.model)
 
         await asyncio.gather(*(worker() for _ in range(args.concurrency)))
         done.set()
@@ -178,30 +190,40 @@ async def drive(gateways: list[str], backends: int, sessions: list[list[list[str
 
 
 def run_one(backends: int, gateways: int, mode: str, sessions: list[list[list[str]]], urls: dict[str, str],
-            args: argparse.Namespace) -> dict[str, Any]:
-    sim_ports = [free_port() for _ in range(backends)]
+            args: argparse.Namespace, engines: list[str] | None = None) -> dict[str, Any]:
+    """One row on fresh gateways: fresh sim engines, or the running ``engines`` (real vLLM), whose
+    processing is then the change of their processor-cache misses over the run."""
+    sim_ports = [free_port() for _ in range(backends)] if engines is None else []
     gw_ports = [free_port() for _ in range(gateways)]
     sim_cmds = [(["sim", "--port", str(p), "--speedup", str(args.sim_speedup),
-                  "--mm-processor-cache-gb", str(args.sim_cache_gb)], p) for p in sim_ports]
-    backend_args = [a for p in sim_ports for a in ("--backend", f"vllm=http://127.0.0.1:{p}")]
-    extra = args.affinity_args.split() if mode == "image-affinity" else []
-    gw_cmds = [(["serve", "--port", str(p), "--routing", mode, "--log-level", "warning", *backend_args, *extra], p)
-               for p in gw_ports]
+                  "--mm-processor-cache-gb", str(args.sim_cache_gb), *args.sim_args.split()], p) for p in sim_ports]
+    engine_urls = engines if engines is not None else [f"http://127.0.0.1:{p}" for p in sim_ports]
+    backend_args = [a for u in engine_urls for a in ("--backend", f"vllm={u}")]
+    routing, *flags = args.variants.get(mode, mode).split()
+    env = dict(f.split("=", 1) for f in flags if re.fullmatch(r"[A-Z][A-Z0-9_]*=.*", f))  # VAR=value: environment
+    flags = [f for f in flags if not re.fullmatch(r"[A-Z][A-Z0-9_]*=.*", f)]
+    extra = args.affinity_args.split() if routing == "image-affinity" else []
+    gw_cmds = [(["serve", "--port", str(p), "--routing", routing, "--log-level", "warning", *backend_args, *extra,
+                 *flags], p) for p in gw_ports]
     procs: list[subprocess.Popen[bytes]] = []
+    before = [cache_misses(scrape(u)) for u in engine_urls] if engines is not None else []
     try:
         procs += start_all(sim_cmds)
-        procs += start_all(gw_cmds)
+        procs += start_all(gw_cmds, env=env)
         gw_urls = [f"http://127.0.0.1:{p}" for p in gw_ports]
         t0 = time.perf_counter()
         out = asyncio.run(drive(gw_urls, backends, sessions, urls, args))
         wall = time.perf_counter() - t0
-        sims = [scrape(f"http://127.0.0.1:{p}") for p in sim_ports]
+        sims = [scrape(u) for u in engine_urls]
         gws = [scrape(u) for u in gw_urls]
     finally:
         for p in reversed(procs):
             stop(p)
     unique = len({n for turns in sessions for names in turns for n in names})
-    processed = sum(total(m, "mmgate_sim_images_processed_total") for m in sims)
+    if engines is None:
+        processed = sum(total(m, "mmgate_sim_images_processed_total") for m in sims)
+    else:  # vLLM: processor-cache queries that missed, over this run
+        processed = sum(cache_misses(m) for m in sims) - sum(before)
     reasons: dict[str, float] = {}
     for text in gws:
         for reason, value in re.findall(r'^mmgate_routing_decisions_total\{reason="([^"]+)"\} ([0-9.e+-]+)$', text, re.M):
@@ -214,7 +236,8 @@ def run_one(backends: int, gateways: int, mode: str, sessions: list[list[list[st
         "unique_images": unique,
         "engine_images_processed": processed,
         "processed_per_unique": processed / unique,
-        "engine_image_bytes": sum(total(m, "mmgate_sim_image_bytes_received_total") for m in sims),
+        "engine_image_bytes": sum(total(m, "mmgate_sim_image_bytes_received_total") for m in sims)
+        if engines is None else float("nan"),  # vLLM does not count the bytes it receives
         "ttft_p50_ms": pct(out["ttft_ms"], 50), "ttft_p90_ms": pct(out["ttft_ms"], 90),
         "imbalance": (sum(out["imbalance"][0::2]) / sum(out["imbalance"][1::2])) if out["imbalance"] else float("nan"),
         "imbalance_samples": len(out["imbalance"]) // 2,
@@ -239,39 +262,102 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=8)
     parser.add_argument("--sim-speedup", type=float, default=4.0)
     parser.add_argument("--sim-cache-gb", type=float, default=4.0)
+    parser.add_argument("--sim-args", default="--enable-server-load-tracking",
+                        help="extra mmgate sim flags (default: /load counts requests in flight, as vLLM's "
+                        "--enable-server-load-tracking)")
     parser.add_argument("--backends", default="2,4")
     parser.add_argument("--gateways", default="1,3")
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--affinity-args", default="", help="extra mmgate serve flags for image-affinity runs")
+    parser.add_argument("--variant", action="append", default=[], metavar="LABEL=MODE FLAGS",
+                        help="a mode named LABEL: --routing MODE plus FLAGS (repeatable)")
+    parser.add_argument("--repeats", type=int, default=1, help="runs of every row, interleaved; medians shown")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--engine", choices=("sim", "vllm"), default="sim",
+                        help="vllm: real vLLM replicas (MMGATE_VLLM_VENV, tests/support/vllm.py), started once "
+                        "with --enable-server-load-tracking; every run gets images of its own, so its processing is "
+                        "the change of the replicas' processor-cache misses")
+    parser.add_argument("--log-dir", default="build/image-affinity-vllm", help="vLLM replica logs")
     parser.add_argument("--out", default="results/image_affinity.json")
     args = parser.parse_args()
     sessions = workload(args)
     names = sorted({n for turns in sessions for t in turns for n in t})
-    urls = {n: make_image(hash_seed(n), args.image_size) for n in names}
-    rows = []
-    for b in (int(x) for x in args.backends.split(",")):
-        for g in (int(x) for x in args.gateways.split(",")):
-            for mode in args.modes.split(","):
-                row = run_one(b, g, mode, sessions, urls, args)
-                rows.append(row)
-                print(f"  done {b} backends, {g} gateways, {mode}: {row['processed_per_unique']:.2f}x, "
-                      f"{row['wall_s']:.1f}s", file=sys.stderr, flush=True)
+    args.variants = dict(v.split("=", 1) for v in args.variant)
+    args.model = MODEL
+    backend_counts = [int(x) for x in args.backends.split(",")]
+    replicas: list[Any] = []
+    if args.engine == "vllm":
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+        from tests.support.vllm import SERVED_MODEL, VllmSetup, start_replicas
+
+        args.model = SERVED_MODEL
+        replicas = start_replicas(VllmSetup.locate(), max(backend_counts), Path(args.log_dir),
+                                  extra_args=("--enable-server-load-tracking",))
+    runs = []
+    try:
+        for repeat in range(args.repeats):
+            for b in backend_counts:
+                for g in (int(x) for x in args.gateways.split(",")):
+                    for mode in args.modes.split(","):
+                        # Against long-lived vLLM replicas every run needs images never sent before.
+                        salt = len(runs) * 7919 if replicas else 0
+                        urls = {n: make_image(hash_seed(n) + salt, args.image_size) for n in names}
+                        engines = [r.url for r in replicas[:b]] if replicas else None
+                        row = run_one(b, g, mode, sessions, urls, args, engines)
+                        row["repeat"] = repeat
+                        runs.append(row)
+                        print(f"  done {b} backends, {g} gateways, {mode} (run {repeat + 1}): "
+                              f"{row['processed_per_unique']:.2f}x, imbalance {row['imbalance']:.2f}, "
+                              f"TTFT p50 {row['ttft_p50_ms']:.0f} ms, {row['wall_s']:.1f}s", file=sys.stderr,
+                              flush=True)
+    finally:
+        for r in replicas:
+            r.stop()
+    rows = medians(runs)
     print(f"{args.sessions} sessions x {args.turns} turns; each turn {args.pool_per_turn} of {args.pool} pool "
           f"images (zipf {args.zipf}){' + 1 own' if args.own else ''}{' + 1 hot' if args.hot else ''}"
           f"{'; no session header' if args.sessionless else ''}; {args.image_size}px JPEG; "
-          f"unique images {rows[0]['unique_images']}; concurrency {args.concurrency}")
-    print(f"{'B':>2}{'G':>3} {'mode':<15}{'err':>4}{'processed':>10}{'/unique':>8}{'MB to eng':>10}"
-          f"{'TTFT p50':>10}{'TTFT p90':>10}{'imbalance':>10}{'gw hit':>8}")
-    for r in rows:
-        print(f"{r['backends']:>2}{r['gateways']:>3} {r['mode']:<15}{r['errors']:>4}{int(r['engine_images_processed']):>10}"
-              f"{r['processed_per_unique']:>7.2f}x{r['engine_image_bytes'] / 1e6:>10.1f}"
-              f"{r['ttft_p50_ms']:>8.1f}ms{r['ttft_p90_ms']:>8.1f}ms{r['imbalance']:>10.2f}"
-              f"{r['gateway_weight_hit_ratio']:>8.2f}")
+          f"unique images {rows[0]['unique_images']}; concurrency {args.concurrency}"
+          f"{f'; medians of {args.repeats} runs' if args.repeats > 1 else ''}")
+    print_table(COLUMNS, rows)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"args": vars(args), "command": " ".join(sys.argv), "rows": rows}, indent=2))
+    out.write_text(json.dumps({"args": vars(args), "command": " ".join(sys.argv), "rows": rows, "runs": runs},
+                              indent=2))
     print(f"wrote {out}")
+
+
+MEDIAN_KEYS = ("engine_images_processed", "processed_per_unique", "engine_image_bytes", "ttft_p50_ms",
+               "ttft_p90_ms", "imbalance", "gateway_weight_hit_ratio", "errors", "wall_s")
+
+
+def medians(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (backends, gateways, mode), first-seen order: the median of each figure."""
+    groups: dict[tuple[int, int, str], list[dict[str, Any]]] = {}
+    for r in runs:
+        groups.setdefault((r["backends"], r["gateways"], r["mode"]), []).append(r)
+    rows = []
+    for group in groups.values():
+        row = {k: v for k, v in group[0].items() if k not in MEDIAN_KEYS and k != "repeat"}
+        row.update({k: statistics.median(r[k] for r in group) for k in MEDIAN_KEYS})
+        row["runs"] = len(group)
+        rows.append(row)
+    return rows
+
+
+COLUMNS = [
+    Column("B", 2, lambda r: str(r["backends"])),
+    Column("G", 3, lambda r: str(r["gateways"])),
+    Column(" mode", 16, lambda r: " " + r["mode"], left=True),
+    Column("err", 4, lambda r: str(r["errors"])),
+    Column("processed", 10, lambda r: str(int(r["engine_images_processed"]))),
+    Column("/unique", 8, lambda r: f"{r['processed_per_unique']:.2f}x"),
+    Column("MB to eng", 10, lambda r: f"{r['engine_image_bytes'] / 1e6:.1f}"),
+    Column("TTFT p50", 10, lambda r: f"{r['ttft_p50_ms']:.1f}ms"),
+    Column("TTFT p90", 10, lambda r: f"{r['ttft_p90_ms']:.1f}ms"),
+    Column("imbalance", 10, lambda r: f"{r['imbalance']:.2f}"),
+    Column("gw hit", 8, lambda r: f"{r['gateway_weight_hit_ratio']:.2f}"),
+]
 
 
 def hash_seed(name: str) -> int:

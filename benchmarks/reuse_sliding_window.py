@@ -37,6 +37,7 @@ from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _procs import free_port, start, stop
+from _table import Column, pct, print_table
 
 MODEL = "mmgate-sim-vl"
 MODES = ("off", "auto", "client-strip", "uuid-resend")
@@ -65,11 +66,6 @@ def scrape(url: str) -> dict[str, float]:
 
 def total(metrics: dict[str, float], prefix: str) -> float:
     return sum(v for k, v in metrics.items() if k.startswith(prefix))
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))] if ordered else float("nan")
 
 
 async def run_session(
@@ -181,13 +177,18 @@ def main() -> None:
     unique = rows[0]["unique_images"]
     print(f"{args.sessions} sessions x {args.turns} turns, window {args.window}, {args.image_size}px JPEG; "
           f"unique images {unique}, logical images {rows[0]['logical_images']}")
-    print(f"{'mode':<13}{'errors':>7}{'img sent':>9}{'processed':>10}{'dec on hit':>11}{'MB to eng':>10}"
-          f"{'vs limit':>9}{'heals':>6}{'TTFT p50':>10}{'TTFT p99':>10}")
-    for r in rows:
-        print(f"{r['mode']:<13}{r['errors']:>7}{int(r['images_sent_with_data']):>9}"
-              f"{int(r['engine_images_processed']):>10}{int(r['engine_decoded_on_hit']):>11}"
-              f"{r['engine_image_bytes'] / 1e6:>10.1f}{r['engine_images_processed'] / unique:>8.2f}x"
-              f"{int(r['gateway_heals']):>6}{r['ttft_p50_ms']:>8.1f}ms{r['ttft_p99_ms']:>8.1f}ms")
+    print_table([
+        Column("mode", 13, lambda r: r["mode"], left=True),
+        Column("errors", 7, lambda r: str(r["errors"])),
+        Column("img sent", 9, lambda r: str(int(r["images_sent_with_data"]))),
+        Column("processed", 10, lambda r: str(int(r["engine_images_processed"]))),
+        Column("dec on hit", 11, lambda r: str(int(r["engine_decoded_on_hit"]))),
+        Column("MB to eng", 10, lambda r: f"{r['engine_image_bytes'] / 1e6:.1f}"),
+        Column("vs limit", 9, lambda r: f"{r['engine_images_processed'] / unique:.2f}x"),
+        Column("heals", 6, lambda r: str(int(r["gateway_heals"]))),
+        Column("TTFT p50", 10, lambda r: f"{r['ttft_p50_ms']:.1f}ms"),
+        Column("TTFT p99", 10, lambda r: f"{r['ttft_p99_ms']:.1f}ms"),
+    ], rows)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"args": vars(args), "rows": rows}, indent=2))

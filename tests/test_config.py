@@ -31,7 +31,9 @@ def test_gateway_settings_take_backend_strings_and_tidy_headers() -> None:
 def test_media_settings_validators() -> None:
     assert MediaSettings(allowed_formats=("png", "Jpeg")).allowed_formats == ("PNG", "JPEG")
     assert MediaSettings(allowed_private=("10.0.0.0/8", "db.internal")).allowed_private[1] == "db.internal"
-    for bad in ("10.0.0.0/40", "", "has space"):
+    assert MediaSettings(allowed_private=("127.0.0.1", "::1", "fd00::/8", "db-1.internal.", "0xcafe.com")).allowed_private
+    for bad in ("10.0.0.0/40", "", "has space", "999.1.1.1", "256.0.0.0/8", "10.0.0.1.", "127.1", "0x7f000001",
+                "1.2.3.4.5", "::g", "db.internal:8080", "bad_host!", "-db.internal", "a..b"):
         with pytest.raises(ConfigError) as info:
             build(MediaSettings, allowed_private=(bad,))
         assert info.value.setting == "--allowed-private"

@@ -9,12 +9,22 @@ before exiting with status 2.
 from __future__ import annotations
 
 import ipaddress
+import re
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import ConfigDict, ValidationError, ValidationInfo, field_validator
 
 from mmgate._settings import ConfigError, Frozen, MiB, setting
+
+# One label of a host name (letters, digits, hyphens inside, underscores tolerated), and a label that
+# is a number (decimal, or 0x hex as inet_aton reads it): only an IP address ends in one.
+_HOST_LABEL = re.compile(r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?", re.IGNORECASE)
+_NUMERIC_LABEL = re.compile(r"[0-9]+|0x[0-9a-f]*", re.IGNORECASE)
+
+# --help sections of GatewaySettings' own fields (nested models are grouped by their title).
+REUSE_GROUP = "reuse and tenants"
+HEALTH_GROUP = "backend health"
 
 DEFAULT_SESSION_HEADERS: tuple[str, ...] = (
     "x-session-id",
@@ -68,8 +78,23 @@ class MediaSettings(Frozen):
         for item in value:
             if not item or any(c.isspace() for c in item):
                 raise ValueError(f"invalid destination {item!r}")
-            if "/" in item:
-                ipaddress.ip_network(item, strict=False)  # ValueError names the bad CIDR
+            if "/" in item or ":" in item:
+                try:
+                    ipaddress.ip_network(item, strict=False)
+                except ValueError as exc:
+                    raise ValueError(f"{item!r} is not a valid IP address or CIDR ({exc})") from None
+                continue
+            labels = item.rstrip(".").split(".")
+            if _NUMERIC_LABEL.fullmatch(labels[-1]):
+                # A name cannot end in a number (RFC 1123): it is meant as an address, so it must be one
+                # (999.1.1.1 or 127.1 would otherwise be opened as a host name that never matches).
+                try:
+                    ipaddress.ip_address(item)
+                except ValueError:
+                    raise ValueError(f"{item!r} is not a valid IP address (four numbers 0-255, "
+                                     "or an IPv6 address, or a CIDR)") from None
+            elif not all(_HOST_LABEL.fullmatch(label) for label in labels):
+                raise ValueError(f"{item!r} is not a valid host name, IP address or CIDR")
         return value
 
     @field_validator("allowed_formats")
@@ -153,8 +178,28 @@ class RoutingSettings(Frozen):
         1.0, flag="--routing-held-weight", ge=0.0, le=1.0,
         help="image-affinity: a backend this gateway recently sent a shared image counts this share of "
         "its weight, so spills go where the image already is (0: homes only)")
+    hold_overflow: int = setting(
+        0, flag="--routing-hold-overflow", ge=0, le=16,
+        help="image-affinity: requests over the load cap a backend may take for a request that would "
+        "process images again where it spills (0: the cap is strict)")
     history_keys: int = setting(100_000, flag="--routing-history-keys", ge=1,
                                 help="images the routing history remembers (bounded LRU)")
+    load_poll_interval_s: float = setting(
+        0.2, flag="--routing-load-poll-interval", ge=0.0, le=10.0,
+        help="seconds between polls of each vllm backend's running + waiting requests (/metrics), "
+        "so the load every gateway puts on it weighs in the balance; 0: this gateway's own in-flight "
+        "requests only")
+    load_poll_timeout_s: float = setting(
+        0.25, flag="--routing-load-poll-timeout", gt=0.0, le=10.0,
+        help="seconds one load poll may take; a backend that does not answer counts this gateway's "
+        "own in-flight requests until it does")
+
+    @field_validator("load_poll_interval_s")
+    @classmethod
+    def _check_poll_interval(cls, value: float) -> float:
+        if 0 < value < 0.02:
+            raise ValueError("must be 0 (off) or at least 0.02 seconds (each poll reads every backend's /metrics)")
+        return value
 
 
 class BackendSpec(Frozen):
@@ -232,35 +277,35 @@ class GatewaySettings(Frozen):
     cache: CacheSettings = CacheSettings()
     routing: RoutingSettings = RoutingSettings()
     reuse: Literal["auto", "off"] = setting(
-        "auto", flag="--reuse", group="routing, reuse and tenants",
+        "auto", flag="--reuse", group=REUSE_GROUP,
         help="auto: send repeats of an image to a vllm backend as cache-only references "
         "(misses are healed); off: send every image's bytes")
     reuse_backend_cache_gb: float = setting(
-        4.0, flag="--reuse-backend-cache-gb", group="routing, reuse and tenants", ge=0,
+        4.0, flag="--reuse-backend-cache-gb", group=REUSE_GROUP, ge=0,
         help="processor-cache size assumed per vllm backend (vLLM's --mm-processor-cache-gb)")
     reuse_tracked_uuids: int = setting(
-        65536, flag="--reuse-tracked-uuids", group="routing, reuse and tenants", ge=1,
+        65536, flag="--reuse-tracked-uuids", group=REUSE_GROUP, ge=1,
         help="uuids remembered per vllm backend as sent (about 250 bytes of gateway memory each)")
-    uuid_store_bytes: int = setting(256 * MiB, flag="--uuid-store-bytes", group="routing, reuse and tenants",
+    uuid_store_bytes: int = setting(256 * MiB, flag="--uuid-store-bytes", group=REUSE_GROUP,
                                     ge=0, help="local byte budget of the uuid -> image store used for healing")
-    uuid_ttl_s: int = setting(3600, flag="--uuid-ttl", group="routing, reuse and tenants", gt=0,
+    uuid_ttl_s: int = setting(3600, flag="--uuid-ttl", group=REUSE_GROUP, gt=0,
                               help="uuid store TTL, seconds")
     api_keys_file: str | None = setting(
-        None, flag="--api-keys-file", group="routing, reuse and tenants",
+        None, flag="--api-keys-file", group=REUSE_GROUP,
         help="API keys -> tenants (JSON object or 'KEY TENANT' lines); requests then need a key")
     tenant_secret: str | None = setting(
-        None, flag="--tenant-secret", group="routing, reuse and tenants", repr=False, min_length=16,
+        None, flag="--tenant-secret", group=REUSE_GROUP, repr=False, min_length=16,
         help="secret (16+ characters) keying the tenant tags of backend uuids (HMAC); prefer the "
         "MMGATE_TENANT_SECRET variable. Unset: random per process, so gateways that share a Redis "
         "must set the same one")
-    health_interval_s: float = setting(5.0, flag="--health-interval", group="routing, reuse and tenants", gt=0,
+    health_interval_s: float = setting(5.0, flag="--health-interval", group=HEALTH_GROUP, gt=0,
                                        help="seconds between backend health probes")
-    health_timeout_s: float = setting(2.0, flag="--health-timeout", group="routing, reuse and tenants", gt=0,
+    health_timeout_s: float = setting(2.0, flag="--health-timeout", group=HEALTH_GROUP, gt=0,
                                       help="seconds one health probe may take")
-    eject_after_failures: int = setting(1, flag="--eject-after-failures", group="routing, reuse and tenants",
+    eject_after_failures: int = setting(1, flag="--eject-after-failures", group=HEALTH_GROUP,
                                         ge=1, help="consecutive connect failures/timeouts that eject a backend")
     readmit_after_s: float = setting(
-        5.0, flag="--readmit-after", group="routing, reuse and tenants", ge=0,
+        5.0, flag="--readmit-after", group=HEALTH_GROUP, ge=0,
         help="minimum seconds an ejected backend stays out before a passing probe re-admits it")
 
     @field_validator("backends", mode="before")

@@ -46,6 +46,16 @@ class GatewayMetrics:
             "mmgate_backend_outstanding", "Requests in flight to the backend (streams included)", ["backend"],
             registry=registry,
         )
+        self.backend_load = Gauge(
+            "mmgate_backend_load",
+            "Requests in flight to the backend from every gateway, as this one estimates them (the "
+            "engine's polled running + waiting, moved by this gateway's requests since; its own "
+            "in-flight count when the poll is off or failed)", ["backend"], registry=registry,
+        )
+        self.backend_load_polls = Counter(
+            "mmgate_backend_load_polls", "Polls of a backend's engine load by outcome: ok, none (no "
+            "gauges), error", ["backend", "outcome"], registry=registry,
+        )
         self.backend_ejections = Counter(
             "mmgate_backend_ejections", "Times the backend was taken out of rotation", ["backend"],
             registry=registry,

@@ -118,3 +118,24 @@ async def test_a_client_uuid_spelling_a_content_key_cannot_poison_unlabelled_ima
             assert status == 200 and sent["uuid"] == content_key
             stored = gw.gateway.store.peek(content_key)
             assert stored is None or stored.data_url() == victim
+
+
+async def test_a_refused_audio_or_video_url_is_named_by_its_part_kind_not_as_an_image() -> None:
+    async with running_sims(1) as sims, recording_proxy(sims[0].url) as rec:
+        async with running_gateway(gateway_settings(backends=vllm_specs([rec]))) as gw:
+            cases = [
+                ({"type": "video_url", "video_url": {"url": "ftp://8.8.8.8/clip.mp4"}}, "video_url URL scheme 'ftp'"),
+                ({"type": "audio_url", "audio_url": {"url": "gopher://8.8.8.8/a.wav"}}, "audio_url URL scheme 'gopher'"),
+                ({"type": "video_url", "video_url": {"url": "http://8.8.8.8:0/clip.mp4"}}, "video_url URL"),
+                ({"type": "video_url", "video_url": {"url": "file:///etc/passwd"}}, "video_url parts"),
+            ]
+            for part, expected in cases:
+                status, body, _ = await post(gw.url, turn(part))
+                assert status == 400, (part, body)
+                message = body["error"]["message"]
+                assert expected in message and "image" not in message, message
+                assert body["error"]["param"] == "messages[0].content[1]"
+            assert rec.bodies == []
+            # An image part's URL is still an image URL.
+            status, body, _ = await post(gw.url, turn({"type": "image_url", "image_url": {"url": "ftp://8.8.8.8/a.png"}}))
+            assert status == 400 and "image URL scheme 'ftp'" in body["error"]["message"]

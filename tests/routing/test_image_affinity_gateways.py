@@ -105,3 +105,54 @@ async def _until_health(client: aiohttp.ClientSession, gw: str, name: str, *, he
             if any(b["name"] == name and b["healthy"] is healthy for b in data["backends"]):
                 return
             await asyncio.sleep(0.05)
+
+
+async def _metric(client: aiohttp.ClientSession, gw: str, sample: str) -> float:
+    async with client.get(gw + "/metrics") as r:
+        for line in (await r.text()).splitlines():
+            if line.startswith(sample + " "):
+                return float(line.split()[-1])
+    return 0.0
+
+
+async def test_the_load_cap_sees_what_other_clients_put_on_a_backend_and_fails_open() -> None:
+    slow = SimSettings(port=0, speedup=1.0, decode_ms_per_token=20.0)
+    image = data_url(11, 112)
+    polled = (*AFFINITY, "--routing-load-poll-interval", "0.05")
+    own_only = (*AFFINITY, "--routing-load-poll-interval", "0")
+    async with running_sims(4, slow) as sims, AsyncExitStack() as stack:
+        urls = [s.url for s in sims]
+        gw = await stack.enter_async_context(gateway_process(urls, *polled))
+        blind = await stack.enter_async_context(gateway_process(urls, *own_only))
+        client = await stack.enter_async_context(aiohttp.ClientSession())
+        home = await backend_of(client, gw, [image])
+        assert await backend_of(client, blind, [image]) == home  # both agree while idle
+        async with client.get(gw + "/health") as r:
+            url_of = {b["name"]: b["url"] for b in orjson.loads(await r.read())["backends"]}
+        # Another gateway's (or client's) requests on the home: 6 streams held open on its engine.
+        streams = []
+        for _ in range(6):
+            resp = await client.post(url_of[home] + "/v1/chat/completions", json={
+                "model": MODEL, "stream": True, "max_tokens": 400, "ignore_eos": True,
+                "messages": [{"role": "user", "content": "busy"}]})
+            await resp.content.readuntil(b"\n\n")  # running on the engine
+            streams.append(resp)
+        try:
+            sample = f'mmgate_backend_load{{backend="{home}"}}'
+            async with asyncio.timeout(10):
+                while await _metric(client, gw, sample) < 6:
+                    await asyncio.sleep(0.05)
+            assert await backend_of(client, gw, [image]) != home  # spilled: the home is over the cap
+            assert await backend_of(client, blind, [image]) == home  # its own count says idle
+        finally:
+            for resp in streams:
+                resp.close()
+        # A backend whose poll fails counts this gateway's own requests only (0 here).
+        gone = next(name for name in url_of if name != home)
+        await next(s for s in sims if s.url == url_of[gone]).stop()
+        errors = f'mmgate_backend_load_polls_total{{backend="{gone}",outcome="error"}}'
+        async with asyncio.timeout(10):
+            while await _metric(client, gw, errors) < 2:
+                await asyncio.sleep(0.05)
+        assert await _metric(client, gw, f'mmgate_backend_load{{backend="{gone}"}}') == 0.0
+        assert await backend_of(client, gw, [data_url(12, 56)]) in url_of

@@ -44,6 +44,9 @@ class StaticBackend:
     async def healthy(self) -> bool:
         return self.up
 
+    async def load(self, timeout_s: float) -> int | None:
+        return None
+
     async def close(self) -> None:
         return None
 

@@ -29,6 +29,28 @@ def test_help(command: str) -> None:
     assert "--help" in result.stdout
 
 
+def help_sections(text: str) -> dict[str, set[str]]:
+    """``--help`` output as section title -> the flags listed under it."""
+    sections: dict[str, set[str]] = {}
+    current = ""
+    for line in text.splitlines():
+        if line and not line[0].isspace() and line.endswith(":"):
+            current = line[:-1]
+        elif line.startswith("  --") and current:
+            sections.setdefault(current, set()).add(line.split()[0].rstrip(","))
+    return sections
+
+
+def test_serve_help_groups_the_health_flags_apart_from_reuse_and_tenants() -> None:
+    sections = help_sections(run("serve", "--help").stdout)
+    health = {"--health-interval", "--health-timeout", "--eject-after-failures", "--readmit-after"}
+    assert health <= sections["backend health"]
+    assert sections["backend health"] == health
+    assert not health & sections["reuse and tenants"]
+    assert {"--reuse", "--api-keys-file", "--tenant-secret"} <= sections["reuse and tenants"]
+    assert {"--routing", "--routing-load-factor"} <= sections["routing"]
+
+
 @pytest.mark.parametrize(
     ("args", "flag"),
     [
@@ -39,6 +61,7 @@ def test_help(command: str) -> None:
         (["--redis-url", "redis://:secret@127.0.0.1:1/?socket_timeout=2"], "--redis-url"),
         (["--api-keys-file", "/nonexistent/keys.txt"], "--api-keys-file"),
         (["--allowed-private", "10.0.0.0/40"], "--allowed-private"),
+        (["--allowed-private", "999.1.1.1"], "'999.1.1.1' is not a valid IP address"),
         (["--fetch-timeout", "-1"], "--fetch-timeout"),
     ],
 )

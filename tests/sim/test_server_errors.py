@@ -102,6 +102,7 @@ async def test_metrics_expose_vllm_and_sim_counters(http: aiohttp.ClientSession,
         'mmgate_sim_requests_total{status="200"} 2.0',
         'mmgate_sim_requests_total{status="400"} 1.0',
         f"vllm:num_requests_running{labels} 0.0",
+        f"vllm:num_requests_waiting{labels} 0.0",  # vLLM's two scheduler gauges, as it spells them
     ]
     for line in expected:
         assert line in text, line

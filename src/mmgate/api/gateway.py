@@ -149,7 +149,7 @@ class Gateway:
         request = await self.parse_async(raw)
         self.router.candidates(request.model)  # an unknown model is a 404 before any image is loaded
         for p in request.passthrough:  # audio/video URLs the backend fetches: policed first
-            p.part[p.kind]["url"] = await self.loader.check_passthrough(p.url, param=p.param)
+            p.part[p.kind]["url"] = await self.loader.check_passthrough(p.url, param=p.param, kind=p.kind)
         # Session scoping promises that nothing crosses sessions: no reuse of known uuids then.
         scoped = self.settings.cache.session_scoping
         images = {} if scoped else known_by_uuid(self.store, request.slots, self.keys, tenant)

@@ -1,5 +1,5 @@
 """The backend seam, like httpx's transport: ``chat`` carries every request; ``models``,
-``healthy`` and ``close`` serve routing and shutdown.
+``healthy``, ``load`` and ``close`` serve routing and shutdown.
 
 A backend takes the rewritten request body (already in the form its kind understands) and returns a
 ``BackendReply``: its status and headers, and either the whole body or a stream of raw SSE bytes.
@@ -52,5 +52,10 @@ class Backend(Protocol):
 
     async def healthy(self) -> bool:
         """One health probe: True when the server answers its health endpoint."""
+
+    async def load(self, timeout_s: float) -> int | None:
+        """Requests the engine itself reports running + waiting (vLLM's scheduler gauges on
+        /metrics, every client's requests), or None when it does not say. Raises an
+        ``UpstreamError`` when it cannot be read within ``timeout_s``."""
 
     async def close(self) -> None: ...

@@ -116,11 +116,12 @@ class MediaLoader:
         self.metrics.load(outcome)
         return image
 
-    async def check_passthrough(self, url: str, *, param: str | None = None) -> str:
-        """The checked URL to forward for an audio/video part the backend fetches itself."""
+    async def check_passthrough(self, url: str, *, param: str | None = None, kind: str = "media") -> str:
+        """The checked URL to forward for an audio/video part (of type ``kind``) the backend
+        fetches itself."""
         try:
             return await check_passthrough_url(
-                self.policy, url, timeout_s=self._media.connect_timeout_s, lookup=self._lookup
+                self.policy, url, timeout_s=self._media.connect_timeout_s, lookup=self._lookup, kind=kind
             )
         except MediaError as exc:
             raise _with_param(exc, param) from exc.__cause__

@@ -34,20 +34,22 @@ _UNSAFE = re.compile(r"[\x00-\x20\x7f-\uffff\\]")
 
 
 async def check_passthrough_url(
-    policy: UrlPolicy, url: str, *, timeout_s: float, lookup: Lookup | None = None
+    policy: UrlPolicy, url: str, *, timeout_s: float, lookup: Lookup | None = None, kind: str = "media"
 ) -> str:
-    """The URL to forward for an audio/video part, or ``ForbiddenURLError`` (400)."""
+    """The URL to forward for an audio/video part (``kind``: its type, ``video_url`` or
+    ``audio_url``, which errors name), or ``ForbiddenURLError`` (400)."""
     if is_data_url(url):
         return url
     shown = redact_url(url)
+    what = f"{kind} URL"
     if url[:5].lower() == "file:":
-        raise ForbiddenURLError(f"file: URLs are refused in audio/video parts ({shown})")
+        raise ForbiddenURLError(f"file: URLs are refused in {kind} parts ({shown})")
     if _UNSAFE.search(url):
         raise ForbiddenURLError(
-            f"media URL {shown} holds whitespace, control, backslash or raw non-ASCII characters; "
+            f"{what} {shown} holds whitespace, control, backslash or raw non-ASCII characters; "
             "percent-encode them"
         )
-    checked = policy.check_url(url)
+    checked = policy.check_url(url, what=what)
     if checked.address is None:
         host = checked.host
         try:
@@ -56,7 +58,7 @@ async def check_passthrough_url(
         except TimeoutError as exc:
             raise OriginTimeoutError(f"timed out resolving host {host} (limit {timeout_s:g}s)") from exc
         except OSError as exc:
-            raise ForbiddenURLError(f"cannot resolve host {host} of media URL {shown}: {exc.strerror or exc}") from exc
+            raise ForbiddenURLError(f"cannot resolve host {host} of {what} {shown}: {exc.strerror or exc}") from exc
         addresses: list[IPAddress] = []
         for info in infos:
             if info[0] in (socket.AF_INET, socket.AF_INET6):

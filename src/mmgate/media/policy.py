@@ -113,24 +113,25 @@ class UrlPolicy:
 
     # -- URLs ------------------------------------------------------------------------------
 
-    def check_url(self, url: str | URL) -> CheckedURL:
-        """Pre-connection check of an http(s) URL (also used for every redirect hop)."""
+    def check_url(self, url: str | URL, *, what: str = "image URL") -> CheckedURL:
+        """Pre-connection check of an http(s) URL (also used for every redirect hop). ``what``
+        names the URL in errors (``"video_url URL"`` for a video part's)."""
         shown = redact_url(url)
         try:
             parsed = url if isinstance(url, URL) else URL(url)
             host = parsed.raw_host
             port = parsed.port
         except (ValueError, TypeError) as exc:
-            raise ForbiddenURLError(f"malformed image URL {shown}: {exc}") from exc
+            raise ForbiddenURLError(f"malformed {what} {shown}: {exc}") from exc
         if parsed.scheme not in ("http", "https"):
             raise ForbiddenURLError(
-                f"image URL scheme {parsed.scheme or '(none)'!r} is not allowed ({shown}); "
+                f"{what} scheme {parsed.scheme or '(none)'!r} is not allowed ({shown}); "
                 "use http(s) or a data: URL"
             )
         if not host:
-            raise ForbiddenURLError(f"image URL {shown} has no host")
+            raise ForbiddenURLError(f"{what} {shown} has no host")
         if port is None or not 0 < port < 65536:
-            raise ForbiddenURLError(f"image URL {shown} has an invalid port")
+            raise ForbiddenURLError(f"{what} {shown} has an invalid port")
         address = self._check_host(host)
         return CheckedURL(url=parsed, host=host, address=address)
 

@@ -19,8 +19,11 @@ Modes (``--routing``):
 When shared images decide, ``image-affinity`` applies bounded loads (consistent hashing with
 bounded loads, Mirrokni et al.): no backend may have more than ``c x (outstanding + 1) / n``
 requests in flight once the request is placed (see ``bounded_capacity``); the request spills to
-the next backend of its order. ``c >= 1`` guarantees one backend has room. Loads are this
-gateway's own in-flight counts: several gateways each bound their share. A decision made by the
+the next backend of its order. ``c >= 1`` guarantees one backend has room. With ``hold_overflow`` k, a request whose spill would
+process images the preferred backend holds may stay there up to k requests over the cap (spill
+only where it costs nothing, or where the preferred is truly full). The bound holds for
+this gateway's own in-flight counts (several gateways each bound their share) and, when the
+router polls the engines, for the fleet's (every gateway's load on each backend: see ``spill``). A decision made by the
 session's own images stays at the session's home, as ``session`` routing would.
 
 A decision's ``reason`` is one of ``REASONS``, a bounded metric label.
@@ -63,15 +66,37 @@ def bounded_capacity(loads: Sequence[int], load_factor: float) -> int:
     return max(math.ceil(mean), math.floor(load_factor * mean))
 
 
-def spill(order: list[int], loads: Sequence[int], load_factor: float) -> tuple[list[int], bool]:
+def fleet_capacity(fleet: Sequence[int], load_factor: float) -> int:
+    """``bounded_capacity`` for the fleet estimate: a poll-old figure is off by a request or so
+    (one that ended, or one another gateway just sent), so one request of slack at small loads, or a
+    finished request still in the reading would spill an idle fleet's next one."""
+    mean = (sum(fleet) + 1) / len(fleet)
+    return max(math.ceil(mean) + 1, math.floor(load_factor * mean))
+
+
+def spill(
+    order: list[int], loads: Sequence[int], load_factor: float, fleet: Sequence[int] | None = None
+) -> tuple[list[int], bool]:
     """``order`` with its first backend under capacity moved to the front; True when that is not
-    the preferred one (the request spilled over)."""
-    capacity = bounded_capacity(loads, load_factor)
-    for position, index in enumerate(order):
-        if loads[index] + 1 <= capacity:
-            if position == 0:
-                return order, False
-            return [index, *order[:position], *order[position + 1:]], True
+    the preferred one (the request spilled over).
+
+    With ``fleet`` (every gateway's load, as this one estimates it: ``mmgate.routing.load``) a
+    backend must have room by both counts: this gateway's own (exact, but a G-th of the traffic)
+    and the fleet's (all of it, but a poll old: one request of slack at small loads). When no
+    backend has room by both, room by the fleet's count decides, then by the own count.
+    """
+    own_cap = bounded_capacity(loads, load_factor)
+    checks = [lambda i: loads[i] + 1 <= own_cap]
+    if fleet is not None:
+        fleet_cap = fleet_capacity(fleet, load_factor)
+        checks = [lambda i: loads[i] + 1 <= own_cap and fleet[i] + 1 <= fleet_cap,
+                  lambda i: fleet[i] + 1 <= fleet_cap, *checks]
+    for has_room in checks:
+        for position, index in enumerate(order):
+            if has_room(index):
+                if position == 0:
+                    return order, False
+                return [index, *order[:position], *order[position + 1:]], True
     return order, False  # unreachable with load_factor >= 1: some backend is at or below the mean
 
 
@@ -117,6 +142,15 @@ def affinity_scores(
     return from_session, from_images
 
 
+def unheld_weight(images: Sequence[RoutedImage], names: Sequence[str], backend: int, history: ImageHistory) -> float:
+    """Weight of the request's seen images that ``backend`` would process again: neither sent
+    there (``history``) nor homed there (another gateway may have sent them home). Never-seen
+    images cost the same anywhere and do not count."""
+    homes = image_homes(images, names)
+    return sum(image.weight for image, home in zip(images, homes, strict=True)
+               if history.knows(image.key) and home != backend and not history.holds(image.key, names[backend]))
+
+
 def history_scores(images: Sequence[RoutedImage], names: Sequence[str], history: ImageHistory) -> list[float]:
     """Share of the request's image weight each backend was recently sent (0..1)."""
     total = sum(image.weight for image in images)
@@ -144,11 +178,15 @@ class RoutingPolicy:
     def __init__(
         self, mode: RoutingMode = "session", *, load_factor: float = 1.3, session_weight: float = 1.0,
         held_weight: float = 0.0, history: ImageHistory | None = None, rng: random.Random | None = None,
+        hold_overflow: int = 0,
     ) -> None:
         if mode not in ROUTING_MODES:
             raise ValueError(f"unknown routing mode {mode!r}")
         if load_factor < 1:
             raise ValueError("load_factor must be at least 1 (below it no backend may have room)")
+        if hold_overflow < 0:
+            raise ValueError("hold_overflow must not be negative")
+        self.hold_overflow = hold_overflow
         self.mode = mode
         self.load_factor = load_factor
         self.session_weight = session_weight
@@ -159,10 +197,16 @@ class RoutingPolicy:
 
     def decide(
         self, names: Sequence[str], loads: Sequence[int], session_id: str | None,
-        images: Sequence[RoutedImage] = (),
+        images: Sequence[RoutedImage] = (), fleet_loads: Sequence[int] | None = None,
     ) -> Decision:
-        """The order to try ``names`` in (``loads``: requests in flight to each) and its reason."""
+        """The order to try ``names`` in and its reason. ``loads``: this gateway's requests in
+        flight to each; ``fleet_loads``: every gateway's, as estimated from the engines' own
+        figures (None: unknown). Least-loaded choices use the fleet's when known; the bounded-load
+        cap wants room by both."""
         count = len(names)
+        own_loads = loads
+        if fleet_loads is not None:
+            loads = fleet_loads
         images = _unique(images)
         if count == 0:
             return Decision([], "least_loaded")
@@ -191,8 +235,30 @@ class RoutingPolicy:
             # The session's own images decided: stay at its home, as session routing does — moving a
             # conversation costs its images' processing again; sessions spread by rendezvous.
             return Decision(order, "session")
-        order, spilled = spill(order, loads, self.load_factor)
+        preferred = order
+        order, spilled = spill(order, own_loads, self.load_factor, fleet_loads)
+        if spilled and self._overflow_saves(images, names, preferred[0], order[0], own_loads, fleet_loads):
+            return Decision(preferred, "image_affinity")
         return Decision(order, "load_spill" if spilled else "image_affinity")
+
+    def _overflow_saves(
+        self, images: Sequence[RoutedImage], names: Sequence[str], preferred: int, spilled_to: int,
+        loads: Sequence[int], fleet: Sequence[int] | None,
+    ) -> bool:
+        """True when the request may stay at ``preferred`` up to ``hold_overflow`` requests over the
+        cap, because the backend it would spill to holds less of its images (it would process them
+        again: a spill that costs nothing still happens)."""
+        if self.hold_overflow == 0:
+            return False
+        if unheld_weight(images, names, spilled_to, self.history) <= unheld_weight(images, names, preferred, self.history):
+            return False
+        limit = bounded_capacity(loads, self.load_factor) + self.hold_overflow
+        if loads[preferred] + 1 > limit:
+            return False
+        if fleet is not None:
+            fleet_limit = fleet_capacity(fleet, self.load_factor) + self.hold_overflow
+            return fleet[preferred] + 1 <= fleet_limit
+        return True
 
     @staticmethod
     def _by_score(

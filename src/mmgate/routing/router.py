@@ -17,6 +17,13 @@ Routing keys are the session id, configured backend names and, for ``image-affin
 computed it): a client can steer its own requests by its images, but the load cap keeps any one
 image from piling a fleet's load on one backend. No key is ever a metric label.
 
+Load: the policy balances by each backend's requests in flight. With ``load_poll_interval_s`` the
+router also polls every backend's engine-reported load (vLLM's running + waiting gauges: every
+gateway's requests) in a background task (``mmgate.routing.load.LoadPoller``), off the request
+path; a decision then weighs both this gateway's own counts and the fleet estimate (the engine's
+figure moved by this gateway's requests since the poll, never below its own count; its own count
+alone when the poll failed or is stale).
+
 Health: ``report_failure`` (the gateway, on a connect error or a timeout) ejects a backend after
 ``eject_after_failures`` consecutive failures; ``start()`` runs one background task that probes every
 backend each ``health_interval_s`` and re-admits ejected ones that answer (no sooner than
@@ -37,6 +44,7 @@ from mmgate.errors import MmgateError, ModelNotFoundError
 from mmgate.metrics import GatewayMetrics
 from mmgate.routing.health import BackendHealth
 from mmgate.routing.history import ImageHistory
+from mmgate.routing.load import LoadPoller
 from mmgate.routing.policy import RoutingPolicy
 from mmgate.routing.weights import RoutedImage
 
@@ -64,6 +72,8 @@ class Router:
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.monotonic,
         policy: RoutingPolicy | None = None,
+        load_poll_interval_s: float = 0.0,
+        load_poll_timeout_s: float = 0.25,
     ) -> None:
         if not backends:
             raise ValueError("at least one backend is required")
@@ -72,6 +82,8 @@ class Router:
             raise ValueError(f"backend names must be unique (they are hash keys and labels): {names}")
         if health_interval_s <= 0 or health_timeout_s <= 0:
             raise ValueError("health_interval_s and health_timeout_s must be positive")
+        if load_poll_interval_s < 0 or load_poll_timeout_s <= 0:
+            raise ValueError("load_poll_interval_s must not be negative, load_poll_timeout_s must be positive")
         self.backends = list(backends)
         self._metrics = metrics
         self._health_interval_s = health_interval_s
@@ -84,6 +96,11 @@ class Router:
             for b in self.backends
         }
         self._outstanding = dict.fromkeys(names, 0)
+        self.load_poller = LoadPoller(
+            self.backends, self._outstanding, interval_s=load_poll_interval_s, timeout_s=load_poll_timeout_s,
+            clock=clock, metrics=metrics,
+        ) if load_poll_interval_s else None
+        self._poller: asyncio.Task[None] | None = None
         self._models: dict[str, list[Backend]] = {}
         self._answered = False
         self._prober: asyncio.Task[None] | None = None
@@ -100,7 +117,7 @@ class Router:
         r = settings.routing
         policy = RoutingPolicy(
             r.mode, load_factor=r.load_factor, session_weight=r.session_weight, held_weight=r.held_weight,
-            history=ImageHistory(r.history_keys),
+            history=ImageHistory(r.history_keys), hold_overflow=r.hold_overflow,
         )
         return cls(
             backends,
@@ -110,6 +127,8 @@ class Router:
             eject_after_failures=settings.eject_after_failures,
             readmit_after_s=settings.readmit_after_s,
             policy=policy,
+            load_poll_interval_s=r.load_poll_interval_s,
+            load_poll_timeout_s=r.load_poll_timeout_s,
         )
 
     # Models -----------------------------------------------------------------------------------
@@ -160,8 +179,9 @@ class Router:
         for pool in (healthy, ejected):
             if not pool:
                 continue
+            fleet = [self.load(b) for b in pool] if self.load_poller is not None else None
             decision = self.policy.decide(
-                [b.name for b in pool], [self._outstanding[b.name] for b in pool], session_id, images
+                [b.name for b in pool], [self._outstanding[b.name] for b in pool], session_id, images, fleet
             )
             if not order and self._metrics is not None:
                 self._metrics.routing_decisions.labels(decision.reason).inc()
@@ -184,6 +204,18 @@ class Router:
     def outstanding(self, backend: Backend) -> int:
         """Requests in flight to ``backend`` (between ``begin`` and ``end``)."""
         return self._outstanding[backend.name]
+
+    def load(self, backend: Backend) -> int:
+        """Requests in flight to ``backend`` from every gateway, as far as this one can tell (its
+        own ``outstanding`` without the load poll)."""
+        if self.load_poller is None:
+            return self._outstanding[backend.name]
+        return self.load_poller.estimate(backend.name)
+
+    async def poll_loads_once(self) -> None:
+        """Read every backend's engine-reported load once (a no-op without the load poll)."""
+        if self.load_poller is not None:
+            await self.load_poller.poll_once()
 
     def begin(self, backend: Backend) -> None:
         """One more request in flight to ``backend``; pair every call with ``end``."""
@@ -240,9 +272,11 @@ class Router:
             return False
 
     async def start(self) -> None:
-        """Start the background probe task (idempotent); ``close()`` stops it."""
+        """Start the background probe task and the load poll (idempotent); ``close()`` stops them."""
         if self._prober is None or self._prober.done():
             self._prober = asyncio.create_task(self._probe_loop(), name="mmgate-router-probes")
+        if self.load_poller is not None and (self._poller is None or self._poller.done()):
+            self._poller = asyncio.create_task(self.load_poller.run(), name="mmgate-router-load-poll")
 
     async def _probe_loop(self) -> None:
         while True:
@@ -254,12 +288,14 @@ class Router:
             await asyncio.sleep(self._health_interval_s)
 
     async def stop(self) -> None:
-        """Stop the probe task; the backends stay open."""
-        prober, self._prober = self._prober, None
-        if prober is not None:
-            prober.cancel()
-            # wait() neither raises the task's CancelledError nor swallows a cancellation of ours.
-            await asyncio.wait([prober])
+        """Stop the probe and load-poll tasks; the backends stay open."""
+        tasks = [t for t in (self._prober, self._poller) if t is not None]
+        self._prober = self._poller = None
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            # wait() neither raises the tasks' CancelledError nor swallows a cancellation of ours.
+            await asyncio.wait(tasks)
 
     async def close(self) -> None:
         """Stop probing and close every backend."""
@@ -273,3 +309,4 @@ class Router:
     def _publish_outstanding(self, backend: Backend) -> None:
         if self._metrics is not None:
             self._metrics.backend_outstanding.labels(backend.name).set(self._outstanding[backend.name])
+            self._metrics.backend_load.labels(backend.name).set(self.load(backend))

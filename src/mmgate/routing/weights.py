@@ -4,13 +4,14 @@ The weight says how much work a backend saves by already holding the image, so a
 images are compared by it. Qwen2-VL (and the embedded ``sim``, which follows it) resizes each
 side to a multiple of 28 pixels (14-pixel patches merged 2x2) with the area kept within
 [min_pixels, max_pixels], and an image then costs one token per 28x28 cell: ``image_tokens``
-applies the same rule without importing the processor. Pure; no I/O.
+applies the same rule (``mmgate.wire.smart_resize``) without importing the processor. Pure; no I/O.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
+
+from mmgate.wire import smart_resize
 
 GRID_FACTOR = 28
 MIN_PIXELS = 56 * 56
@@ -26,21 +27,12 @@ def image_tokens(
 ) -> int:
     """Prompt tokens of a ``width`` x ``height`` image on a Qwen2-VL-like grid (at least 1).
 
-    The same arithmetic as the model's ``smart_resize`` (and ``mmgate.sim.processor``): round
-    each side to the grid, scale down past ``max_pixels`` or up below ``min_pixels``.
+    The model's ``smart_resize`` (``mmgate.wire``, the rule the sim's processor applies too):
+    round each side to the grid, scale down past ``max_pixels`` or up below ``min_pixels``.
     """
     if width <= 0 or height <= 0:
         return 1
-    h_bar = max(factor, round(height / factor) * factor)
-    w_bar = max(factor, round(width / factor) * factor)
-    if h_bar * w_bar > max_pixels:
-        beta = math.sqrt((height * width) / max_pixels)
-        h_bar = max(factor, math.floor(height / beta / factor) * factor)
-        w_bar = max(factor, math.floor(width / beta / factor) * factor)
-    elif h_bar * w_bar < min_pixels:
-        beta = math.sqrt(min_pixels / (height * width))
-        h_bar = math.ceil(height * beta / factor) * factor
-        w_bar = math.ceil(width * beta / factor) * factor
+    h_bar, w_bar = smart_resize(height, width, factor=factor, min_pixels=min_pixels, max_pixels=max_pixels)
     return max(1, (h_bar // factor) * (w_bar // factor))
 
 

@@ -58,6 +58,11 @@ class SimSettings(Frozen):
     # Processor cache (vLLM's --mm-processor-cache-gb, default 4); 0 disables it.
     mm_processor_cache_gb: float = setting(4.0, flag="--mm-processor-cache-gb", ge=0,
                                            help="processor cache size in GiB, like vLLM's flag; 0 disables it")
+    # vLLM's --enable-server-load-tracking: GET /load answers {"server_load": N}, the chat requests
+    # the HTTP server holds (from their body's parse to their last byte); 0 when off, as in vLLM.
+    enable_server_load_tracking: bool = setting(
+        False, flag="--enable-server-load-tracking",
+        help="count in-flight chat requests for GET /load, like vLLM's flag (off: /load answers 0)")
     # vLLM decodes an image it was sent before looking the processor cache up, so a hit that
     # carries data still pays the decode; False skips it (a cheaper, less faithful engine).
     decode_on_hit: bool = setting(True, flag="--no-decode-on-hit",

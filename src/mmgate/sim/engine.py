@@ -104,6 +104,8 @@ class SimEngine:
         self._unpublished: list[bool] = []
         # With serial prefill: when the engine's last admitted prefill ends (event-loop time).
         self._prefill_free_at = 0.0
+        # Chat requests the HTTP front holds (GET /load, with enable_server_load_tracking).
+        self.server_load = 0
 
     def first_token_at(self, arrived: float, prefill_s: float) -> float:
         """When a request that arrived at ``arrived`` (loop time) gets its first token. With

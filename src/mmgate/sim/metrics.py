@@ -2,8 +2,11 @@
 
 vLLM's own names are used where vLLM has the metric (``vllm:mm_cache_queries``,
 ``vllm:mm_cache_hits``, ``vllm:prompt_tokens``, ``vllm:generation_tokens``,
-``vllm:request_success``, ``vllm:num_requests_running``), labelled ``model_name`` and ``engine``
-like vLLM's; sim-only metrics carry the ``mmgate_sim_`` prefix. One registry per engine, so
+``vllm:request_success``, ``vllm:num_requests_running``, ``vllm:num_requests_waiting``), labelled
+``model_name`` and ``engine`` like vLLM's (the two scheduler gauges are what the gateway's router
+polls as a backend's load: ``mmgate.wire.engine_load``). The sim has no scheduler queue, so
+``waiting`` stays 0 and ``running`` counts a request from the end of its image processing to its
+last token (with ``--serial-prefill`` that includes the wait for its prefill's turn); sim-only metrics carry the ``mmgate_sim_`` prefix. One registry per engine, so
 several engines live in one process.
 """
 
@@ -12,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+
+from mmgate.wire import RUNNING_GAUGE, WAITING_GAUGE
 
 
 @dataclass(slots=True)
@@ -54,8 +59,12 @@ class SimMetrics:
             "vllm:request_success", "Count of successfully processed requests.",
             (*labels, "finished_reason"), registry=r)
         self._running = Gauge(
-            "vllm:num_requests_running", "Number of requests in model execution batches.",
-            labels, registry=r).labels(*values)
+            RUNNING_GAUGE, "Number of requests in model execution batches.", labels, registry=r
+        ).labels(*values)
+        self._waiting = Gauge(
+            WAITING_GAUGE, "Number of requests waiting to be processed.", labels, registry=r
+        ).labels(*values)
+        self._waiting.set(0)
         self._labels = values
         self._requests = Counter(
             "mmgate_sim_requests", "Chat completion requests by HTTP status.", ("status",), registry=r)

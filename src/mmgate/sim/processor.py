@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import math
 import re
 import warnings
 
@@ -19,6 +18,7 @@ from PIL import Image
 from mmgate.sim.cache import ProcessedImage
 from mmgate.sim.config import SimSettings
 from mmgate.sim.errors import ImageTooLargeError, InvalidRequestError
+from mmgate.wire import smart_resize as grid_resize
 
 
 def content_hash(data: bytes) -> str:
@@ -33,11 +33,8 @@ def content_hash(data: bytes) -> str:
 def smart_resize(
     height: int, width: int, *, factor: int, min_pixels: int, max_pixels: int, max_aspect_ratio: float
 ) -> tuple[int, int]:
-    """Qwen2-VL's resize rule: both sides multiples of ``factor``, area within [min, max] pixels,
-    aspect ratio kept as closely as possible. Returns ``(height, width)``.
-
-    Sides smaller than ``factor`` are rounded up to it instead of being rejected.
-    """
+    """Qwen2-VL's resize rule (``mmgate.wire.smart_resize``) after vLLM's checks: no empty side,
+    aspect ratio below ``max_aspect_ratio``. Returns ``(height, width)``."""
     if height <= 0 or width <= 0:
         raise InvalidRequestError(f"Image has an empty side ({width}x{height}).")
     if max(height, width) / min(height, width) > max_aspect_ratio:
@@ -45,17 +42,7 @@ def smart_resize(
             f"absolute aspect ratio must be smaller than {max_aspect_ratio:g}, "
             f"got {max(height, width) / min(height, width):g}"
         )
-    h_bar = max(factor, round(height / factor) * factor)
-    w_bar = max(factor, round(width / factor) * factor)
-    if h_bar * w_bar > max_pixels:
-        beta = math.sqrt((height * width) / max_pixels)
-        h_bar = max(factor, math.floor(height / beta / factor) * factor)
-        w_bar = max(factor, math.floor(width / beta / factor) * factor)
-    elif h_bar * w_bar < min_pixels:
-        beta = math.sqrt(min_pixels / (height * width))
-        h_bar = math.ceil(height * beta / factor) * factor
-        w_bar = math.ceil(width * beta / factor) * factor
-    return h_bar, w_bar
+    return grid_resize(height, width, factor=factor, min_pixels=min_pixels, max_pixels=max_pixels)
 
 
 _ADDRESS = re.compile(r" at 0x[0-9a-f]+")

@@ -1,7 +1,8 @@
 """HTTP front of the sim, a stand-in for vLLM's OpenAI-compatible server (not a model).
 
 Routes: ``POST /v1/chat/completions`` (SSE streaming and not), ``GET /v1/models``, ``GET /health``,
-``GET /metrics``. No module state: every app owns its engine, cache and Prometheus registry, so
+``GET /metrics``, ``GET /load`` (vLLM's server load: chat requests in flight, with
+``--enable-server-load-tracking``). No module state: every app owns its engine, cache and Prometheus registry, so
 ``mmgate serve`` can run several engines in one process.
 """
 
@@ -35,6 +36,7 @@ def build_app(settings: SimSettings) -> web.Application:
     app.router.add_get("/v1/models", _models)
     app.router.add_get("/health", _health)
     app.router.add_get("/metrics", _metrics)
+    app.router.add_get("/load", _load)
 
     async def _close(_: web.Application) -> None:
         await engine.close()
@@ -97,6 +99,18 @@ async def _chat(request: web.Request) -> web.StreamResponse:
         engine.metrics.request(400)
         reason = getattr(exc.__cause__, "message", None) or str(exc) or "malformed body"
         return json_response(responses.error_body(400, f"Request body could not be read: {reason}"), status=400)
+    tracked = engine.settings.enable_server_load_tracking
+    if tracked:  # as vLLM's load_aware_call: counted once the body is parsed, until the last byte
+        engine.server_load += 1
+    try:
+        return await _admitted_chat(request, engine, raw, arrived)
+    finally:
+        if tracked:
+            engine.server_load -= 1
+
+
+async def _admitted_chat(request: web.Request, engine: SimEngine, raw: bytes,
+                         arrived: float) -> web.StreamResponse:
     try:
         admitted = await engine.admit(raw)
     except SimError as exc:
@@ -199,6 +213,10 @@ async def _models(request: web.Request) -> web.Response:
 
 async def _health(_: web.Request) -> web.Response:
     return web.Response(status=200)
+
+
+async def _load(request: web.Request) -> web.Response:
+    return json_response({"server_load": request.app[ENGINE_KEY].server_load})
 
 
 async def _metrics(request: web.Request) -> web.Response:
