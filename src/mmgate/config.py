@@ -273,6 +273,12 @@ class GatewaySettings(Frozen):
         help="longest backend silence (to headers, and between stream chunks) in seconds (504 past it)")
     backend_max_connections: int = setting(1024, flag="--backend-max-connections", group="server", ge=1,
                                            help="connection pool size per backend")
+    # Below vLLM's own keep-alive (uvicorn's, VLLM_HTTP_TIMEOUT_KEEP_ALIVE, 5 s): a pooled connection
+    # the backend is closing must never be the one a request is written on (a reset: 502).
+    backend_keepalive_s: float = setting(
+        4.0, flag="--backend-keepalive", group="server", gt=0,
+        help="seconds an idle pooled backend connection is kept; keep it below the backend's own "
+        "keep-alive (vLLM: 5 s)")
     media: MediaSettings = MediaSettings()
     cache: CacheSettings = CacheSettings()
     routing: RoutingSettings = RoutingSettings()

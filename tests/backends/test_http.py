@@ -29,6 +29,7 @@ class Script:
     health_status: int = 200
     seen_auth: list[str | None] = field(default_factory=list)
     seen_paths: list[str] = field(default_factory=list)
+    seen_peers: list[object] = field(default_factory=list)
 
 
 @pytest.fixture
@@ -37,6 +38,7 @@ async def server() -> AsyncIterator[tuple[str, Script]]:
 
     async def chat(request: web.Request) -> web.StreamResponse:
         script.seen_auth.append(request.headers.get("Authorization"))
+        script.seen_peers.append(request.transport.get_extra_info("peername") if request.transport else None)
         body = orjson.loads(await request.read())
         await asyncio.sleep(script.chat_delay_s)
         if script.chat_status != 200:
@@ -160,3 +162,19 @@ def test_status_error_mapping(backend_status: int, client_status: int, prefixed:
     assert isinstance(err, BackendStatusError)
     assert err.status == client_status and err.backend_status == backend_status
     assert err.message == (f"backend b answered HTTP {backend_status}: nope" if prefixed else "nope")
+
+
+@pytest.mark.parametrize(("keepalive_s", "connections"), [(0.3, 2), (30.0, 1)])
+async def test_idle_pooled_connection_dropped_after_keepalive(
+        server: tuple[str, Script], keepalive_s: float, connections: int) -> None:
+    """``--backend-keepalive`` (4 s, under vLLM's own 5 s): an idle pooled connection is closed by
+    the gateway before the backend closes it, so no request is written on one the backend is
+    closing. Two requests 0.8 s apart: a new connection (a new client port) past a 0.3 s
+    keep-alive, the same one within 30 s (aiohttp's default, 15 s, would reuse it)."""
+    url, script = server
+    b = make(url, keepalive_s=keepalive_s)
+    assert (await b.chat(b'{"model":"m1"}', stream=False)).status == 200
+    await asyncio.sleep(0.8)
+    assert (await b.chat(b'{"model":"m1"}', stream=False)).status == 200
+    assert len(set(script.seen_peers)) == connections, script.seen_peers
+    await b.close()

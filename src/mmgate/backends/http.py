@@ -38,6 +38,7 @@ class HTTPBackend:
         connect_timeout_s: float,
         read_timeout_s: float,
         max_connections: int = 1024,
+        keepalive_s: float = 4.0,
         api_key: str | None = None,
     ) -> None:
         self.name = name
@@ -52,12 +53,14 @@ class HTTPBackend:
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
         self._max_connections = max_connections
+        self._keepalive_s = keepalive_s
         self._session: aiohttp.ClientSession | None = None
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             connector = aiohttp.TCPConnector(
-                limit=self._max_connections, ttl_dns_cache=60, enable_cleanup_closed=True
+                limit=self._max_connections, ttl_dns_cache=60, enable_cleanup_closed=True,
+                keepalive_timeout=self._keepalive_s,
             )
             # No cookie jar (a backend's cookies are nobody's business and the jar costs time on
             # every response) and no proxy/netrc lookups from the environment.

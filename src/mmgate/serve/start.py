@@ -100,6 +100,7 @@ async def start_gateway(
                 connect_timeout_s=settings.backend_connect_timeout_s,
                 read_timeout_s=settings.backend_read_timeout_s,
                 max_connections=settings.backend_max_connections,
+                keepalive_s=settings.backend_keepalive_s,
             )
             for i, spec in enumerate(specs)
         ]
