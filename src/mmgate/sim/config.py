@@ -30,14 +30,14 @@ PROFILES: dict[str, dict[str, Any]] = {
         "max_images_per_request": 8,
         "text_tokens": "bytes",
         "serial_prefill": True,
-        # `benchmarks/sim_fidelity.py --repeats 7 --fit`, 2026-12-01 11:16 UTC, vLLM in float32
-        # (load average ~4: other agents' work on the same 2 cores).
+        # `benchmarks/sim_fidelity.py --repeats 7 --fit`, 2026-12-01 11:44 UTC, vLLM in float32,
+        # quiet machine (nothing else running).
         "request_overhead_ms": 0.0,
-        "prefill_us_per_text_token": 133.63,
-        "prefill_us_per_image_token": 290.07,
-        "miss_us_per_image_token": 216.73,
-        "sent_us_per_image_token": 17.28,
-        "decode_ms_per_token": 8.504,
+        "prefill_us_per_text_token": 158.29,
+        "prefill_us_per_image_token": 298.11,
+        "miss_us_per_image_token": 105.51,
+        "sent_us_per_image_token": 29.55,
+        "decode_ms_per_token": 9.389,
     },
 }
 
