@@ -247,8 +247,8 @@ def run_one(backends: int, gateways: int, mode: str, sessions: list[list[list[st
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_workload_args(parser: argparse.ArgumentParser) -> None:
+    """The flags ``workload`` reads (also the offline bound's, so both see the same requests)."""
     parser.add_argument("--sessions", type=int, default=32)
     parser.add_argument("--turns", type=int, default=6)
     parser.add_argument("--pool", type=int, default=24)
@@ -256,6 +256,11 @@ def main() -> None:
     parser.add_argument("--zipf", type=float, default=1.0)
     parser.add_argument("--hot", action="store_true", help="one hot image in every request")
     parser.add_argument("--no-own", dest="own", action="store_false", help="no image of its own per turn")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_workload_args(parser)
     parser.add_argument("--sessionless", action="store_true", help="send no session header")
     parser.add_argument("--image-size", type=int, default=448)
     parser.add_argument("--concurrency", type=int, default=16)

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from image_affinity import workload
+from image_affinity import add_workload_args, workload
 
 
 def solve(requests: list[list[str]], backends: int, load_factor: float, time_limit_s: float) -> dict[str, float]:
@@ -56,13 +56,7 @@ def solve(requests: list[list[str]], backends: int, load_factor: float, time_lim
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sessions", type=int, default=32)
-    parser.add_argument("--turns", type=int, default=6)
-    parser.add_argument("--pool", type=int, default=24)
-    parser.add_argument("--pool-per-turn", type=int, default=2)
-    parser.add_argument("--zipf", type=float, default=1.0)
-    parser.add_argument("--hot", action="store_true")
-    parser.add_argument("--no-own", dest="own", action="store_false")
+    add_workload_args(parser)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--backends", type=int, default=4)
     parser.add_argument("--load-factor", default="1.3,1.6,2.0,4.0")
