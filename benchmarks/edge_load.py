@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import contextlib
 import io
 import json
 import multiprocessing
@@ -203,8 +204,22 @@ def log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
+def children(pid: int) -> list[int]:
+    """``pid``'s child processes (the gateway's front door)."""
+    out: list[int] = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{task}/children") as f:
+            out += [int(x) for x in f.read().split()]
+    return out
+
+
 def open_fds(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
+    """Open fds of ``pid`` and its children: the client connections a front door holds count too."""
+    total = 0
+    for p in (pid, *children(pid)):
+        with contextlib.suppress(OSError):
+            total += len(os.listdir(f"/proc/{p}/fd"))
+    return total
 
 
 async def with_slow_connections(
@@ -243,13 +258,16 @@ async def with_slow_connections(
                 await asyncio.sleep(0.25)
 
         counter = asyncio.create_task(count_fds())
+        doors = children(gateway_pid)
         cpu_before = [cpu_seconds(pid) for pid in (gateway_pid, *(p.pid for p in workers))]
+        door_before = sum(cpu_seconds(pid) for pid in doors)
         window_started = time.perf_counter()
         result.update(await normal_traffic(url, seconds, rate, 10_000))
         window = time.perf_counter() - window_started
         cpu = [cpu_seconds(pid) - b for pid, b in zip((gateway_pid, *(p.pid for p in workers)), cpu_before, strict=True)]
         counter.cancel()
         result["gateway_cpu_cores"] = round(cpu[0] / window, 2)  # cores busy on average
+        result["front_door_cpu_cores"] = round((sum(cpu_seconds(pid) for pid in doors) - door_before) / window, 2)
         result["helpers_cpu_cores"] = round(sum(cpu[1:]) / window, 2)
         after = edge_events(url)
         result["edge_events_during"] = {k: after.get(k, 0) - before.get(k, 0) for k in after}
@@ -320,10 +338,14 @@ async def with_giants(url: str, seconds: float, rate: float, round_: int = 0) ->
 # -- RSS soak ----------------------------------------------------------------------------------
 
 def rss_bytes(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    return 0
+    """Resident memory of ``pid`` and its children (the front door's counts too)."""
+    total = 0
+    for p in (pid, *children(pid)):
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) * 1024
+    return total
 
 
 async def soak(url: str, pid: int, images: int, per_request: int, concurrency: int) -> dict[str, Any]:
@@ -386,6 +408,9 @@ def bounded_entry_bytes() -> tuple[int, int]:
     return out[0], out[1]
 
 
+DOORS = {"front-door": [], "in-process": ["--no-front-door"]}  # --doors: the edge's two ways to hold connections
+
+
 def gateway_args(port: int, backend_port: int, extra: list[str]) -> list[str]:
     return ["serve", "--port", str(port), "--backend", f"vllm=http://127.0.0.1:{backend_port}",
             "--log-level", "warning", *extra]
@@ -397,26 +422,35 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     sim = start(["sim", "--port", str(sim_port), "--speedup", "1000"], sim_port, health="/health")
     out: dict[str, Any] = {"ulimit_n": nofile, "phases": {}}
     try:
-        port = free_port()
-        gw = start(gateway_args(port, sim_port, ["--max-connections", str(args.max_connections)]), port)
-        url = f"http://127.0.0.1:{port}"
+        doors = args.doors.split(",")
+        gateways: dict[str, tuple[Any, str, int]] = {}
         try:
+            for door in doors:
+                port = free_port()
+                extra = ["--max-connections", str(args.max_connections), *DOORS[door]]
+                gateways[door] = (start(gateway_args(port, sim_port, extra), port), f"http://127.0.0.1:{port}", port)
             rounds: dict[str, list[dict[str, Any]]] = {}
-            await normal_traffic(url, 3, args.rate, 900_000)  # warm-up: pools, first connections
+            for _, url, _ in gateways.values():
+                await normal_traffic(url, 3, args.rate, 900_000)  # warm-up: pools, first connections
             for r in range(args.rounds):  # phases alternate, so a noisy machine hits them all alike
                 log(f"round {r + 1} of {args.rounds}")
-                rounds.setdefault("unloaded", []).append(await normal_traffic(url, args.seconds, args.rate, r * 100_000))
-                if args.slow:
-                    rounds.setdefault("slowloris", []).append(
-                        await with_slow_connections(url, port, args.slow, args.seconds, args.rate, gw.pid,
-                                                   args.max_connections, args.helpers, args.helper_nice))
-                    await asyncio.sleep(2)
-                if args.giants:
-                    rounds.setdefault("giants", []).append(await with_giants(url, args.seconds, args.rate, r))
+                for door in doors[r % len(doors):] + doors[:r % len(doors)]:  # the doors' order rotates
+                    gw, url, port = gateways[door]
+                    prefix = "" if len(doors) == 1 else f"{door}:"
+                    rounds.setdefault(prefix + "unloaded", []).append(
+                        await normal_traffic(url, args.seconds, args.rate, r * 100_000 + 50_000 * doors.index(door)))
+                    if args.slow:
+                        rounds.setdefault(prefix + "slowloris", []).append(
+                            await with_slow_connections(url, port, args.slow, args.seconds, args.rate, gw.pid,
+                                                       args.max_connections, args.helpers, args.helper_nice))
+                        await asyncio.sleep(2)
+                    if args.giants:
+                        rounds.setdefault(prefix + "giants", []).append(await with_giants(url, args.seconds, args.rate, r))
             out["rounds"] = rounds
             out["phases"] = {name: summary(results) for name, results in rounds.items()}
         finally:
-            stop(gw)
+            for gw, _, _ in gateways.values():
+                stop(gw)
         if args.soak:
             budgets = {"--local-cache-bytes": 64 * MiB, "--uuid-store-bytes": 32 * MiB, "--reuse-tracked-uuids": 65536,
                        "--routing-history-keys": 100_000}
@@ -457,7 +491,8 @@ def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
     out["new_connections"] = sum(r["new_connections"] for r in results)
     out["connect_ms_max"] = max((r["connect_ms_max"] or 0) for r in results)
     for key in ("giant_answers", "edge_events_during", "slow_clients", "client_conns_min", "client_conns_median",
-                "at_cap_share", "cap_reached", "ramp_s", "gateway_cpu_cores", "helpers_cpu_cores"):
+                "at_cap_share", "cap_reached", "ramp_s", "gateway_cpu_cores", "front_door_cpu_cores",
+                "helpers_cpu_cores"):
         if key in results[0]:
             out[key] = [r[key] for r in results]
     for key in ("slow_connections", "cap"):
@@ -468,25 +503,32 @@ def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
 
 def report(out: dict[str, Any]) -> None:
     phases = out["phases"]
-    base = phases["unloaded"]["p99_ms"]
+
+    def door_of(name: str) -> str:
+        return name.rsplit(":", 1)[0] + ":" if ":" in name else ""
+
     print("medians over rounds of each round's percentiles; p99 per round in brackets")
-    print(f"{'phase':12s} {'sent':>6s} {'ok':>6s} {'p50 ms':>8s} {'p99 ms':>8s} {'max ms':>8s} {'p99/unloaded':>13s}  "
+    print(f"{'phase':22s} {'sent':>6s} {'ok':>6s} {'p50 ms':>8s} {'p99 ms':>8s} {'max ms':>8s} {'p99/unloaded':>13s}  "
           "p99 per round; failures")
     for name, r in phases.items():
-        print(f"{name:12s} {r['sent']:6d} {r['ok']:6d} {r['p50_ms']:8.1f} {r['p99_ms']:8.1f} {r['max_ms']:8.1f} "
+        base = phases[door_of(name) + "unloaded"]["p99_ms"]
+        print(f"{name:22s} {r['sent']:6d} {r['ok']:6d} {r['p50_ms']:8.1f} {r['p99_ms']:8.1f} {r['max_ms']:8.1f} "
               f"{r['p99_ms'] / base:13.2f}  {r['p99_per_round']} {r['failures'] or ''}")
-    if "giants" in phases:
-        print("giant requests answered:", phases["giants"]["giant_answers"])
+    for name, r in phases.items():
+        if name.endswith("giants"):
+            print(f"{name}: giant requests answered:", r["giant_answers"])
     print("normal requests that opened a new connection:",
           {name: (r["new_connections"], f"slowest connect {r['connect_ms_max']} ms") for name, r in phases.items()})
-    if "slowloris" in phases:
-        sl = phases["slowloris"]
-        print(f"slowloris: {sl['slow_connections']} slow clients against --max-connections {sl['cap']}; per round: "
-              f"cap reached {sl['cap_reached']} after {sl['ramp_s']} s; gateway client connections (open fds "
-              f"less its own) min {sl['client_conns_min']}, median {sl['client_conns_median']}, share of samples "
-              f"at the cap {sl['at_cap_share']}")
+    for name, sl in phases.items():
+        if not name.endswith("slowloris"):
+            continue
+        print(f"{name}: {sl['slow_connections']} slow clients against --max-connections {sl['cap']}; per round: "
+              f"cap reached {sl['cap_reached']} after {sl['ramp_s']} s; client connections held (open fds of the "
+              f"gateway and its front door, less their own) min {sl['client_conns_min']}, median "
+              f"{sl['client_conns_median']}, share of samples at the cap {sl['at_cap_share']}")
         print("  edge events in the window:", sl["edge_events_during"], "; CPU cores busy: gateway",
-              sl["gateway_cpu_cores"], "slow-client processes", sl["helpers_cpu_cores"])
+              sl["gateway_cpu_cores"], "front door", sl.get("front_door_cpu_cores"), "slow-client processes",
+              sl["helpers_cpu_cores"])
         print("  slow clients (whole phase):", sl["slow_clients"])
     if "soak" in out:
         s = out["soak"]
@@ -506,6 +548,9 @@ def main() -> None:
                         help="niceness of the slow-connection processes (19: they get only spare CPU)")
     parser.add_argument("--max-connections", type=int, default=8192, help="the gateway's --max-connections")
     parser.add_argument("--giants", type=int, default=1, help="1: run the giant-image phase, 0: skip")
+    parser.add_argument("--doors", default="front-door,in-process",
+                        help="comma-separated: front-door (the default gateway) and/or in-process (--no-front-door); "
+                        "each its own gateway, side by side in every round")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of the alternating phases")
     parser.add_argument("--soak", type=int, default=256 * 1024, help="tiny images in the RSS soak (0: skip)")
     parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")

@@ -261,8 +261,13 @@ class GatewaySettings(Frozen):
                                     help="seconds a client may take to send a whole request body (408 past it)")
     max_connections: int = setting(
         8192, flag="--max-connections", group="http edge", ge=1,
-        help="most open client connections; at the cap a new one displaces the oldest connection "
-        "not inside a request, else gets 503 (lowered to what ulimit -n allows)")
+        help="most open client connections before their first request head (held by the front door) "
+        "and, apart, after it; at the cap a new one displaces the oldest connection not inside a "
+        "request, else gets 503 (lowered to what ulimit -n allows)")
+    front_door: bool = setting(
+        True, flag="--no-front-door", group="http edge",
+        help="hold connections in this process until their first request head is complete, instead of "
+        "in a front-door process of their own (the default: slow clients never cost the gateway's loop)")
     drain_timeout_s: float = setting(30.0, flag="--drain-timeout", group="http edge", ge=0,
                                      help="seconds requests in flight may finish at shutdown before "
                                      "they are cut (a cut stream ends with an SSE error frame)")

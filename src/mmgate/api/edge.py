@@ -161,6 +161,11 @@ class GuardedSite(web.TCPSite):
         self._on_event = on_event
         self.guard: ConnectionGuard | None = None
 
+    @property
+    def bound_port(self) -> int:
+        sockets = getattr(self._server, "sockets", None)
+        return int(sockets[0].getsockname()[1]) if sockets else self._port
+
     async def start(self) -> None:
         self._runner._reg_site(self)  # BaseSite.start; TCPSite.start would pass the bare server
         server = self._runner.server

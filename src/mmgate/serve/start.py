@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry
 
 from mmgate.api import Gateway, build_app
 from mmgate.api.edge import GuardedSite, connection_cap
+from mmgate.api.frontsite import FrontDoorSite, front_door_supported
 from mmgate.backends import HTTPBackend
 from mmgate.config import GatewaySettings
 from mmgate.media import MediaLoader
@@ -140,14 +141,18 @@ async def _serve(gateway: Gateway, settings: GatewaySettings) -> tuple[web.AppRu
     )
     await runner.setup()
     events = gateway.metrics.edge_connections
-    site = GuardedSite(runner, settings.host, settings.port,
-                       max_connections=connection_cap(settings.max_connections),
-                       on_event=lambda event: events.labels(event).inc())
+    cap = connection_cap(settings.max_connections)
+    site: GuardedSite | FrontDoorSite
+    if settings.front_door and front_door_supported():
+        site = FrontDoorSite(runner, settings.host, settings.port, max_connections=cap,
+                             header_timeout_s=settings.header_timeout_s,
+                             on_event=lambda event, count: events.labels(event).inc(count))
+    else:
+        site = GuardedSite(runner, settings.host, settings.port, max_connections=cap,
+                           on_event=lambda event: events.labels(event).inc())
     try:
         await site.start()
     except BaseException:
         await runner.cleanup()
         raise
-    sockets = getattr(site._server, "sockets", None)
-    port = int(sockets[0].getsockname()[1]) if sockets else settings.port
-    return runner, port
+    return runner, site.bound_port
