@@ -14,7 +14,8 @@ the connection has sent a whole request head. What the front door does:
   request), so a client that sends its request promptly is always let in;
 * closes a connection whose head is not complete ``--header-timeout`` seconds after it connected;
 * hands a connection over, as soon as its head is complete (``\\r\\n\\r\\n``, or ``\\n\\n``) or it has
-  sent ``--max-head-bytes`` (the gateway's HTTP parser then refuses it with a precise answer), over
+  sent ``--max-head-bytes``, or its first line is no HTTP request line (the gateway's HTTP parser then
+  refuses it with a precise answer), over
   the control socket (``--ctrl-fd``, a SOCK_SEQPACKET pair): one message per connection, its bytes
   so far as the payload and its file descriptor attached (SCM_RIGHTS);
 * sends its counts (``STATS`` + JSON, no descriptor) when they change, at most every 0.1 s;
@@ -31,6 +32,7 @@ import contextlib
 import errno
 import json
 import os
+import re
 import resource
 import selectors
 import socket
@@ -38,10 +40,22 @@ import time
 from collections import OrderedDict
 
 ACCEPT_BATCH = 64
+REQUEST_LINE = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+ [^ \r\n]+ HTTP/\d\.\d\r?\n")
 READ_BYTES = 65536
 STATS = b"\x00stats"
 STATS_EVERY_S = 0.1
 HAND_OVER_TIMEOUT_S = 2.0
+
+
+def _lines_valid(head: bytearray, start: int) -> bool:
+    """False when a line completed at or after ``start`` is neither a request line (the first) nor a
+    ``name: value`` header line."""
+    while (end := head.find(b"\n", start)) >= 0:
+        line = bytes(head[start:end + 1])
+        if not (REQUEST_LINE.match(line) if start == 0 else b":" in line):
+            return False
+        start = end + 1
+    return True
 
 
 class FrontDoor:
@@ -136,8 +150,12 @@ class FrontDoor:
             self.counts["closed_by_client"] += 1
             return
         start = max(0, len(head) - 3)
+        line_start = head.rfind(b"\n") + 1  # where the first line not yet checked begins
         head += data
-        if head.find(b"\r\n\r\n", start) >= 0 or head.find(b"\n\n", start) >= 0 or len(head) >= self.max_head_bytes:
+        if (head.find(b"\r\n\r\n", start) >= 0 or head.find(b"\n\n", start) >= 0
+                or len(head) >= self.max_head_bytes or not _lines_valid(head, line_start)):
+            # Whole head, too long a head, or a line that is no request or header line: the gateway's
+            # parser answers it (a 400 naming the fault, not a silent close at the deadline).
             self._hand_over(fd)
 
     def _hand_over(self, fd: int) -> None:

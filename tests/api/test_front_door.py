@@ -76,6 +76,15 @@ async def test_a_head_past_the_limit_is_refused_with_a_400_not_held(tmp_path: Pa
         assert await chat_ok(gw.url) < 5
 
 
+async def test_a_first_line_that_is_no_request_line_gets_the_parsers_400_at_once(tmp_path: Path) -> None:
+    with serve_process(tmp_path, "--header-timeout", "30") as gw:
+        for garbage in (b"\x16\x03\x01\x02\x00\x01\x00\n", b"HELLO\r\n",
+                        b"GET / HTTP/1.1\r\nHost: x\r\nno colon here\r\n"):
+            started = time.perf_counter()
+            status, _, _ = await exchange(gw.port, garbage, timeout=10)  # no blank line follows
+            assert status == 400 and time.perf_counter() - started < 5, garbage
+
+
 async def test_slow_heads_are_timed_out_by_the_front_door_and_counted(tmp_path: Path) -> None:
     with serve_process(tmp_path, "--header-timeout", "0.5") as gw:
         reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
