@@ -214,11 +214,15 @@ def children(pid: int) -> list[int]:
 
 
 def open_fds(pid: int) -> int:
-    """Open fds of ``pid`` and its children: the client connections a front door holds count too."""
+    """Open fds of ``pid`` and its children: the client connections a front door holds count too.
+
+    Linux 6.2+ gives the count as the size of ``/proc/PID/fd`` (0.07 ms at 8,192 fds); listing the
+    directory instead takes ~37 ms there, and done every 0.25 s on this process's event loop it
+    delayed the normal requests being measured (older kernels: the listing, the delay with it)."""
     total = 0
     for p in (pid, *children(pid)):
         with contextlib.suppress(OSError):
-            total += len(os.listdir(f"/proc/{p}/fd"))
+            total += os.stat(f"/proc/{p}/fd").st_size or len(os.listdir(f"/proc/{p}/fd"))
     return total
 
 
