@@ -188,6 +188,10 @@ class RoutingSettings(Frozen):
         0.25, flag="--routing-replicate-share", ge=0.0, le=1.0,
         help="image-affinity: an image shown in at least this share of recent requests counts as held "
         "everywhere and stops pulling requests to its home, until its share falls below half of this (0: off)")
+    held_balance: bool = setting(
+        True, flag="--no-routing-held-balance",
+        help="image-affinity: do not send a request that several backends hold all the images of to the "
+        "least loaded of them (its preferred one only, under the cap)")
     popularity_half_life: float = setting(
         1000.0, flag="--routing-popularity-half-life", gt=0.0, le=1e9,
         help="image-affinity: requests (seen by this gateway) after which an image's popularity count halves")

@@ -1,12 +1,13 @@
-"""``image-affinity`` with image popularity, without sockets: a replicated image stops pulling, the
-rarer image's home wins, and independent gateways fed the same traffic still agree."""
+"""``image-affinity`` with image popularity and held balance, without sockets: a replicated image
+stops pulling, the rarer image's home wins, independent gateways fed the same traffic still agree,
+and a request several backends hold goes to the least loaded of them."""
 
 from __future__ import annotations
 
 import random
 from collections import Counter
 
-from mmgate.routing.affinity import image_homes
+from mmgate.routing.affinity import free_backends, image_homes
 from mmgate.routing.policy import RoutingPolicy
 from mmgate.routing.popularity import ImagePopularity
 from mmgate.routing.weights import RoutedImage
@@ -19,10 +20,11 @@ def img(key: str, weight: float = 256.0) -> RoutedImage:
     return RoutedImage(key, weight)
 
 
-def policy(share: float | None = 0.25, *, seed: int = 1, load_factor: float = 1.3) -> RoutingPolicy:
+def policy(share: float | None = 0.25, *, seed: int = 1, load_factor: float = 1.3,
+           held_balance: bool = False) -> RoutingPolicy:
     popularity = ImagePopularity(share, half_life=1e6) if share is not None else None
     return RoutingPolicy("image-affinity", held_weight=1.0, load_factor=load_factor, popularity=popularity,
-                         rng=random.Random(seed))
+                         rng=random.Random(seed), held_balance=held_balance)
 
 
 def send(p: RoutingPolicy, images: list[RoutedImage], session: str | None = None,
@@ -101,3 +103,41 @@ def test_three_gateways_fed_the_same_traffic_agree_and_spread_the_hot_image() ->
     assert picks[0] == picks[1] == picks[2]
     counts = Counter(picks[0][20:])
     assert len(counts) == 4 and max(counts.values()) < 0.5 * 100, counts
+
+
+def test_free_backends_hold_every_seen_image_that_is_not_replicated() -> None:
+    p = policy()
+    assert p.popularity is not None
+    p.history.record("sim-1", ["a", "b"])
+    p.history.record("sim-2", ["a", "b"])
+    p.history.record("sim-3", ["a"])
+    assert free_backends([img("a"), img("b"), img("never-seen")], NAMES, p.history, p.popularity) == [1, 2]
+    assert free_backends([img("a")], NAMES, p.history, p.popularity) == [1, 2, 3]
+    assert free_backends([img("never-seen")], NAMES, p.history, p.popularity) == [0, 1, 2, 3]
+    for _ in range(6):
+        p.popularity.observe(["b"])
+    assert free_backends([img("b")], NAMES, p.history, p.popularity) == [0, 1, 2, 3]  # replicated
+
+
+def test_held_balance_sends_a_request_several_backends_hold_to_the_least_loaded() -> None:
+    keys = [f"k{i}" for i in range(200)]
+    homes = dict(zip(keys, image_homes([img(k) for k in keys], NAMES), strict=True))
+    key = keys[0]
+    other = (homes[key] + 1) % 4
+    loads = [2, 2, 2, 2]
+    loads[homes[key]], loads[other] = 1, 0  # the home is busier than the other holder, but has room
+    for balanced in (False, True):
+        p = policy(held_balance=balanced)
+        for backend in (homes[key], other):
+            p.history.record(NAMES[backend], [key], "another-chat")
+        d = p.decide(NAMES, loads, None, [img(key), img("never-seen")])
+        assert d.order[0] == (other if balanced else homes[key]), (balanced, d)
+        assert d.reason == "image_affinity"
+    # Held by its home alone: no choice to make, it goes home.
+    lone = keys[1]
+    p = policy(held_balance=True)
+    p.history.record(NAMES[homes[lone]], [lone], "another-chat")
+    busy = [2, 2, 2, 2]
+    busy[homes[lone]], busy[(homes[lone] + 1) % 4] = 1, 0
+    assert free_backends([img(lone)], NAMES, p.history, p.popularity) == [homes[lone]]
+    assert p.decide(NAMES, busy, None, [img(lone)]).order[0] == homes[lone]

@@ -106,6 +106,22 @@ def affinity_scores(
     return scores
 
 
+def free_backends(
+    images: Sequence[RoutedImage], names: Sequence[str], history: ImageHistory, popularity: ImagePopularity | None,
+) -> list[int]:
+    """Backends where the request would process nothing it could avoid: each holds (this gateway
+    sent it there) every image of the request that was seen before and is not replicated. Never-seen
+    images cost the same anywhere; replicated ones are copied once per backend whatever happens."""
+    free = set(range(len(names)))
+    for image in images:
+        if not history.knows(image.key) or (popularity is not None and popularity.is_replicated(image.key)):
+            continue
+        free &= {names.index(h) for h in history.holders(image.key) if h in names}
+        if not free:
+            break
+    return sorted(free)
+
+
 def unheld_weight(images: Sequence[RoutedImage], names: Sequence[str], backend: int, history: ImageHistory) -> float:
     """Weight of the request's seen images that ``backend`` would process again: neither sent
     there (``history``) nor homed there (another gateway may have sent them home). Never-seen

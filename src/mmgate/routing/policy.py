@@ -31,6 +31,10 @@ this gateway's own in-flight counts (several gateways each bound their share) an
 router polls the engines, for the fleet's (every gateway's load on each backend: see ``spill``). A decision made by the
 session's own images stays at the session's home, as ``session`` routing would (a session's new
 images beside a replicated one are bounded: otherwise a hot image's requests pile up by session).
+With ``held_balance``, a request that several backends could take without processing anything
+again (each holds, as far as this gateway sent them, all its seen non-replicated images:
+``free_backends``) goes to the least loaded of them before the cap is applied: room stays at the
+homes for the requests that have nowhere else to go cheaply.
 
 A decision's ``reason`` is one of ``REASONS``, a bounded metric label.
 """
@@ -43,7 +47,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from mmgate.routing.affinity import NEW_IMAGE_SHARE, affinity_scores, image_homes, unheld_weight
+from mmgate.routing.affinity import (
+    NEW_IMAGE_SHARE,
+    affinity_scores,
+    free_backends,
+    image_homes,
+    unheld_weight,
+)
 from mmgate.routing.balance import p2c_rank
 from mmgate.routing.history import ImageHistory
 from mmgate.routing.popularity import ImagePopularity
@@ -134,7 +144,7 @@ class RoutingPolicy:
     def __init__(
         self, mode: RoutingMode = "session", *, load_factor: float = 1.3, session_weight: float = 1.0,
         held_weight: float = 0.0, history: ImageHistory | None = None, rng: random.Random | None = None,
-        hold_overflow: int = 0, popularity: ImagePopularity | None = None,
+        hold_overflow: int = 0, popularity: ImagePopularity | None = None, held_balance: bool = False,
     ) -> None:
         if mode not in ROUTING_MODES:
             raise ValueError(f"unknown routing mode {mode!r}")
@@ -149,6 +159,7 @@ class RoutingPolicy:
         self.held_weight = held_weight
         self.history = history if history is not None else ImageHistory()
         self.popularity = popularity
+        self.held_balance = held_balance
         self._rng = rng if rng is not None else random.Random()
         self._turn = 0
 
@@ -197,6 +208,13 @@ class RoutingPolicy:
             # conversation costs its images' processing again; sessions spread by rendezvous. (Only
             # new images and replicated ones: bounded below, or a hot image's turns pile up by session.)
             return Decision(order, "session")
+        if self.held_balance:
+            free = free_backends(images, names, self.history, self.popularity)
+            if len(free) >= 2:
+                # Several backends hold everything this request would process again: the least
+                # loaded of them, which keeps room at the homes for requests that can go nowhere else.
+                best = min(free, key=lambda i: (loads[i], order.index(i)))
+                order = [best, *(i for i in order if i != best)]
         preferred = order
         order, spilled = spill(order, own_loads, self.load_factor, fleet_loads)
         if spilled and self._overflow_saves(images, names, preferred[0], order[0], own_loads, fleet_loads):

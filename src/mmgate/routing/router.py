@@ -122,6 +122,7 @@ class Router:
         policy = RoutingPolicy(
             r.mode, load_factor=r.load_factor, session_weight=r.session_weight, held_weight=r.held_weight,
             history=ImageHistory(r.history_keys), hold_overflow=r.hold_overflow, popularity=popularity,
+            held_balance=r.held_balance,
         )
         return cls(
             backends,
