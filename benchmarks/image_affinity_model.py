@@ -43,7 +43,7 @@ def run(args: argparse.Namespace, gateways: int, seed: int) -> dict[str, float]:
     names = [f"vllm-{i}" for i in range(args.backends)]
     count = len(names)
     policies = [RoutingPolicy(
-        args.mode, load_factor=args.load_factor, held_weight=1.0, history=ImageHistory(), rng=random.Random(seed + g),
+        args.mode, load_factor=args.load_factor, held_weight=args.held_weight, history=ImageHistory(), rng=random.Random(seed + g),
         popularity=ImagePopularity(args.replicate_share) if args.replicate_share > 0 else None,
         held_balance=args.held_balance) for g in range(gateways)]
     fleets = [FleetLoad(2 * POLL_S + 0.25) for _ in range(gateways)]
@@ -113,6 +113,7 @@ def main() -> None:
     parser.add_argument("--mode", default="image-affinity")
     parser.add_argument("--load-factor", type=float, default=1.3)
     parser.add_argument("--replicate-share", type=float, default=0.25)
+    parser.add_argument("--held-weight", type=float, default=1.0)
     parser.add_argument("--no-held-balance", dest="held_balance", action="store_false")
     parser.add_argument("--runs", type=int, default=7, help="model seeds per row (medians)")
     args = parser.parse_args()

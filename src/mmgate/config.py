@@ -175,9 +175,9 @@ class RoutingSettings(Frozen):
         help="image-affinity: a session's own images (not seen with another session) count this share "
         "of their weight at the session's home")
     held_weight: float = setting(
-        1.0, flag="--routing-held-weight", ge=0.0, le=1.0,
-        help="image-affinity: a backend this gateway recently sent a shared image counts this share of "
-        "its weight, so spills go where the image already is (0: homes only)")
+        1.2, flag="--routing-held-weight", ge=0.0, le=4.0,
+        help="image-affinity: a backend this gateway recently sent an image counts this share of its "
+        "weight, so spills go where the image already is (0: homes only; above 1: a holder beats the home)")
     hold_overflow: int = setting(
         0, flag="--routing-hold-overflow", ge=0, le=16,
         help="image-affinity: requests over the load cap a backend may take for a request that would "

@@ -113,13 +113,18 @@ async def test_a_backend_leaving_moves_only_its_images_and_they_come_back() -> N
             try:
                 await _until_health(client, gw, gone, healthy=True)
                 after = [await backend_of(client, gw, [u]) for u in images]
+                fresh = [await backend_of(client, gw, [data_url(400 + i)]) for i in range(32)]
             finally:
                 await restarted.stop()
     moved = [(b, d) for b, d in zip(before, during, strict=True) if b != d]
     assert moved and all(b == gone for b, _ in moved)  # only the leaver's images moved...
     assert all(d != gone for d in during)
     assert len(moved) == before.count(gone)  # ...all of them
-    assert after == before  # and they went home when it returned
+    # Back (restarted: it holds nothing), its homes are back: new images homed there go there...
+    assert gone in fresh
+    # ...while the images that moved stay where they are held now (a holder beats the home:
+    # --routing-held-weight above 1; sending them home would process them again).
+    assert after == during
 
 
 async def _until_health(client: aiohttp.ClientSession, gw: str, name: str, *, healthy: bool) -> None:

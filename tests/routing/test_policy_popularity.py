@@ -141,3 +141,12 @@ def test_held_balance_sends_a_request_several_backends_hold_to_the_least_loaded(
     busy[homes[lone]], busy[(homes[lone] + 1) % 4] = 1, 0
     assert free_backends([img(lone)], NAMES, p.history, p.popularity) == [homes[lone]]
     assert p.decide(NAMES, busy, None, [img(lone)]).order[0] == homes[lone]
+
+
+def test_above_one_the_held_weight_makes_a_holder_beat_the_home() -> None:
+    home = image_homes([img("k")], NAMES)[0]
+    other = (home + 1) % 4
+    for held_weight, expected in ((1.0, home), (1.2, other)):
+        p = RoutingPolicy("image-affinity", held_weight=held_weight, rng=random.Random(1))
+        p.history.record(NAMES[other], ["k"], "another-chat")  # sent away from its home before
+        assert p.decide(NAMES, IDLE, None, [img("k")]).order[0] == expected, held_weight

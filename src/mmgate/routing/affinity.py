@@ -7,7 +7,10 @@ gateway agrees with no shared state. A request's images pull toward backends:
   session's home (``session_weight`` x its weight; a never-seen one ``NEW_IMAGE_SHARE`` of that:
   it is processed wherever it goes);
 * a shared image (seen with another session, or without one) pulls at its home;
-* every image also pulls ``held_weight`` x its weight at each backend this gateway sent it to;
+* every image also pulls ``held_weight`` x its weight at each backend this gateway sent it to
+  (above 1, the gateway default 1.2: a holder beats the home, so once an image was processed away
+  from its home — a spill, or a request another image decided — its requests follow it there
+  instead of processing it again at home);
 * a *replicated* image (``ImagePopularity``: shown in a large share of recent requests) pulls
   nowhere: it is expected on every backend after one copy each, so its requests go by their
   other images' homes and its own home takes no more than its share of them.
