@@ -150,3 +150,16 @@ def test_above_one_the_held_weight_makes_a_holder_beat_the_home() -> None:
         p = RoutingPolicy("image-affinity", held_weight=held_weight, rng=random.Random(1))
         p.history.record(NAMES[other], ["k"], "another-chat")  # sent away from its home before
         assert p.decide(NAMES, IDLE, None, [img("k")]).order[0] == expected, held_weight
+
+
+def test_a_conversation_stays_home_whatever_the_held_weight() -> None:
+    # A session's own image held at its home pulls for the session, not against it: with a held
+    # weight above 1 the conversation still stays home (unbounded), as session routing does.
+    for held_weight in (0.0, 1.0, 1.2, 4.0):
+        p = RoutingPolicy("image-affinity", held_weight=held_weight, rng=random.Random(1))
+        home = p.decide(NAMES, IDLE, "chat", [img("photo")]).order[0]
+        p.history.record(NAMES[home], ["photo"], "chat")
+        full = [0, 0, 0, 0]
+        full[home] = 9
+        d = p.decide(NAMES, full, "chat", [img("photo"), img("new-photo")])
+        assert (d.order[0], d.reason) == (home, "session"), held_weight

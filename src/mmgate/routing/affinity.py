@@ -93,7 +93,9 @@ def affinity_scores(
             continue
         factor = rarity(popularity, image.key)
         weight = factor * image.weight
+        own = False
         if session_home is not None and history is not None and not history.is_shared(image.key, session_id):
+            own = True
             known = history.knows(image.key)
             scores.known_own |= known
             share = 1.0 if known else NEW_IMAGE_SHARE
@@ -103,9 +105,11 @@ def affinity_scores(
             if factor > rarest:
                 rarest, scores.tie_key = factor, image.key
         if history is not None and held_weight > 0:
+            # Where a session's own image is held pulls for the session (its conversation follows it).
+            pulls = scores.from_session if own else scores.from_images
             for holder in history.holders(image.key):
                 if holder in names:
-                    scores.from_images[names.index(holder)] += held_weight * weight
+                    pulls[names.index(holder)] += held_weight * weight
     return scores
 
 
