@@ -113,7 +113,7 @@ def main() -> None:
     parser.add_argument("--mode", default="image-affinity")
     parser.add_argument("--load-factor", type=float, default=1.3)
     parser.add_argument("--replicate-share", type=float, default=0.25)
-    parser.add_argument("--held-weight", type=float, default=1.0)
+    parser.add_argument("--held-weight", type=float, default=1.2)
     parser.add_argument("--no-held-balance", dest="held_balance", action="store_false")
     parser.add_argument("--runs", type=int, default=7, help="model seeds per row (medians)")
     args = parser.parse_args()
