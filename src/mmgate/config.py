@@ -175,15 +175,26 @@ class RoutingSettings(Frozen):
         help="image-affinity: a session's own images (not seen with another session) count this share "
         "of their weight at the session's home")
     held_weight: float = setting(
-        1.0, flag="--routing-held-weight", ge=0.0, le=1.0,
-        help="image-affinity: a backend this gateway recently sent a shared image counts this share of "
-        "its weight, so spills go where the image already is (0: homes only)")
+        1.2, flag="--routing-held-weight", ge=0.0, le=4.0,
+        help="image-affinity: a backend this gateway recently sent an image counts this share of its "
+        "weight, so spills go where the image already is (0: homes only; above 1: a holder beats the home)")
     hold_overflow: int = setting(
         0, flag="--routing-hold-overflow", ge=0, le=16,
         help="image-affinity: requests over the load cap a backend may take for a request that would "
         "process images again where it spills (0: the cap is strict)")
     history_keys: int = setting(100_000, flag="--routing-history-keys", ge=1,
-                                help="images the routing history remembers (bounded LRU)")
+                                help="images the routing history and popularity counts remember (bounded LRU)")
+    replicate_share: float = setting(
+        0.25, flag="--routing-replicate-share", ge=0.0, le=1.0,
+        help="image-affinity: an image shown in at least this share of recent requests counts as held "
+        "everywhere and stops pulling requests to its home, until its share falls below half of this (0: off)")
+    held_balance: bool = setting(
+        True, flag="--no-routing-held-balance",
+        help="image-affinity: do not send a request that several backends hold all the images of to the "
+        "least loaded of them (its preferred one only, under the cap)")
+    popularity_half_life: float = setting(
+        1000.0, flag="--routing-popularity-half-life", gt=0.0, le=1e9,
+        help="image-affinity: requests (seen by this gateway) after which an image's popularity count halves")
     load_poll_interval_s: float = setting(
         0.2, flag="--routing-load-poll-interval", ge=0.0, le=10.0,
         help="seconds between polls of each vllm backend's running + waiting requests (/metrics), "

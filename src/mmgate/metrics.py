@@ -86,6 +86,11 @@ class GatewayMetrics:
             "backend already held it (hit) or not (miss): hit / (hit + miss) is its image-weight hit ratio",
             ["backend", "outcome"], registry=registry,
         )
+        self.routing_replicated_images = Gauge(
+            "mmgate_routing_replicated_images",
+            "Images image-affinity treats as held on every backend (shown in at least --routing-replicate-share "
+            "of recent requests)", registry=registry,
+        )
         self.edge_connections = Counter(
             "mmgate_edge_connections",
             "Client connections the edge closed: displaced (at the connection cap, an idle or slow "

@@ -49,6 +49,18 @@ async def test_uuid_then_cache_only_reference_hits(http: aiohttp.ClientSession, 
     assert (sim.stats.cache_hits, sim.stats.images_processed, sim.stats.images_decoded_on_hit) == (4, 1, 1)
 
 
+async def test_concurrent_requests_with_one_new_image_process_it_once(
+    http: aiohttp.ClientSession, sim: SimServer
+) -> None:
+    # vLLM looks up and processes one request's images at a time (its renderer's single-worker
+    # executor), so the second of two requests showing the same new image hits the cache.
+    img = data_url(image_bytes(448, 448, seed=9))
+    bodies = [chat_body(image_part(img), max_tokens=2) for _ in range(4)]
+    results = await asyncio.gather(*(post_chat(http, sim, b) for b in bodies))
+    assert [status for status, _ in results] == [200] * 4
+    assert (sim.stats.images_processed, sim.stats.cache_queries, sim.stats.cache_hits) == (1, 4, 3)
+
+
 async def test_cache_only_miss_is_vllm_400(http: aiohttp.ClientSession, sim: SimServer) -> None:
     status, body = await post_chat(http, sim, chat_body(image_part(uuid="never-sent")))
     assert status == 400 and body == MISS_BODY_0

@@ -13,8 +13,13 @@ Modes (``--routing``):
                      scores the weight of the request's shared images it is home of (plus, with
                      ``held_weight``, of those it is believed to hold), and the session's home
                      scores ``session_weight`` x the weight of the session's own images (see
-                     ``affinity_scores``). Ties go to the session home, then the first image's
-                     rendezvous order.
+                     ``mmgate.routing.affinity``). With ``popularity`` (``ImagePopularity``), an
+                     image shown in a large share of recent requests is *replicated*: it pulls
+                     nowhere (held everywhere after one copy per backend), and the other pulls are
+                     scaled by rarity (the rarer image's home wins). Ties go by the rendezvous order
+                     of the rarest shared image that pulls, else the session's, else the first
+                     image's: the same from every gateway, spills included. A request whose images
+                     are all replicated and that has no session goes to the less loaded of two.
 
 When shared images decide, ``image-affinity`` applies bounded loads (consistent hashing with
 bounded loads, Mirrokni et al.): no backend may have more than ``c x (outstanding + 1) / n``
@@ -24,7 +29,12 @@ process images the preferred backend holds may stay there up to k requests over 
 only where it costs nothing, or where the preferred is truly full). The bound holds for
 this gateway's own in-flight counts (several gateways each bound their share) and, when the
 router polls the engines, for the fleet's (every gateway's load on each backend: see ``spill``). A decision made by the
-session's own images stays at the session's home, as ``session`` routing would.
+session's own images stays at the session's home, as ``session`` routing would (a session's new
+images beside a replicated one are bounded: otherwise a hot image's requests pile up by session).
+With ``held_balance``, a request that several backends could take without processing anything
+again (each holds, as far as this gateway sent them, all its seen non-replicated images:
+``free_backends``) goes to the least loaded of them before the cap is applied: room stays at the
+homes for the requests that have nowhere else to go cheaply.
 
 A decision's ``reason`` is one of ``REASONS``, a bounded metric label.
 """
@@ -37,16 +47,23 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from mmgate.routing.affinity import (
+    NEW_IMAGE_SHARE,
+    affinity_scores,
+    free_backends,
+    image_homes,
+    unheld_weight,
+)
 from mmgate.routing.balance import p2c_rank
 from mmgate.routing.history import ImageHistory
-from mmgate.routing.rendezvous import rendezvous_rank, rendezvous_score
+from mmgate.routing.popularity import ImagePopularity
+from mmgate.routing.rendezvous import rendezvous_rank
 from mmgate.routing.weights import RoutedImage
 
 RoutingMode = Literal["round-robin", "session", "lru-history", "image-affinity"]
 ROUTING_MODES: tuple[RoutingMode, ...] = ("round-robin", "session", "lru-history", "image-affinity")
-# A never-seen image of a session pulls this share of a known own image toward the session home:
-# it must be processed wherever it goes, so only its later turns gain from the placement.
-NEW_IMAGE_SHARE = 0.1
+__all__ = ["NEW_IMAGE_SHARE", "REASONS", "ROUTING_MODES", "Decision", "RoutingPolicy", "bounded_capacity",
+           "fleet_capacity", "image_homes", "spill"]
 REASONS = ("round_robin", "session", "least_loaded", "image_affinity", "image_history", "load_spill")
 
 
@@ -100,57 +117,6 @@ def spill(
     return order, False  # unreachable with load_factor >= 1: some backend is at or below the mean
 
 
-def image_homes(images: Sequence[RoutedImage], names: Sequence[str]) -> list[int]:
-    """The home (index into ``names``) of each image: the rendezvous winner of its key."""
-    homes = []
-    for image in images:
-        best, best_score = 0, -1
-        for i, name in enumerate(names):
-            score = rendezvous_score(image.key, name)
-            if score > best_score:
-                best, best_score = i, score
-        homes.append(best)
-    return homes
-
-
-def affinity_scores(
-    images: Sequence[RoutedImage], names: Sequence[str], session_id: str | None,
-    history: ImageHistory | None, *, session_weight: float, held_weight: float,
-) -> tuple[list[float], list[float]]:
-    """Each backend's ``image-affinity`` score, as (from the session, from image homes and holders).
-
-    A session's own images (seen only with this session: ``ImageHistory.is_shared``) count
-    ``session_weight`` x their weight at the session's home, so a conversation and the images it
-    brings stay together; a never-seen image of a session counts ``NEW_IMAGE_SHARE`` of that (it
-    is processed wherever it goes: it only breaks ties toward the session). Shared images (and every
-    image of a request without a session, or when there is no history) count at their own home,
-    plus ``held_weight`` x their weight at each backend the history says holds them.
-    """
-    from_session = [0.0] * len(names)
-    from_images = [0.0] * len(names)
-    session_home = rendezvous_rank(session_id, names)[0] if session_id is not None else None
-    for image, home in zip(images, image_homes(images, names), strict=True):
-        if session_home is not None and history is not None and not history.is_shared(image.key, session_id):
-            share = 1.0 if history.knows(image.key) else NEW_IMAGE_SHARE
-            from_session[session_home] += share * session_weight * image.weight
-        else:
-            from_images[home] += image.weight
-        if history is not None and held_weight > 0:
-            for holder in history.holders(image.key):
-                if holder in names:
-                    from_images[names.index(holder)] += held_weight * image.weight
-    return from_session, from_images
-
-
-def unheld_weight(images: Sequence[RoutedImage], names: Sequence[str], backend: int, history: ImageHistory) -> float:
-    """Weight of the request's seen images that ``backend`` would process again: neither sent
-    there (``history``) nor homed there (another gateway may have sent them home). Never-seen
-    images cost the same anywhere and do not count."""
-    homes = image_homes(images, names)
-    return sum(image.weight for image, home in zip(images, homes, strict=True)
-               if history.knows(image.key) and home != backend and not history.holds(image.key, names[backend]))
-
-
 def history_scores(images: Sequence[RoutedImage], names: Sequence[str], history: ImageHistory) -> list[float]:
     """Share of the request's image weight each backend was recently sent (0..1)."""
     total = sum(image.weight for image in images)
@@ -178,7 +144,7 @@ class RoutingPolicy:
     def __init__(
         self, mode: RoutingMode = "session", *, load_factor: float = 1.3, session_weight: float = 1.0,
         held_weight: float = 0.0, history: ImageHistory | None = None, rng: random.Random | None = None,
-        hold_overflow: int = 0,
+        hold_overflow: int = 0, popularity: ImagePopularity | None = None, held_balance: bool = False,
     ) -> None:
         if mode not in ROUTING_MODES:
             raise ValueError(f"unknown routing mode {mode!r}")
@@ -192,6 +158,8 @@ class RoutingPolicy:
         self.session_weight = session_weight
         self.held_weight = held_weight
         self.history = history if history is not None else ImageHistory()
+        self.popularity = popularity
+        self.held_balance = held_balance
         self._rng = rng if rng is not None else random.Random()
         self._turn = 0
 
@@ -224,17 +192,29 @@ class RoutingPolicy:
             combined = [a + b for a, b in zip(affinity, load, strict=True)]
             order = self._by_score(combined, names, session_id, images)
             return Decision(order, "image_history" if affinity[order[0]] > 0 else "least_loaded")
-        from_session, from_images = affinity_scores(
+        scores = affinity_scores(
             images, names, session_id, self.history, session_weight=self.session_weight,
-            held_weight=self.held_weight,
+            held_weight=self.held_weight, popularity=self.popularity,
         )
-        scores = [a + b for a, b in zip(from_session, from_images, strict=True)]
-        order = self._by_score(scores, names, session_id, images)
+        total = scores.total
+        if session_id is None and scores.tie_key is None:
+            # Every image is replicated (held everywhere, or soon): nothing pulls; balance.
+            return Decision(p2c_rank(loads, self._rng), "least_loaded")
+        order = self._by_score(total, names, session_id, images, scores.tie_key)
         first = order[0]
-        if session_id is not None and from_session[first] >= from_images[first]:
+        conversation = scores.known_own or not scores.replicated
+        if session_id is not None and scores.from_session[first] >= scores.from_images[first] and conversation:
             # The session's own images decided: stay at its home, as session routing does — moving a
-            # conversation costs its images' processing again; sessions spread by rendezvous.
+            # conversation costs its images' processing again; sessions spread by rendezvous. (Only
+            # new images and replicated ones: bounded below, or a hot image's turns pile up by session.)
             return Decision(order, "session")
+        if self.held_balance:
+            free = free_backends(images, names, self.history, self.popularity)
+            if len(free) >= 2:
+                # Several backends hold everything this request would process again: the least
+                # loaded of them, which keeps room at the homes for requests that can go nowhere else.
+                best = min(free, key=lambda i: (loads[i], order.index(i)))
+                order = [best, *(i for i in order if i != best)]
         preferred = order
         order, spilled = spill(order, own_loads, self.load_factor, fleet_loads)
         if spilled and self._overflow_saves(images, names, preferred[0], order[0], own_loads, fleet_loads):
@@ -262,10 +242,12 @@ class RoutingPolicy:
 
     @staticmethod
     def _by_score(
-        scores: Sequence[float], names: Sequence[str], session_id: str | None, images: Sequence[RoutedImage]
+        scores: Sequence[float], names: Sequence[str], session_id: str | None, images: Sequence[RoutedImage],
+        image_key: str | None = None,
     ) -> list[int]:
-        """Highest score first; ties by the session's (else the first image's) rendezvous order."""
-        tie_key = session_id if session_id is not None else images[0].key
+        """Highest score first; ties by the session's (else ``image_key``'s, else the first image's)
+        rendezvous order."""
+        tie_key = image_key if image_key is not None else session_id if session_id is not None else images[0].key
         tie = {index: position for position, index in enumerate(rendezvous_rank(tie_key, names))}
         return sorted(range(len(names)), key=lambda i: (-scores[i], tie[i]))
 

@@ -46,6 +46,7 @@ from mmgate.routing.health import BackendHealth
 from mmgate.routing.history import ImageHistory
 from mmgate.routing.load import LoadPoller
 from mmgate.routing.policy import RoutingPolicy
+from mmgate.routing.popularity import ImagePopularity
 from mmgate.routing.weights import RoutedImage
 
 log = logging.getLogger(__name__)
@@ -115,9 +116,13 @@ class Router:
         """A router configured by the gateway's settings (``health_*``, ``eject_*``, ``readmit_*``,
         ``routing``)."""
         r = settings.routing
+        popularity = ImagePopularity(
+            r.replicate_share, half_life=r.popularity_half_life, max_keys=r.history_keys,
+        ) if r.mode == "image-affinity" and r.replicate_share > 0 else None
         policy = RoutingPolicy(
             r.mode, load_factor=r.load_factor, session_weight=r.session_weight, held_weight=r.held_weight,
-            history=ImageHistory(r.history_keys), hold_overflow=r.hold_overflow,
+            history=ImageHistory(r.history_keys), hold_overflow=r.hold_overflow, popularity=popularity,
+            held_balance=r.held_balance,
         )
         return cls(
             backends,
@@ -190,7 +195,7 @@ class Router:
 
     def record_sent(self, backend: Backend, images: Sequence[RoutedImage], session_id: str | None = None) -> None:
         """``backend`` was just sent ``images``: count the weight it was believed to hold (the
-        image-weight hit ratio) and remember it in the history."""
+        image-weight hit ratio), remember it in the history and count the images' popularity."""
         history = self.policy.history
         if self._metrics is not None and images:
             hit = sum(i.weight for i in images if history.holds(i.key, backend.name))
@@ -198,6 +203,11 @@ class Router:
             self._metrics.routing_image_weight.labels(backend.name, "hit").inc(hit)
             self._metrics.routing_image_weight.labels(backend.name, "miss").inc(total - hit)
         history.record(backend.name, (i.key for i in images), session_id)
+        popularity = self.policy.popularity
+        if popularity is not None:
+            popularity.observe(i.key for i in images)
+            if self._metrics is not None:
+                self._metrics.routing_replicated_images.set(popularity.replicated_count)
 
     # Load -------------------------------------------------------------------------------------
 

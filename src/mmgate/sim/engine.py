@@ -106,6 +106,10 @@ class SimEngine:
         self._prefill_free_at = 0.0
         # Chat requests the HTTP front holds (GET /load, with enable_server_load_tracking).
         self.server_load = 0
+        # One request's cache lookups and processing at a time, as vLLM's renderer runs them on a
+        # single-worker executor (``vllm/renderers/base.py``, ``_mm_executor``): a request showing an
+        # image that another is processing waits and hits the cache instead of processing it again.
+        self._mm_lock = asyncio.Lock()
 
     def first_token_at(self, arrived: float, prefill_s: float) -> float:
         """When a request that arrived at ``arrived`` (loop time) gets its first token. With
@@ -175,7 +179,12 @@ class SimEngine:
         return LoadedImage(ref=ref, data=data, key=key)
 
     async def _preprocess(self, loaded: list[LoadedImage]) -> tuple[list[ProcessedImage], int]:
-        """The processed images, and the image tokens of those processed here (cache misses)."""
+        """The processed images, and the image tokens of those processed here (cache misses);
+        one request at a time (see ``_mm_lock``)."""
+        async with self._mm_lock:
+            return await self._preprocess_locked(loaded)
+
+    async def _preprocess_locked(self, loaded: list[LoadedImage]) -> tuple[list[ProcessedImage], int]:
         cache = self.cache
         enabled = cache.capacity_bytes > 0
         found: list[ProcessedImage | None] = []

@@ -1,0 +1,130 @@
+"""An event model of ``benchmarks/image_affinity.py``: the same workload through the real
+``RoutingPolicy`` (one per gateway, each with its own history, popularity and ``FleetLoad``), with
+no processes, no engines and no CPU noise. Seconds per configuration instead of minutes, to try a
+policy change before measuring it for real; its figures are the model's, not measurements.
+
+The model: ``--concurrency`` sessions at once, turns in order, turn t of session s through gateway
+(s + t) mod G; a request holds its backend for 60 ms + 20 ms per image processed there + 10 ms
+per request already in flight there + an exponential 30 ms. An engine holds every image it
+processed (nothing is evicted) and, as vLLM, processes a request's images one request at a time
+(no duplicate processing of concurrent requests). With G > 1 each gateway polls the true load
+every 0.2 s (phases staggered) into a ``FleetLoad``, as ``LoadPoller`` does. Reported: processed /
+unique (medians over ``--runs`` seeds), imbalance (time-weighted max / mean in flight, at least B in
+flight), load spills per run, and the copies of images some backend already held, by the
+decision's reason.
+
+    .venv/bin/python benchmarks/image_affinity_model.py --backends 4 --gateways 1,3
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import random
+import statistics
+import sys
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from image_affinity import add_workload_args, workload
+from mmgate.routing.history import ImageHistory
+from mmgate.routing.load import FleetLoad
+from mmgate.routing.policy import RoutingPolicy
+from mmgate.routing.popularity import ImagePopularity
+from mmgate.routing.weights import RoutedImage
+
+POLL_S = 0.2
+
+
+def run(args: argparse.Namespace, gateways: int, seed: int) -> dict[str, float]:
+    rng = random.Random(seed)
+    sessions = workload(args)
+    names = [f"vllm-{i}" for i in range(args.backends)]
+    count = len(names)
+    policies = [RoutingPolicy(
+        args.mode, load_factor=args.load_factor, held_weight=args.held_weight, history=ImageHistory(), rng=random.Random(seed + g),
+        popularity=ImagePopularity(args.replicate_share) if args.replicate_share > 0 else None,
+        held_balance=args.held_balance) for g in range(gateways)]
+    fleets = [FleetLoad(2 * POLL_S + 0.25) for _ in range(gateways)]
+    next_poll = [POLL_S * g / gateways for g in range(gateways)]
+    own = [[0] * count for _ in range(gateways)]
+    held: list[set[str]] = [set() for _ in range(count)]
+    processed, spills, copies = 0, 0, Counter[str]()
+    queue = list(range(len(sessions)))
+    # (time, sequence, session, turn, gateway and backend of the request that ends now or -1)
+    events: list[tuple[float, int, int, int, int, int]] = []
+    for seq in range(min(args.concurrency, len(queue))):
+        heapq.heappush(events, (rng.random() * 0.01, seq, queue.pop(0), 0, -1, -1))
+    seq = len(events)
+    weighted_max = weighted_mean = last = 0.0
+    while events:
+        now, _, sid, turn, gw_done, b_done = heapq.heappop(events)
+        truth = [sum(o[b] for o in own) for b in range(count)]
+        if sum(truth) >= count:
+            weighted_max += max(truth) * (now - last)
+            weighted_mean += sum(truth) / count * (now - last)
+        last = now
+        for g in range(gateways):
+            while next_poll[g] <= now:
+                for b in range(count):
+                    fleets[g].record(names[b], truth[b], own[g][b], next_poll[g])
+                fleets[g].end_round(next_poll[g])
+                next_poll[g] += POLL_S
+        if b_done >= 0:
+            own[gw_done][b_done] -= 1
+        if turn >= len(sessions[sid]):
+            if queue:
+                heapq.heappush(events, (now, seq, queue.pop(0), 0, -1, -1))
+                seq += 1
+            continue
+        g = (sid + turn) % gateways
+        session = None if args.sessionless else f"session-{sid}"
+        images = [RoutedImage(n, 256.0) for n in sessions[sid][turn]]
+        fleet = [fleets[g].estimate(names[b], own[g][b], now) for b in range(count)] if gateways > 1 else None
+        decision = policies[g].decide(names, own[g], session, images, fleet)
+        b = decision.order[0]
+        spills += decision.reason == "load_spill"
+        new = [i.key for i in images if i.key not in held[b]]
+        copies[decision.reason] += sum(1 for k in new if any(k in h for h in held))
+        processed += len(new)
+        held[b].update(new)
+        policies[g].history.record(names[b], [i.key for i in images], session)
+        popularity = policies[g].popularity
+        if popularity is not None:
+            popularity.observe(i.key for i in images)
+        own[g][b] += 1
+        hold_s = 0.06 + 0.02 * len(new) + 0.01 * truth[b] + rng.expovariate(1 / 0.03)
+        heapq.heappush(events, (now + hold_s, seq, sid, turn + 1, g, b))
+        seq += 1
+    unique = len({n for s in sessions for t in s for n in t})
+    return {"processed_per_unique": processed / unique, "imbalance": weighted_max / weighted_mean,
+            "spills": spills, **{f"copies_{k}": v for k, v in copies.items()}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_workload_args(parser)
+    parser.add_argument("--sessionless", action="store_true")
+    parser.add_argument("--seed", type=int, default=1, help="the workload's seed")
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--backends", type=int, default=4)
+    parser.add_argument("--gateways", default="1,3")
+    parser.add_argument("--mode", default="image-affinity")
+    parser.add_argument("--load-factor", type=float, default=1.3)
+    parser.add_argument("--replicate-share", type=float, default=0.25)
+    parser.add_argument("--held-weight", type=float, default=1.2)
+    parser.add_argument("--no-held-balance", dest="held_balance", action="store_false")
+    parser.add_argument("--runs", type=int, default=7, help="model seeds per row (medians)")
+    args = parser.parse_args()
+    for gateways in (int(g) for g in args.gateways.split(",")):
+        runs = [run(args, gateways, seed) for seed in range(args.runs)]
+        keys = sorted({k for r in runs for k in r})
+        figures = {k: statistics.median(r.get(k, 0) for r in runs) for k in keys}
+        print(f"B={args.backends} G={gateways} {args.mode} c={args.load_factor} share={args.replicate_share} "
+              f"held-balance={args.held_balance}: " + ", ".join(
+                  f"{k} {v:.3f}" if isinstance(v, float) and v < 10 else f"{k} {v:g}" for k, v in figures.items()))
+
+
+if __name__ == "__main__":
+    main()
