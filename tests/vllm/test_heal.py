@@ -1,6 +1,8 @@
 """Healing against real vLLM: a session whose replica goes away moves to the other replica, whose
-cache never saw its images; the replica comes back as a fresh process with empty caches. Both
-misses are vLLM's real 400 and the gateway heals each one from its uuid store."""
+cache never saw its images; a replica comes back as a fresh process with empty caches. Both
+misses are vLLM's real 400 and the gateway heals each one from its uuid store. (With image-affinity
+routing the session stays on the replica that holds its images once its home is back, until that
+replica goes away too.)"""
 
 from __future__ import annotations
 
@@ -46,12 +48,29 @@ async def test_heal_after_failover_and_after_a_real_restart(
         await asyncio.to_thread(home.start)  # a new vLLM process on the same port: empty caches
 
     await _until_healthy(gateway, home_name, True)
-    back = await chat(gateway.url, body(image(None, "h-1")), headers)
-    assert back.status == 200, back.json
-    assert replica_for(back, vllm_replicas) is home
-    assert back.reuse()["healed"] == 1
-    assert home.cache_counters() == (1, 0)
+    # The session's images are now held by the other replica (as far as the gateway sent them): the
+    # session stays there rather than go home to process them again (image-affinity routing).
+    stay = await chat(gateway.url, body(image(None, "h-1")), headers)
+    assert stay.status == 200, stay.json
+    assert replica_for(stay, vllm_replicas) is other
+    assert stay.reuse() == {"sent": 0, "stripped": 0, "referenced": 1, "healed": 0}
 
-    again = await chat(gateway.url, body(image(None, "h-1")), headers)
-    assert again.status == 200 and again.reuse() == {"sent": 0, "stripped": 0, "referenced": 1, "healed": 0}
-    assert home.cache_counters() == (2, 1)
+    # Now the other replica goes away: the session must go home, to the restarted process whose
+    # cache is empty. The gateway still believes home holds h-1 (it sent it there before the
+    # restart); vLLM's real 400 says otherwise and the gateway heals.
+    other_name = stay.headers["x-mmgate-backend"]
+    other.stop()
+    try:
+        await _until_healthy(gateway, other_name, False)
+        back = await chat(gateway.url, body(image(None, "h-1")), headers)
+        assert back.status == 200, back.json
+        assert replica_for(back, vllm_replicas) is home
+        assert back.reuse()["healed"] == 1
+        assert home.cache_counters() == (1, 0)
+
+        again = await chat(gateway.url, body(image(None, "h-1")), headers)
+        assert again.status == 200 and again.reuse() == {"sent": 0, "stripped": 0, "referenced": 1, "healed": 0}
+        assert home.cache_counters() == (2, 1)
+    finally:
+        await asyncio.to_thread(other.start)
+        await _until_healthy(gateway, other_name, True)
