@@ -32,7 +32,7 @@ from mmgate.frontdoor import STATS
 log = logging.getLogger(__name__)
 _MAX_MESSAGE = 65536 + 65536 + 64  # a head of at most --max-head-bytes plus one read past it
 _RESTART_AFTER_S = 0.2
-_EVENTS = {"displaced": "displaced", "timed_out": "timed_out"}  # front door count -> metric event
+_EVENTS = ("displaced", "timed_out")  # front-door counts that are mmgate_edge_connections_total events
 
 
 def front_door_supported() -> bool:
@@ -179,8 +179,8 @@ class FrontDoorSite(web.BaseSite):
 
     def _count(self, counts: dict[str, int]) -> None:
         self.stats = counts
-        for key, event in _EVENTS.items():
-            delta = counts.get(key, 0) - self._seen.get(key, 0)
+        for event in _EVENTS:
+            delta = counts.get(event, 0) - self._seen.get(event, 0)
             if delta > 0:
                 self._on_event(event, delta)
         self._seen = counts
