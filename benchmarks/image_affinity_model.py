@@ -8,7 +8,9 @@ The model: ``--concurrency`` sessions at once, turns in order, turn t of session
 per request already in flight there + an exponential 30 ms. An engine holds every image it
 processed (nothing is evicted) and, as vLLM, processes a request's images one request at a time
 (no duplicate processing of concurrent requests). With G > 1 each gateway polls the true load
-every 0.2 s (phases staggered) into a ``FleetLoad``, as ``LoadPoller`` does. Reported: processed /
+every 0.2 s (phases staggered) into a ``FleetLoad``, as ``LoadPoller`` does. With ``--sync`` (the
+routing sync, ``mmgate.routing.sync``) the gateways share one history and popularity and each
+adds the others' in-flight counts as of their last message (every 20 ms) to its own. Reported: processed /
 unique (medians over ``--runs`` seeds), imbalance (time-weighted max / mean in flight, at least B in
 flight), load spills per run, and the copies of images some backend already held, by the
 decision's reason.
@@ -35,6 +37,7 @@ from mmgate.routing.popularity import ImagePopularity
 from mmgate.routing.weights import RoutedImage
 
 POLL_S = 0.2
+SYNC_S = 0.02
 
 
 def run(args: argparse.Namespace, gateways: int, seed: int) -> dict[str, float]:
@@ -42,10 +45,17 @@ def run(args: argparse.Namespace, gateways: int, seed: int) -> dict[str, float]:
     sessions = workload(args)
     names = [f"vllm-{i}" for i in range(args.backends)]
     count = len(names)
+    # --sync: one history and popularity for all (messages every SYNC_S are applied at once here)
+    # and the others' in-flight counts as of their last message.
+    history = ImageHistory()
+    popularity = ImagePopularity(args.replicate_share) if args.replicate_share > 0 else None
     policies = [RoutingPolicy(
-        args.mode, load_factor=args.load_factor, held_weight=args.held_weight, history=ImageHistory(), rng=random.Random(seed + g),
-        popularity=ImagePopularity(args.replicate_share) if args.replicate_share > 0 else None,
+        args.mode, load_factor=args.load_factor, held_weight=args.held_weight, rng=random.Random(seed + g),
+        history=history if args.sync else ImageHistory(),
+        popularity=popularity if args.sync else ImagePopularity(args.replicate_share) if args.replicate_share > 0 else None,
         held_balance=args.held_balance) for g in range(gateways)]
+    said = [[0] * count for _ in range(gateways)]
+    next_say = 0.0
     fleets = [FleetLoad(2 * POLL_S + 0.25) for _ in range(gateways)]
     next_poll = [POLL_S * g / gateways for g in range(gateways)]
     own = [[0] * count for _ in range(gateways)]
@@ -65,10 +75,17 @@ def run(args: argparse.Namespace, gateways: int, seed: int) -> dict[str, float]:
             weighted_max += max(truth) * (now - last)
             weighted_mean += sum(truth) / count * (now - last)
         last = now
+        while args.sync and next_say <= now:
+            said = [list(o) for o in own]
+            next_say += SYNC_S
+
+        def seen(g: int, b: int, said: list[list[int]] = said) -> int:
+            return own[g][b] + sum(said[h][b] for h in range(gateways) if h != g) if args.sync else own[g][b]
+
         for g in range(gateways):
             while next_poll[g] <= now:
                 for b in range(count):
-                    fleets[g].record(names[b], truth[b], own[g][b], next_poll[g])
+                    fleets[g].record(names[b], truth[b], seen(g, b), next_poll[g])
                 fleets[g].end_round(next_poll[g])
                 next_poll[g] += POLL_S
         if b_done >= 0:
@@ -81,8 +98,8 @@ def run(args: argparse.Namespace, gateways: int, seed: int) -> dict[str, float]:
         g = (sid + turn) % gateways
         session = None if args.sessionless else f"session-{sid}"
         images = [RoutedImage(n, 256.0) for n in sessions[sid][turn]]
-        fleet = [fleets[g].estimate(names[b], own[g][b], now) for b in range(count)] if gateways > 1 else None
-        decision = policies[g].decide(names, own[g], session, images, fleet)
+        fleet = [fleets[g].estimate(names[b], seen(g, b), now) for b in range(count)] if gateways > 1 else None
+        decision = policies[g].decide(names, [seen(g, b) for b in range(count)], session, images, fleet)
         b = decision.order[0]
         spills += decision.reason == "load_spill"
         new = [i.key for i in images if i.key not in held[b]]
@@ -90,9 +107,8 @@ def run(args: argparse.Namespace, gateways: int, seed: int) -> dict[str, float]:
         processed += len(new)
         held[b].update(new)
         policies[g].history.record(names[b], [i.key for i in images], session)
-        popularity = policies[g].popularity
-        if popularity is not None:
-            popularity.observe(i.key for i in images)
+        if policies[g].popularity is not None:
+            policies[g].popularity.observe(i.key for i in images)
         own[g][b] += 1
         hold_s = 0.06 + 0.02 * len(new) + 0.01 * truth[b] + rng.expovariate(1 / 0.03)
         heapq.heappush(events, (now + hold_s, seq, sid, turn + 1, g, b))
@@ -115,13 +131,15 @@ def main() -> None:
     parser.add_argument("--replicate-share", type=float, default=0.25)
     parser.add_argument("--held-weight", type=float, default=1.2)
     parser.add_argument("--no-held-balance", dest="held_balance", action="store_false")
+    parser.add_argument("--sync", action="store_true", help="the routing sync between gateways (every 20 ms)")
     parser.add_argument("--runs", type=int, default=7, help="model seeds per row (medians)")
     args = parser.parse_args()
     for gateways in (int(g) for g in args.gateways.split(",")):
         runs = [run(args, gateways, seed) for seed in range(args.runs)]
         keys = sorted({k for r in runs for k in r})
         figures = {k: statistics.median(r.get(k, 0) for r in runs) for k in keys}
-        print(f"B={args.backends} G={gateways} {args.mode} c={args.load_factor} share={args.replicate_share} "
+        print(f"B={args.backends} G={gateways} {args.mode}{' sync' if args.sync else ''} c={args.load_factor} "
+              f"share={args.replicate_share} "
               f"held-balance={args.held_balance}: " + ", ".join(
                   f"{k} {v:.3f}" if isinstance(v, float) and v < 10 else f"{k} {v:g}" for k, v in figures.items()))
 

@@ -91,6 +91,18 @@ class GatewayMetrics:
             "Images image-affinity treats as held on every backend (shown in at least --routing-replicate-share "
             "of recent requests)", registry=registry,
         )
+        self.routing_sync_messages = Counter(
+            "mmgate_routing_sync_messages",
+            "Routing-sync messages (--routing-sync-url) by direction (sent, received) and outcome: ok, error "
+            "(Redis failed or timed out: dropped), invalid (refused whole), dropped (routed requests queued "
+            "past the bound)",
+            ["direction", "outcome"], registry=registry,
+        )
+        self.routing_sync_peers = Gauge(
+            "mmgate_routing_sync_peers",
+            "Other gateways heard from on the routing-sync channel within --routing-sync-max-age",
+            registry=registry,
+        )
         self.edge_connections = Counter(
             "mmgate_edge_connections",
             "Client connections the edge closed: displaced (at the connection cap, an idle or slow "

@@ -18,6 +18,7 @@ from mmgate.errors import BackendConnectError, ModelNotFoundError
 from mmgate.metrics import GatewayMetrics
 from mmgate.routing.rendezvous import rendezvous_rank
 from mmgate.routing.router import Router
+from mmgate.routing.setup import build_router
 
 MODEL = "m"
 
@@ -193,7 +194,7 @@ async def test_metrics_health_outstanding_ejections() -> None:
 def test_from_settings_and_bad_arguments() -> None:
     settings = GatewaySettings(eject_after_failures=3, readmit_after_s=3600.0, health_interval_s=0.5)
     a = StaticBackend("a")
-    router = Router.from_settings([a], settings)
+    router = build_router([a], settings)
     router.report_failure(a)
     router.report_failure(a)
     assert router.is_healthy(a)

@@ -5,9 +5,10 @@ from mmgate.routing.health import BackendHealth, HealthStatus
 from mmgate.routing.history import ImageHistory
 from mmgate.routing.policy import ROUTING_MODES, Decision, RoutingPolicy
 from mmgate.routing.router import Router
+from mmgate.routing.setup import build_router
 from mmgate.routing.weights import RoutedImage, image_tokens, image_weight
 
 __all__ = [
     "ROUTING_MODES", "BackendHealth", "Decision", "HealthStatus", "ImageHistory", "RoutedImage", "Router",
-    "RoutingPolicy", "image_tokens", "image_weight",
+    "RoutingPolicy", "build_router", "image_tokens", "image_weight",
 ]

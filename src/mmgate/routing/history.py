@@ -68,9 +68,13 @@ class ImageHistory:
             return False
         return entry.shared or entry.owner != session_token(session_id)
 
-    def record(self, backend: str, keys: Iterable[str], session_id: str | None = None) -> None:
-        """``backend`` was just sent every key in ``keys``, for ``session_id``."""
-        token = session_token(session_id)
+    def record(
+        self, backend: str, keys: Iterable[str], session_id: str | None = None, *, token: int | None = None,
+    ) -> None:
+        """``backend`` was just sent every key in ``keys``, for ``session_id`` (or the session whose
+        ``session_token`` is ``token``: another gateway's request, ``mmgate.routing.sync``)."""
+        if token is None:
+            token = session_token(session_id)
         for key in keys:
             entry = self._entries.get(key)
             if entry is None:

@@ -21,6 +21,10 @@ the fleet overshoots the cap (G gateways x the headroom). A backend without a re
 last poll failed, or whose reading is older than ``max_age_s`` uses its own in-flight count: the
 estimate fails open to the one-gateway view.
 
+With the routing sync (``mmgate.routing.sync``) "own" is every synced gateway's in-flight count
+(this one's exact, the others' as they last said), and ``share`` tends to 1 when only those
+gateways load the backends.
+
 ``FleetLoad`` is pure (the caller passes the clock); ``LoadPoller`` is its I/O.
 """
 
@@ -28,7 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from mmgate.backends import Backend
@@ -99,7 +103,7 @@ class LoadPoller:
     """Polls every backend's engine load into a ``FleetLoad``, one round each ``interval_s``."""
 
     def __init__(
-        self, backends: Sequence[Backend], own: Mapping[str, int], *, interval_s: float, timeout_s: float,
+        self, backends: Sequence[Backend], own: Callable[[str], int], *, interval_s: float, timeout_s: float,
         clock: Callable[[], float], metrics: GatewayMetrics | None = None,
     ) -> None:
         if interval_s <= 0 or timeout_s <= 0:
@@ -114,7 +118,7 @@ class LoadPoller:
         self._metrics = metrics
 
     def estimate(self, backend: str) -> int:
-        return self.fleet.estimate(backend, self._own[backend], self._clock())
+        return self.fleet.estimate(backend, self._own(backend), self._clock())
 
     async def poll_once(self) -> None:
         """Read every backend's load once, concurrently (each read bounded)."""
@@ -135,7 +139,7 @@ class LoadPoller:
             self.fleet.fail(backend.name)
             outcome = "error"
         else:
-            self.fleet.record(backend.name, engine, self._own[backend.name], self._clock())
+            self.fleet.record(backend.name, engine, self._own(backend.name), self._clock())
             outcome = "ok" if engine is not None else "none"
         if self._metrics is not None:
             self._metrics.backend_load_polls.labels(backend.name, outcome).inc()

@@ -22,7 +22,10 @@ router also polls every backend's engine-reported load (vLLM's running + waiting
 gateway's requests) in a background task (``mmgate.routing.load.LoadPoller``), off the request
 path; a decision then weighs both this gateway's own counts and the fleet estimate (the engine's
 figure moved by this gateway's requests since the poll, never below its own count; its own count
-alone when the poll failed or is stale).
+alone when the poll failed or is stale). With ``--routing-sync-url`` the gateways also tell each
+other what they routed and how many requests each has in flight (``mmgate.routing.sync``, Redis
+pub/sub, off the request path): each records the others' requests in its history and popularity
+and counts their in-flight requests with its own.
 
 Health: ``report_failure`` (the gateway, on a connect error or a timeout) ejects a backend after
 ``eject_after_failures`` consecutive failures; ``start()`` runs one background task that probes every
@@ -38,15 +41,17 @@ import random
 import time
 from collections.abc import Callable, Sequence
 
+from redis.asyncio import Redis
+
 from mmgate.backends import Backend
-from mmgate.config import GatewaySettings
 from mmgate.errors import MmgateError, ModelNotFoundError
 from mmgate.metrics import GatewayMetrics
 from mmgate.routing.health import BackendHealth
-from mmgate.routing.history import ImageHistory
+from mmgate.routing.history import session_token
 from mmgate.routing.load import LoadPoller
+from mmgate.routing.peers import Routed
 from mmgate.routing.policy import RoutingPolicy
-from mmgate.routing.popularity import ImagePopularity
+from mmgate.routing.sync import RoutingSync
 from mmgate.routing.weights import RoutedImage
 
 log = logging.getLogger(__name__)
@@ -97,8 +102,10 @@ class Router:
             for b in self.backends
         }
         self._outstanding = dict.fromkeys(names, 0)
+        self.sync: RoutingSync | None = None
+        self._syncer: asyncio.Task[None] | None = None
         self.load_poller = LoadPoller(
-            self.backends, self._outstanding, interval_s=load_poll_interval_s, timeout_s=load_poll_timeout_s,
+            self.backends, self.gateway_load, interval_s=load_poll_interval_s, timeout_s=load_poll_timeout_s,
             clock=clock, metrics=metrics,
         ) if load_poll_interval_s else None
         self._poller: asyncio.Task[None] | None = None
@@ -109,32 +116,18 @@ class Router:
             self._publish_health(backend)
             self._publish_outstanding(backend)
 
-    @classmethod
-    def from_settings(
-        cls, backends: Sequence[Backend], settings: GatewaySettings, *, metrics: GatewayMetrics | None = None
-    ) -> Router:
-        """A router configured by the gateway's settings (``health_*``, ``eject_*``, ``readmit_*``,
-        ``routing``)."""
-        r = settings.routing
-        popularity = ImagePopularity(
-            r.replicate_share, half_life=r.popularity_half_life, max_keys=r.history_keys,
-        ) if r.mode == "image-affinity" and r.replicate_share > 0 else None
-        policy = RoutingPolicy(
-            r.mode, load_factor=r.load_factor, session_weight=r.session_weight, held_weight=r.held_weight,
-            history=ImageHistory(r.history_keys), hold_overflow=r.hold_overflow, popularity=popularity,
-            held_balance=r.held_balance,
+    def enable_sync(
+        self, client: Redis, listener: Redis, channel: str, *, interval_s: float, max_age_s: float,
+        io_timeout_s: float,
+    ) -> RoutingSync:
+        """Share this gateway's routing with the others on ``channel`` (``mmgate.routing.sync``):
+        ``client`` publishes, ``listener`` subscribes. Call before ``start``."""
+        self.sync = RoutingSync(
+            client, listener, channel, [b.name for b in self.backends], self._outstanding, self._apply_routed,
+            on_loads=self._publish_loads, interval_s=interval_s, max_age_s=max_age_s, io_timeout_s=io_timeout_s, clock=self._clock,
+            metrics=self._metrics,
         )
-        return cls(
-            backends,
-            metrics=metrics,
-            health_interval_s=settings.health_interval_s,
-            health_timeout_s=settings.health_timeout_s,
-            eject_after_failures=settings.eject_after_failures,
-            readmit_after_s=settings.readmit_after_s,
-            policy=policy,
-            load_poll_interval_s=r.load_poll_interval_s,
-            load_poll_timeout_s=r.load_poll_timeout_s,
-        )
+        return self.sync
 
     # Models -----------------------------------------------------------------------------------
 
@@ -186,7 +179,7 @@ class Router:
                 continue
             fleet = [self.load(b) for b in pool] if self.load_poller is not None else None
             decision = self.policy.decide(
-                [b.name for b in pool], [self._outstanding[b.name] for b in pool], session_id, images, fleet
+                [b.name for b in pool], [self.gateway_load(b.name) for b in pool], session_id, images, fleet
             )
             if not order and self._metrics is not None:
                 self._metrics.routing_decisions.labels(decision.reason).inc()
@@ -202,10 +195,21 @@ class Router:
             total = sum(i.weight for i in images)
             self._metrics.routing_image_weight.labels(backend.name, "hit").inc(hit)
             self._metrics.routing_image_weight.labels(backend.name, "miss").inc(total - hit)
-        history.record(backend.name, (i.key for i in images), session_id)
+        keys = [i.key for i in images]
+        history.record(backend.name, keys, session_id)
+        self._observe(keys)
+        if self.sync is not None and keys:
+            self.sync.routed(backend.name, session_token(session_id), keys)
+
+    def _apply_routed(self, routed: Routed) -> None:
+        """Another gateway sent ``routed``: remember it as if this one had."""
+        self.policy.history.record(routed.backend, routed.keys, token=routed.token)
+        self._observe(routed.keys)
+
+    def _observe(self, keys: Sequence[str]) -> None:
         popularity = self.policy.popularity
         if popularity is not None:
-            popularity.observe(i.key for i in images)
+            popularity.observe(keys)
             if self._metrics is not None:
                 self._metrics.routing_replicated_images.set(popularity.replicated_count)
 
@@ -215,11 +219,17 @@ class Router:
         """Requests in flight to ``backend`` (between ``begin`` and ``end``)."""
         return self._outstanding[backend.name]
 
+    def gateway_load(self, name: str) -> int:
+        """Requests in flight to the backend ``name`` from this gateway and, with the routing sync,
+        from the others as they last said."""
+        own = self._outstanding[name]
+        return own if self.sync is None else own + self.sync.peer_load(name)
+
     def load(self, backend: Backend) -> int:
-        """Requests in flight to ``backend`` from every gateway, as far as this one can tell (its
-        own ``outstanding`` without the load poll)."""
+        """Requests in flight to ``backend`` from every gateway and client, as far as this one can
+        tell (``gateway_load`` without the load poll)."""
         if self.load_poller is None:
-            return self._outstanding[backend.name]
+            return self.gateway_load(backend.name)
         return self.load_poller.estimate(backend.name)
 
     async def poll_loads_once(self) -> None:
@@ -230,11 +240,15 @@ class Router:
     def begin(self, backend: Backend) -> None:
         """One more request in flight to ``backend``; pair every call with ``end``."""
         self._outstanding[backend.name] += 1
+        if self.sync is not None:
+            self.sync.changed()
         self._publish_outstanding(backend)
 
     def end(self, backend: Backend) -> None:
         """One request to ``backend`` finished (its stream included); never goes below zero."""
         self._outstanding[backend.name] = max(0, self._outstanding[backend.name] - 1)
+        if self.sync is not None:
+            self.sync.changed()
         self._publish_outstanding(backend)
 
     # Health -----------------------------------------------------------------------------------
@@ -287,6 +301,8 @@ class Router:
             self._prober = asyncio.create_task(self._probe_loop(), name="mmgate-router-probes")
         if self.load_poller is not None and (self._poller is None or self._poller.done()):
             self._poller = asyncio.create_task(self.load_poller.run(), name="mmgate-router-load-poll")
+        if self.sync is not None and (self._syncer is None or self._syncer.done()):
+            self._syncer = asyncio.create_task(self.sync.run(), name="mmgate-router-sync")
 
     async def _probe_loop(self) -> None:
         while True:
@@ -299,8 +315,8 @@ class Router:
 
     async def stop(self) -> None:
         """Stop the probe and load-poll tasks; the backends stay open."""
-        tasks = [t for t in (self._prober, self._poller) if t is not None]
-        self._prober = self._poller = None
+        tasks = [t for t in (self._prober, self._poller, self._syncer) if t is not None]
+        self._prober = self._poller = self._syncer = None
         for task in tasks:
             task.cancel()
         if tasks:
@@ -310,11 +326,17 @@ class Router:
     async def close(self) -> None:
         """Stop probing and close every backend."""
         await self.stop()
+        if self.sync is not None:
+            await self.sync.close()
         await asyncio.gather(*(b.close() for b in self.backends), return_exceptions=True)
 
     def _publish_health(self, backend: Backend) -> None:
         if self._metrics is not None:
             self._metrics.backend_healthy.labels(backend.name).set(1 if self.is_healthy(backend) else 0)
+
+    def _publish_loads(self) -> None:
+        for backend in self.backends:
+            self._publish_outstanding(backend)
 
     def _publish_outstanding(self, backend: Backend) -> None:
         if self._metrics is not None:

@@ -22,7 +22,7 @@ from mmgate.config import GatewaySettings
 from mmgate.media import MediaLoader
 from mmgate.metrics import GatewayMetrics
 from mmgate.reuse import KeySpace, TenantKeys, UUIDStore
-from mmgate.routing import Router
+from mmgate.routing import build_router
 from mmgate.serve.engines import start_embedded_engines
 from mmgate.sim import SimSettings
 from mmgate.store import build_shared_tier
@@ -107,7 +107,7 @@ async def start_gateway(
         ]
         metrics = GatewayMetrics(registry)
         loader = MediaLoader(settings.media, settings.cache, registry=registry, shared=shared)
-        router = Router.from_settings(backends, settings, metrics=metrics)
+        router = build_router(backends, settings, metrics=metrics)
         store = UUIDStore(settings.uuid_store_bytes, settings.uuid_ttl_s, shared)
         if tenants is not None and shared is not None and not settings.tenant_secret:
             log.warning("tenants and a shared Redis without --tenant-secret: this gateway's uuid keys "

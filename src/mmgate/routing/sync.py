@@ -1,0 +1,211 @@
+"""Routing sync between the gateways of one fleet over Redis pub/sub, off the request path.
+
+With ``--routing-sync-url`` each gateway publishes, every ``--routing-sync-interval`` when
+something changed (and at least every third of ``--routing-sync-max-age`` while it has requests in
+flight), one message on ``--routing-sync-channel``: its in-flight requests per backend and the
+requests it routed since the last message (``mmgate.routing.peers`` has the format). Each gateway
+subscribes to the same channel, skips its own messages, records every routed request in its own
+history and popularity (``on_routed``) and adds the others' in-flight counts to its own for the
+bounded-load cap (``peer_load``). With the sync up, G gateways route as one would: the image-affinity
+benchmark's 3-gateway rows come within the 1-gateway rows (docs/PERFORMANCE.md).
+
+Nothing on the request path waits for Redis: ``routed``/``changed`` only queue (bounded: at most
+``MAX_PENDING`` routed requests wait; beyond that the oldest are dropped, counted). Fails open: a
+publish that fails or times out drops its message (counted), the listener reconnects with backoff
+(0.25 s doubling to 5 s), and a gateway whose messages stop counts no more after
+``max_age_s``: every gateway falls back to its own counts and the load poll. A message that is not
+one (``InvalidSync``) is dropped whole and counted; it cannot reach the history.
+
+Redis Cluster: PUBLISH on any node reaches subscribers on every node, so the URL may name any one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from mmgate.config import CacheSettings
+from mmgate.errors import ConfigError
+from mmgate.metrics import GatewayMetrics
+from mmgate.routing.peers import MAX_EVENTS, InvalidSync, PeerLoads, Routed, decode, encode
+from mmgate.store.redis.client import build_client
+
+log = logging.getLogger(__name__)
+
+SYNC_URL_SETTING = "--routing-sync-url"
+MAX_PENDING = 4096
+LISTEN_WAIT_S = 1.0
+BACKOFF_S = (0.25, 5.0)
+
+
+def sync_client(url: str, cache: CacheSettings) -> Redis:
+    """A lazily connecting client for ``url`` with the shared cache's timeouts (no I/O yet)."""
+    settings = cache.model_copy(update={"redis_url": url, "redis_cluster": False})
+    try:
+        nodes = build_client(settings)
+    except ConfigError as exc:
+        raise ConfigError(SYNC_URL_SETTING, exc.message.split(": ", 1)[-1]) from None
+    client = nodes.node(nodes.names()[0])
+    assert client is not None
+    return client
+
+
+class RoutingSync:
+    """Publishes this gateway's routing, applies the others'. ``run`` until cancelled."""
+
+    def __init__(
+        self, client: Redis, listener: Redis, channel: str, names: Sequence[str], loads: Mapping[str, int],
+        on_routed: Callable[[Routed], None], *, on_loads: Callable[[], None] | None = None, interval_s: float, max_age_s: float, io_timeout_s: float,
+        clock: Callable[[], float], metrics: GatewayMetrics | None = None,
+    ) -> None:
+        self.gateway_id = secrets.token_hex(8)
+        self.peers = PeerLoads(max_age_s)
+        self._client = client
+        self._listener = listener
+        self._channel = channel
+        self._names = frozenset(names)
+        self._loads = loads
+        self._on_routed = on_routed
+        self._on_loads = on_loads
+        self._interval_s = interval_s
+        self._heartbeat_s = max_age_s / 3
+        self._io_timeout_s = io_timeout_s
+        self._clock = clock
+        self._metrics = metrics
+        self._pending: deque[Routed] = deque()
+        self._dirty = False
+        self._last_sent = float("-inf")
+        self.subscribed = asyncio.Event()
+
+    # The request path: queue only ---------------------------------------------------------------
+
+    def routed(self, backend: str, token: int, keys: Sequence[str]) -> None:
+        """This gateway just sent a request with ``keys`` to ``backend`` for session ``token``."""
+        if len(self._pending) >= MAX_PENDING:
+            self._pending.popleft()
+            self._count("sent", "dropped")
+        self._pending.append(Routed(backend, token, tuple(keys)))
+        self._dirty = True
+
+    def changed(self) -> None:
+        """This gateway's in-flight counts changed."""
+        self._dirty = True
+
+    def peer_load(self, backend: str) -> int:
+        """Requests the other gateways have in flight to ``backend``, as they last said."""
+        return self.peers.total(backend, self._clock())
+
+    # Background ----------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Publish and listen until cancelled."""
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self._publish_loop())
+            group.create_task(self._listen_loop())
+            group.create_task(self._gauge_loop())
+
+    async def publish_once(self) -> bool:
+        """Send what changed since the last message (True: sent, or nothing to send)."""
+        busy = any(self._loads.values())
+        if not self._dirty and not (busy and self._clock() - self._last_sent >= self._heartbeat_s):
+            return True
+        batch = [self._pending.popleft() for _ in range(min(MAX_EVENTS, len(self._pending)))]
+        self._dirty = bool(self._pending)
+        data = encode(self.gateway_id, self._loads, batch)
+        try:
+            async with asyncio.timeout(self._io_timeout_s):
+                await self._client.publish(self._channel, data)
+        except (TimeoutError, RedisError, OSError) as exc:
+            self._count("sent", "error")
+            log.debug("routing sync publish failed: %s", exc)
+            self._dirty = True  # the loads go again with the next message; the routed requests are lost
+            return False
+        self._last_sent = self._clock()
+        self._count("sent", "ok")
+        return True
+
+    def apply(self, data: bytes) -> bool:
+        """Apply one message from the channel (False: refused as invalid)."""
+        try:
+            message = decode(data, self._names)
+        except InvalidSync as exc:
+            self._count("received", "invalid")
+            log.debug("routing sync message refused: %s", exc)
+            return False
+        if message.gateway == self.gateway_id:
+            return True
+        self.peers.update(message.gateway, message.loads, self._clock())
+        for routed in message.routed:
+            self._on_routed(routed)
+        self._count("received", "ok")
+        self.refresh()
+        return True
+
+    def refresh(self) -> None:
+        """Publish the loads and peers as they stand now (the others' counts also age out)."""
+        if self._on_loads is not None:
+            self._on_loads()
+        if self._metrics is not None:
+            self._metrics.routing_sync_peers.set(self.peers.fresh(self._clock()))
+
+    async def _publish_loop(self) -> None:
+        delay = self._interval_s
+        while True:
+            await asyncio.sleep(delay)
+            try:
+                ok = await self.publish_once()
+            except Exception:
+                log.exception("routing sync publish raised")
+                ok = False
+            delay = self._interval_s if ok else min(BACKOFF_S[1], max(BACKOFF_S[0], 2 * delay))
+
+    async def _gauge_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._heartbeat_s)
+            self.refresh()
+
+    async def _listen_loop(self) -> None:
+        delay = BACKOFF_S[0]
+        warned = False
+        while True:
+            pubsub = self._listener.pubsub(ignore_subscribe_messages=True)
+            try:
+                await pubsub.subscribe(self._channel)
+                self.subscribed.set()
+                if warned:
+                    log.info("routing sync listening again on %s", self._channel)
+                delay, warned = BACKOFF_S[0], False
+                while True:
+                    message: dict[str, Any] | None = await pubsub.get_message(
+                        ignore_subscribe_messages=True, timeout=LISTEN_WAIT_S)
+                    if message is not None and message.get("type") == "message":
+                        data = message["data"]
+                        self.apply(data if isinstance(data, bytes) else str(data).encode())
+            except (TimeoutError, RedisError, OSError) as exc:
+                self.subscribed.clear()
+                if not warned:
+                    log.warning("routing sync lost its subscription (%s): each gateway routes on its own "
+                                "counts until it is back", type(exc).__name__)
+                    warned = True
+            finally:
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()
+            await asyncio.sleep(delay)
+            delay = min(BACKOFF_S[1], 2 * delay)
+
+    async def close(self) -> None:
+        for client in (self._client, self._listener):
+            with contextlib.suppress(Exception):
+                await client.aclose()
+
+    def _count(self, direction: str, outcome: str) -> None:
+        if self._metrics is not None:
+            self._metrics.routing_sync_messages.labels(direction, outcome).inc()

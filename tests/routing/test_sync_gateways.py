@@ -1,0 +1,186 @@
+"""The routing sync end to end: real gateway processes (``mmgate serve --routing-sync-url``), real
+sim engines and real redis-server processes (standalone, and a 3-node cluster), all on loopback.
+Each test also runs a gateway without the sync, which routes otherwise: that is what the sync
+changes, so each would fail if the messages did not arrive or were not applied."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+
+import aiohttp
+import orjson
+import pytest
+
+from mmgate.routing.rendezvous import rendezvous_rank
+from mmgate.sim.config import SimSettings
+from tests.routing.test_image_affinity_gateways import AFFINITY, MODEL, body, data_url
+from tests.routing.test_image_affinity_gateways import _metric as metric
+from tests.support.gateway import running_sims
+from tests.support.gateway_process import gateway_process
+from tests.support.redis_servers import RedisClusterServers, RedisServer, running_standalone
+
+# No load poll: what one gateway knows of another's requests comes from the sync alone.
+OWN_ONLY = (*AFFINITY, "--routing-load-poll-interval", "0")
+SENT_OK = 'mmgate_routing_sync_messages_total{direction="sent",outcome="ok"}'
+RECEIVED_OK = 'mmgate_routing_sync_messages_total{direction="received",outcome="ok"}'
+NO_POPULARITY = ("--routing-replicate-share", "0")
+INVALID = 'mmgate_routing_sync_messages_total{direction="received",outcome="invalid"}'
+
+
+def synced(url: str, *extra: str) -> tuple[str, ...]:
+    return (*OWN_ONLY, "--routing-sync-url", url, "--routing-sync-max-age", "0.5", *extra)
+
+
+async def choice(client: aiohttp.ClientSession, gw: str, images: list[str], session: str | None = None) -> str:
+    headers = {"Content-Type": "application/json", **({"x-session-id": session} if session else {})}
+    async with client.post(gw + "/v1/chat/completions", data=body(images), headers=headers) as r:
+        assert r.status == 200, await r.text()
+        await r.read()
+        return r.headers["x-mmgate-backend"]
+
+
+async def until(condition: object, timeout_s: float = 10.0) -> None:
+    async with asyncio.timeout(timeout_s):
+        while not await condition():  # type: ignore[operator]
+            await asyncio.sleep(0.02)
+
+
+async def delivered(client: aiohttp.ClientSession, sender: str, receiver: str) -> None:
+    """Wait until ``receiver`` applied every message ``sender`` had sent 0.1 s from now."""
+    await asyncio.sleep(0.1)  # the sender's next sync tick (every 20 ms) has gone out
+    sent = await metric(client, sender, SENT_OK)
+    assert sent >= 1
+    await until(lambda: _at_least(client, receiver, RECEIVED_OK, sent))
+
+
+async def _at_least(client: aiohttp.ClientSession, gw: str, sample: str, value: float) -> bool:
+    return await metric(client, gw, sample) >= value
+
+
+@pytest.mark.parametrize("redis_kind", ["standalone", "cluster"])
+async def test_a_gateway_sends_an_image_where_another_gateway_had_it_processed(
+    redis_kind: str, request: pytest.FixtureRequest,
+) -> None:
+    if redis_kind == "cluster":  # each gateway on a different node: PUBLISH reaches every node
+        cluster: RedisClusterServers = request.getfixturevalue("cluster_servers")
+        url_a, url_b = cluster.nodes[0].url, cluster.nodes[1].url
+    else:
+        server: RedisServer = request.getfixturevalue("standalone_server")
+        url_a = url_b = server.url
+    async with running_sims(4) as sims, AsyncExitStack() as stack:
+        urls = [s.url for s in sims]
+        a = await stack.enter_async_context(gateway_process(urls, *synced(url_a), hash_seed=1))
+        b = await stack.enter_async_context(gateway_process(urls, *synced(url_b), hash_seed=2))
+        blind = await stack.enter_async_context(gateway_process(urls, *OWN_ONLY, hash_seed=3))
+        client = await stack.enter_async_context(aiohttp.ClientSession())
+        for seed in range(20):
+            image = data_url(5000 + seed)
+            # Through A, a session's new image goes to the session's home, where it is processed...
+            held = await choice(client, a, [image], session=f"conversation-{seed}")
+            # ...and a gateway that never heard of it sends it, shared now, to its own home.
+            home = await choice(client, blind, [image])
+            if held != home:
+                break
+        else:
+            pytest.fail("no image whose home differs from its session's home in 20 tries")
+        await delivered(client, a, b)
+        processed = sum(s.engine.metrics.stats.images_processed for s in sims)
+        # B heard where A sent it: the backend that holds it beats its home (held weight 1.2).
+        assert await choice(client, b, [image]) == held
+        assert sum(s.engine.metrics.stats.images_processed for s in sims) == processed  # nothing again
+        assert await metric(client, b, "mmgate_routing_sync_peers") == 1.0  # A (the blind one is not in it)
+
+
+@asynccontextmanager
+async def held_streams(client: aiohttp.ClientSession, gw: str, session: str, count: int) -> AsyncIterator[None]:
+    """``count`` slow streams through ``gw`` for ``session`` (text only: they go to its home)."""
+    streams = []
+    try:
+        for _ in range(count):
+            resp = await client.post(gw + "/v1/chat/completions", json={
+                "model": MODEL, "stream": True, "max_tokens": 2000, "ignore_eos": True,
+                "messages": [{"role": "user", "content": "busy"}]}, headers={"x-session-id": session})
+            assert resp.status == 200
+            await resp.content.readuntil(b"\n\n")  # running on the engine
+            streams.append(resp)
+        yield
+    finally:
+        for resp in streams:
+            resp.close()
+
+
+async def test_the_load_cap_counts_another_gateways_requests_and_fails_open_when_redis_stops(
+    tmp_path: Path,
+) -> None:
+    slow = SimSettings(port=0, speedup=1.0, decode_ms_per_token=20.0)
+    async with running_sims(4, slow) as sims, AsyncExitStack() as stack:
+        server = stack.enter_context(running_standalone(tmp_path / "redis"))
+        urls = [s.url for s in sims]
+        # Popularity off: the image is shown 5 times here, and a replicated image pulls nowhere.
+        a = await stack.enter_async_context(gateway_process(urls, *synced(server.url, *NO_POPULARITY)))
+        b = await stack.enter_async_context(gateway_process(urls, *synced(server.url, *NO_POPULARITY)))
+        blind = await stack.enter_async_context(gateway_process(urls, *OWN_ONLY, *NO_POPULARITY))
+        client = await stack.enter_async_context(aiohttp.ClientSession())
+        image = data_url(77, 112)
+        home = await choice(client, b, [image])  # idle: the image's home
+        assert await choice(client, blind, [image]) == home
+        async with client.get(b + "/health") as r:
+            names = [x["name"] for x in orjson.loads(await r.read())["backends"]]
+        session = next(f"s{i}" for i in range(1000) if rendezvous_rank(f"s{i}", names)[0] == names.index(home))
+        load = f'mmgate_backend_load{{backend="{home}"}}'
+        async with held_streams(client, a, session, 6):
+            # B counts A's 6 requests on the home (its own count is 0): over the cap, it spills.
+            await until(lambda: _at_least(client, b, load, 6))
+            assert await choice(client, b, [image]) != home
+            assert await choice(client, blind, [image]) == home  # without the sync: idle, home
+            server.stop()  # Redis gone: A's counts age out (max age 0.5 s) and B routes on its own
+            await until(lambda: _at_most(client, b, load, 0))
+            assert await choice(client, b, [image]) == home
+            assert await choice(client, a, [data_url(78)]) in names  # A serves too
+            server.start()  # back: A's next message (at least every max age / 3) reaches B again
+            await until(lambda: _at_least(client, b, load, 6), timeout_s=15)
+            assert await choice(client, b, [image]) != home
+        errors = 'mmgate_routing_sync_messages_total{direction="sent",outcome="error"}'
+        assert await metric(client, a, errors) >= 1
+
+
+async def _at_most(client: aiohttp.ClientSession, gw: str, sample: str, value: float) -> bool:
+    return await metric(client, gw, sample) <= value
+
+
+async def test_garbage_on_the_channel_is_refused_and_changes_nothing(standalone_server: RedisServer) -> None:
+    channel = "mmgate:routing:garbage-test"
+    async with running_sims(2) as sims, gateway_process(
+        [s.url for s in sims], *synced(standalone_server.url, "--routing-sync-channel", channel),
+    ) as gw, aiohttp.ClientSession() as client:
+        async with client.get(gw + "/health") as r:
+            names = [x["name"] for x in orjson.loads(await r.read())["backends"]]
+        image = data_url(91)
+        before = await choice(client, gw, [image])
+        garbage = [b"", b"\x00\xff" * 100, b"{" * 50_000, b'{"v":1,"g":"x","l":{"%s":-5},"s":[]}' % names[0].encode(),
+                   b'{"v":1,"g":"x","l":{},"s":[["%s",1,["%s"]]]}' % (names[0].encode(), b"k" * 5000),
+                   b"x" * 300_000]
+        with standalone_server.client() as raw:
+            for data in garbage:
+                raw.publish(channel, data)
+            # Well-formed but about backends this gateway does not have: applied, and changes nothing.
+            raw.publish(channel, orjson.dumps({"v": 1, "g": "x", "l": {"elsewhere": 50}, "s": [["elsewhere", 1, ["k"]]]}))
+        await until(lambda: _at_least(client, gw, INVALID, len(garbage)))
+        await until(lambda: _at_least(client, gw, RECEIVED_OK, 1))
+        for name in names:
+            assert await metric(client, gw, f'mmgate_backend_load{{backend="{name}"}}') == 0.0
+        assert await choice(client, gw, [image]) == before
+        async with client.get(gw + "/health") as r:
+            assert r.status == 200
+
+
+def test_a_bad_sync_url_is_refused_at_start_naming_the_flag() -> None:
+    out = subprocess.run([sys.executable, "-m", "mmgate", "serve", "--backend", "vllm=http://127.0.0.1:9",
+                          "--routing-sync-url", "http://127.0.0.1:6379"], capture_output=True, timeout=30)
+    assert out.returncode == 2
+    assert b"--routing-sync-url" in out.stderr and b"redis://" in out.stderr
