@@ -17,8 +17,10 @@ the ramp-up and the tail, with a handful in flight, weigh what they last), over 
 least B requests in flight.
 
 ``--variant LABEL=MODE FLAGS`` adds a mode of its own label (``ia-own=image-affinity
---routing-load-poll-interval 0``; a ``NAME=value`` among the flags goes to the gateways' environment); ``--repeats N`` runs every row N times, the modes interleaved
-round by round, and prints the medians (JSON keeps every run).
+--routing-load-poll-interval 0``; a ``NAME=value`` among the flags goes to the gateways' environment;
+``{redis}`` in a flag is the URL of a redis-server the row starts for itself:
+``ia-sync=image-affinity --routing-sync-url {redis}``); ``--repeats N`` runs every row N times,
+the modes interleaved round by round, and prints the medians (JSON keeps every run).
 
     .venv/bin/python benchmarks/image_affinity.py --backends 2,4 --gateways 1,3
 """
@@ -33,6 +35,8 @@ import json
 import os
 import random
 import re
+import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -122,6 +126,28 @@ def start_all(commands: list[tuple[list[str], int]], timeout_s: float = 90.0,
     return procs
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a live process so far (/proc/PID/stat; Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def start_redis(port: int, timeout_s: float = 10.0) -> subprocess.Popen[bytes]:
+    """A throwaway redis-server on 127.0.0.1:``port`` (no persistence), once it accepts connections."""
+    proc = subprocess.Popen([shutil.which("redis-server") or "redis-server", "--port", str(port), "--bind", "127.0.0.1",
+                             "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return proc
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                stop(proc)
+                raise RuntimeError(f"redis-server on port {port} did not come up") from None
+            time.sleep(0.05)
+
+
 async def sample_loads(session: aiohttp.ClientSession, gateways: list[str], backends: int,
                        out: list[float], done: asyncio.Event) -> None:
     while not done.is_set():
@@ -203,11 +229,16 @@ def run_one(backends: int, gateways: int, mode: str, sessions: list[list[list[st
     env = dict(f.split("=", 1) for f in flags if re.fullmatch(r"[A-Z][A-Z0-9_]*=.*", f))  # VAR=value: environment
     flags = [f for f in flags if not re.fullmatch(r"[A-Z][A-Z0-9_]*=.*", f)]
     extra = args.affinity_args.split() if routing == "image-affinity" else []
+    redis_port = free_port() if any("{redis}" in f for f in [*flags, *extra]) else None
+    if redis_port is not None:  # --routing-sync-url {redis}: a redis-server of the row's own
+        flags, extra = ([f.replace("{redis}", f"redis://127.0.0.1:{redis_port}") for f in fs] for fs in (flags, extra))
     gw_cmds = [(["serve", "--port", str(p), "--routing", routing, "--log-level", "warning", *backend_args, *extra,
                  *flags], p) for p in gw_ports]
     procs: list[subprocess.Popen[bytes]] = []
     before = [cache_misses(scrape(u)) for u in engine_urls] if engines is not None else []
     try:
+        if redis_port is not None:
+            procs.append(start_redis(redis_port))
         procs += start_all(sim_cmds)
         procs += start_all(gw_cmds, env=env)
         gw_urls = [f"http://127.0.0.1:{p}" for p in gw_ports]
@@ -216,6 +247,9 @@ def run_one(backends: int, gateways: int, mode: str, sessions: list[list[list[st
         wall = time.perf_counter() - t0
         sims = [scrape(u) for u in engine_urls]
         gws = [scrape(u) for u in gw_urls]
+        # CPU the gateways (and the sync's redis-server) used over the whole row, start-up included.
+        gw_cpu = sum(cpu_seconds(p.pid) for p in procs[len(procs) - len(gw_cmds):])
+        redis_cpu = cpu_seconds(procs[0].pid) if redis_port is not None else 0.0
     finally:
         for p in reversed(procs):
             stop(p)
@@ -244,6 +278,10 @@ def run_one(backends: int, gateways: int, mode: str, sessions: list[list[list[st
         "decisions": reasons,
         "gateway_weight_hit_ratio": hits / (hits + misses) if hits + misses else float("nan"),
         "wall_s": wall,
+        "gateway_cpu_s": gw_cpu, "redis_cpu_s": redis_cpu,
+        "sync_messages": {f"{d}_{o}": sum(float(v) for t in gws for v in re.findall(
+            rf'^mmgate_routing_sync_messages_total{{direction="{d}",outcome="{o}"}} (\S+)$', t, re.M))
+            for d in ("sent", "received") for o in ("ok", "error", "invalid")},
     }
 
 
@@ -333,7 +371,8 @@ def main() -> None:
 
 
 MEDIAN_KEYS = ("engine_images_processed", "processed_per_unique", "engine_image_bytes", "ttft_p50_ms",
-               "ttft_p90_ms", "imbalance", "gateway_weight_hit_ratio", "errors", "wall_s")
+               "ttft_p90_ms", "imbalance", "gateway_weight_hit_ratio", "errors", "wall_s", "gateway_cpu_s",
+               "redis_cpu_s")
 
 
 def medians(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -362,6 +401,7 @@ COLUMNS = [
     Column("TTFT p90", 10, lambda r: f"{r['ttft_p90_ms']:.1f}ms"),
     Column("imbalance", 10, lambda r: f"{r['imbalance']:.2f}"),
     Column("gw hit", 8, lambda r: f"{r['gateway_weight_hit_ratio']:.2f}"),
+    Column("gw CPU", 8, lambda r: f"{r['gateway_cpu_s']:.1f}s"),
 ]
 
 

@@ -82,8 +82,9 @@ class RoutingSettings(Frozen):
         "mmgate:routing", flag="--routing-sync-channel", min_length=1, max_length=200,
         help="pub/sub channel of the routing sync: the same on every gateway of one fleet")
     sync_interval_s: float = setting(
-        0.02, flag="--routing-sync-interval", ge=0.005, le=1.0,
-        help="seconds between this gateway's routing-sync messages (only when something changed)")
+        0.025, flag="--routing-sync-interval", ge=0.001, le=1.0,
+        help="least seconds between this gateway's routing-sync messages (a change goes out at once; "
+        "changes within this time go together in the next message)")
     sync_max_age_s: float = setting(
         1.0, flag="--routing-sync-max-age", gt=0.0, le=60.0,
         help="seconds after which another gateway's last in-flight counts no longer count (it stopped "

@@ -52,7 +52,7 @@ async def until(condition: object, timeout_s: float = 10.0) -> None:
 
 async def delivered(client: aiohttp.ClientSession, sender: str, receiver: str) -> None:
     """Wait until ``receiver`` applied every message ``sender`` had sent 0.1 s from now."""
-    await asyncio.sleep(0.1)  # the sender's next sync tick (every 20 ms) has gone out
+    await asyncio.sleep(0.1)  # the sender has sent what it had (a change goes out at once)
     sent = await metric(client, sender, SENT_OK)
     assert sent >= 1
     await until(lambda: _at_least(client, receiver, RECEIVED_OK, sent))

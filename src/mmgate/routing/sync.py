@@ -1,8 +1,9 @@
 """Routing sync between the gateways of one fleet over Redis pub/sub, off the request path.
 
-With ``--routing-sync-url`` each gateway publishes, every ``--routing-sync-interval`` when
-something changed (and at least every third of ``--routing-sync-max-age`` while it has requests in
-flight), one message on ``--routing-sync-channel``: its in-flight requests per backend and the
+With ``--routing-sync-url`` each gateway publishes one message on ``--routing-sync-channel`` as
+soon as something changed, then at most one per ``--routing-sync-interval`` (changes in between
+go together in the next; and at least every third of ``--routing-sync-max-age`` while it has
+requests in flight): its in-flight requests per backend and the
 requests it routed since the last message (``mmgate.routing.peers`` has the format). Each gateway
 subscribes to the same channel, skips its own messages, records every routed request in its own
 history and popularity (``on_routed``) and adds the others' in-flight counts to its own for the
@@ -35,7 +36,7 @@ from redis.exceptions import RedisError
 from mmgate.config import CacheSettings
 from mmgate.errors import ConfigError
 from mmgate.metrics import GatewayMetrics
-from mmgate.routing.peers import MAX_EVENTS, InvalidSync, PeerLoads, Routed, decode, encode
+from mmgate.routing.peers import MAX_EVENTS, InvalidSync, PeerLoads, Routed, decode, encode, sender
 from mmgate.store.redis.client import build_client
 
 log = logging.getLogger(__name__)
@@ -82,6 +83,7 @@ class RoutingSync:
         self._metrics = metrics
         self._pending: deque[Routed] = deque()
         self._dirty = False
+        self._wake = asyncio.Event()
         self._last_sent = float("-inf")
         self.subscribed = asyncio.Event()
 
@@ -93,11 +95,12 @@ class RoutingSync:
             self._pending.popleft()
             self._count("sent", "dropped")
         self._pending.append(Routed(backend, token, tuple(keys)))
-        self._dirty = True
+        self.changed()
 
     def changed(self) -> None:
-        """This gateway's in-flight counts changed."""
+        """This gateway's in-flight counts changed (wakes the publisher)."""
         self._dirty = True
+        self._wake.set()
 
     def peer_load(self, backend: str) -> int:
         """Requests the other gateways have in flight to ``backend``, as they last said."""
@@ -119,6 +122,8 @@ class RoutingSync:
             return True
         batch = [self._pending.popleft() for _ in range(min(MAX_EVENTS, len(self._pending)))]
         self._dirty = bool(self._pending)
+        if self._dirty:
+            self._wake.set()
         data = encode(self.gateway_id, self._loads, batch)
         try:
             async with asyncio.timeout(self._io_timeout_s):
@@ -134,38 +139,44 @@ class RoutingSync:
 
     def apply(self, data: bytes) -> bool:
         """Apply one message from the channel (False: refused as invalid)."""
+        if sender(data) == self.gateway_id:
+            return True  # our own, handed back by the channel
         try:
             message = decode(data, self._names)
         except InvalidSync as exc:
             self._count("received", "invalid")
             log.debug("routing sync message refused: %s", exc)
             return False
-        if message.gateway == self.gateway_id:
-            return True
         self.peers.update(message.gateway, message.loads, self._clock())
         for routed in message.routed:
             self._on_routed(routed)
         self._count("received", "ok")
-        self.refresh()
         return True
 
     def refresh(self) -> None:
-        """Publish the loads and peers as they stand now (the others' counts also age out)."""
+        """Set the load and peer gauges as they stand now (every third of the max age: the
+        others' counts change with their messages and age out)."""
         if self._on_loads is not None:
             self._on_loads()
         if self._metrics is not None:
             self._metrics.routing_sync_peers.set(self.peers.fresh(self._clock()))
 
     async def _publish_loop(self) -> None:
+        # A change goes out at once, then at most one message per interval (changes in between
+        # coalesce into the next); with requests in flight and nothing changing, a heartbeat.
         delay = self._interval_s
         while True:
-            await asyncio.sleep(delay)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._heartbeat_s):
+                    await self._wake.wait()
+            self._wake.clear()
             try:
                 ok = await self.publish_once()
             except Exception:
                 log.exception("routing sync publish raised")
                 ok = False
             delay = self._interval_s if ok else min(BACKOFF_S[1], max(BACKOFF_S[0], 2 * delay))
+            await asyncio.sleep(delay)
 
     async def _gauge_loop(self) -> None:
         while True:

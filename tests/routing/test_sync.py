@@ -1,0 +1,101 @@
+"""``RoutingSync`` in process against a real redis-server: delivery, its own echo, bounds, failures."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+from redis.asyncio import Redis
+
+from mmgate.metrics import GatewayMetrics
+from mmgate.routing.peers import Routed
+from mmgate.routing.sync import MAX_PENDING, RoutingSync
+from tests.support.redis_servers import RedisServer, running_standalone
+
+NAMES = ("vllm-0", "vllm-1")
+
+
+@asynccontextmanager
+async def sync_on(url: str, loads: dict[str, int], got: list[Routed], *, max_age_s: float = 1.0,
+                  registry: CollectorRegistry | None = None) -> AsyncIterator[RoutingSync]:
+    def client() -> Redis:
+        return Redis.from_url(url, socket_connect_timeout=0.5, socket_timeout=0.5)
+
+    metrics = GatewayMetrics(registry) if registry is not None else None
+    sync = RoutingSync(client(), client(), "test:routing", NAMES, loads, got.append, interval_s=0.01,
+                       max_age_s=max_age_s, io_timeout_s=0.5, clock=time.monotonic, metrics=metrics)
+    task = asyncio.create_task(sync.run())
+    try:
+        async with asyncio.timeout(10):
+            await sync.subscribed.wait()
+        yield sync
+    finally:
+        task.cancel()
+        await asyncio.wait([task])
+        await sync.close()
+
+
+async def eventually(condition: object, timeout_s: float = 5.0) -> None:
+    async with asyncio.timeout(timeout_s):
+        while not condition():  # type: ignore[operator]
+            await asyncio.sleep(0.01)
+
+
+async def test_what_one_gateway_routes_reaches_the_other_and_not_itself(standalone_server: RedisServer) -> None:
+    loads_a, loads_b = {"vllm-0": 0, "vllm-1": 0}, {"vllm-0": 0, "vllm-1": 0}
+    got_a: list[Routed] = []
+    got_b: list[Routed] = []
+    async with sync_on(standalone_server.url, loads_a, got_a) as a, \
+            sync_on(standalone_server.url, loads_b, got_b) as b:
+        loads_a["vllm-1"] = 3
+        a.routed("vllm-1", 42, ["k1", "k2"])
+        await eventually(lambda: got_b)
+        assert got_b == [Routed("vllm-1", 42, ("k1", "k2"))]
+        await eventually(lambda: b.peer_load("vllm-1") == 3)
+        assert b.peer_load("vllm-0") == 0
+        await asyncio.sleep(0.1)
+        assert got_a == [] and a.peer_load("vllm-1") == 0  # its own message came back and was skipped
+
+
+async def test_the_queue_is_bounded_and_a_failed_publish_is_counted(tmp_path: Path) -> None:
+    registry = CollectorRegistry()
+    with running_standalone(tmp_path) as server:
+        url = server.url
+    # The server is gone: every publish fails, within the I/O bound.
+    async with asyncio.timeout(10):
+        def client() -> Redis:
+            return Redis.from_url(url, socket_connect_timeout=0.5, socket_timeout=0.5)
+        sync = RoutingSync(client(), client(), "test:routing", NAMES, {"vllm-0": 1}, lambda r: None,
+                           interval_s=0.01, max_age_s=1.0, io_timeout_s=0.5, clock=time.monotonic,
+                           metrics=GatewayMetrics(registry))
+        for i in range(MAX_PENDING + 10):
+            sync.routed("vllm-0", i, ["k"])
+        assert registry.get_sample_value(
+            "mmgate_routing_sync_messages_total", {"direction": "sent", "outcome": "dropped"}) == 10
+        started = time.monotonic()
+        assert await sync.publish_once() is False
+        assert time.monotonic() - started < 2.0
+        assert registry.get_sample_value(
+            "mmgate_routing_sync_messages_total", {"direction": "sent", "outcome": "error"}) == 1
+        await sync.close()
+
+
+async def test_a_busy_gateway_repeats_its_loads_and_an_idle_one_stays_quiet(standalone_server: RedisServer) -> None:
+    registry = CollectorRegistry()
+    loads = {"vllm-0": 0, "vllm-1": 0}
+    async with sync_on(standalone_server.url, loads, [], max_age_s=0.3, registry=registry) as sync:
+        def sent() -> float:
+            return registry.get_sample_value(
+                "mmgate_routing_sync_messages_total", {"direction": "sent", "outcome": "ok"}) or 0.0
+        await asyncio.sleep(0.5)
+        assert sent() == 0  # idle and nothing changed: no message
+        loads["vllm-0"] = 2  # busy, and nothing reports the change: the heartbeat (max age / 3) does
+        await asyncio.sleep(0.5)
+        assert 2 <= sent() <= 8
+        sync.changed()
+        before = sent()
+        await eventually(lambda: sent() > before, timeout_s=0.5)
