@@ -10,7 +10,7 @@ processed (nothing is evicted) and, as vLLM, processes a request's images one re
 (no duplicate processing of concurrent requests). With G > 1 each gateway polls the true load
 every 0.2 s (phases staggered) into a ``FleetLoad``, as ``LoadPoller`` does. With ``--sync`` (the
 routing sync, ``mmgate.routing.sync``) the gateways share one history and popularity and each
-adds the others' in-flight counts as of their last message (every 25 ms) to its own. Reported: processed /
+adds the others' in-flight counts as of their last message (every 10 ms) to its own. Reported: processed /
 unique (medians over ``--runs`` seeds), imbalance (time-weighted max / mean in flight, at least B in
 flight), load spills per run, and the copies of images some backend already held, by the
 decision's reason.
@@ -37,7 +37,7 @@ from mmgate.routing.popularity import ImagePopularity
 from mmgate.routing.weights import RoutedImage
 
 POLL_S = 0.2
-SYNC_S = 0.025  # the sync: a change at once, then at most one message per 25 ms (modelled as every 25 ms)
+SYNC_S = 0.01  # the sync: a change at once, then at most one message per 10 ms (modelled as every 10 ms)
 
 
 def run(args: argparse.Namespace, gateways: int, seed: int) -> dict[str, float]:
@@ -134,7 +134,7 @@ def main() -> None:
     parser.add_argument("--replicate-share", type=float, default=0.25)
     parser.add_argument("--held-weight", type=float, default=1.2)
     parser.add_argument("--no-held-balance", dest="held_balance", action="store_false")
-    parser.add_argument("--sync", action="store_true", help="the routing sync between gateways (every 25 ms)")
+    parser.add_argument("--sync", action="store_true", help="the routing sync between gateways (every 10 ms)")
     parser.add_argument("--runs", type=int, default=7, help="model seeds per row (medians)")
     args = parser.parse_args()
     for gateways in (int(g) for g in args.gateways.split(",")):

@@ -82,7 +82,7 @@ class RoutingSettings(Frozen):
         "mmgate:routing", flag="--routing-sync-channel", min_length=1, max_length=200,
         help="pub/sub channel of the routing sync: the same on every gateway of one fleet")
     sync_interval_s: float = setting(
-        0.025, flag="--routing-sync-interval", ge=0.001, le=1.0,
+        0.01, flag="--routing-sync-interval", ge=0.001, le=1.0,
         help="least seconds between this gateway's routing-sync messages (a change goes out at once; "
         "changes within this time go together in the next message)")
     sync_max_age_s: float = setting(

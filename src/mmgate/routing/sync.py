@@ -199,7 +199,11 @@ class RoutingSync:
                         ignore_subscribe_messages=True, timeout=LISTEN_WAIT_S)
                     if message is not None and message.get("type") == "message":
                         data = message["data"]
-                        self.apply(data if isinstance(data, bytes) else str(data).encode())
+                        try:
+                            self.apply(data if isinstance(data, bytes) else str(data).encode())
+                        except Exception:
+                            # A bug in applying one message must not end the sync: say so, go on.
+                            log.exception("routing sync message could not be applied")
             except (TimeoutError, RedisError, OSError) as exc:
                 self.subscribed.clear()
                 if not warned:
