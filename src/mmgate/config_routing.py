@@ -73,11 +73,15 @@ class RoutingSettings(Frozen):
         help="seconds one load poll may take; a backend that does not answer counts this gateway's "
         "own in-flight requests until it does")
 
+    sync: bool = setting(
+        False, flag="--routing-sync",
+        help="share this gateway's routing — the images it sent where, its in-flight requests per "
+        "backend — with the other gateways in front of the same backends, over the pub/sub of the "
+        "--redis-url (or --routing-sync-url), off the request path")
     sync_url: str | None = setting(
         None, flag="--routing-sync-url",
-        help="Redis (redis://, rediss://, unix://; may be the --redis-url) whose pub/sub carries each "
-        "gateway's routing events — the images it sent where, its in-flight requests per backend — to "
-        "the other gateways in front of the same backends, off the request path; unset: no sync")
+        help="Redis (redis://, rediss://, unix://) for the routing sync, when not the --redis-url; "
+        "setting it turns the sync on")
     sync_channel: str = setting(
         "mmgate:routing", flag="--routing-sync-channel", min_length=1, max_length=200,
         help="pub/sub channel of the routing sync: the same on every gateway of one fleet")

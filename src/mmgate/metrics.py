@@ -93,7 +93,7 @@ class GatewayMetrics:
         )
         self.routing_sync_messages = Counter(
             "mmgate_routing_sync_messages",
-            "Routing-sync messages (--routing-sync-url) by direction (sent, received) and outcome: ok, error "
+            "Routing-sync messages (--routing-sync) by direction (sent, received) and outcome: ok, error "
             "(Redis failed or timed out: dropped), invalid (refused whole), dropped (routed requests queued "
             "past the bound)",
             ["direction", "outcome"], registry=registry,

@@ -32,8 +32,11 @@ NO_POPULARITY = ("--routing-replicate-share", "0")
 INVALID = 'mmgate_routing_sync_messages_total{direction="received",outcome="invalid"}'
 
 
-def synced(url: str, *extra: str) -> tuple[str, ...]:
-    return (*OWN_ONLY, "--routing-sync-url", url, "--routing-sync-max-age", "0.5", *extra)
+def synced(url: str, *extra: str, shared_cache: bool = False) -> tuple[str, ...]:
+    """The sync on ``url``: its own Redis (``--routing-sync-url``), or the shared cache's
+    (``--routing-sync`` with ``--redis-url``)."""
+    sync = ("--redis-url", url, "--routing-sync") if shared_cache else ("--routing-sync-url", url)
+    return (*OWN_ONLY, *sync, "--routing-sync-max-age", "0.5", *extra)
 
 
 async def choice(client: aiohttp.ClientSession, gw: str, images: list[str], session: str | None = None) -> str:
@@ -75,7 +78,9 @@ async def test_a_gateway_sends_an_image_where_another_gateway_had_it_processed(
     async with running_sims(4) as sims, AsyncExitStack() as stack:
         urls = [s.url for s in sims]
         a = await stack.enter_async_context(gateway_process(urls, *synced(url_a), hash_seed=1))
-        b = await stack.enter_async_context(gateway_process(urls, *synced(url_b), hash_seed=2))
+        # B: the sync on the shared cache's Redis (standalone), or on its own (a cluster node).
+        b = await stack.enter_async_context(
+            gateway_process(urls, *synced(url_b, shared_cache=redis_kind == "standalone"), hash_seed=2))
         blind = await stack.enter_async_context(gateway_process(urls, *OWN_ONLY, hash_seed=3))
         client = await stack.enter_async_context(aiohttp.ClientSession())
         for seed in range(20):
@@ -179,8 +184,14 @@ async def test_garbage_on_the_channel_is_refused_and_changes_nothing(standalone_
             assert r.status == 200
 
 
-def test_a_bad_sync_url_is_refused_at_start_naming_the_flag() -> None:
+@pytest.mark.parametrize(("flags", "named", "said"), [
+    (("--routing-sync-url", "http://127.0.0.1:6379"), b"--routing-sync-url", b"redis://"),
+    (("--routing-sync",), b"--routing-sync", b"--redis-url"),
+])
+def test_a_sync_without_a_usable_redis_is_refused_at_start_naming_the_flag(
+    flags: tuple[str, ...], named: bytes, said: bytes,
+) -> None:
     out = subprocess.run([sys.executable, "-m", "mmgate", "serve", "--backend", "vllm=http://127.0.0.1:9",
-                          "--routing-sync-url", "http://127.0.0.1:6379"], capture_output=True, timeout=30)
-    assert out.returncode == 2
-    assert b"--routing-sync-url" in out.stderr and b"redis://" in out.stderr
+                          "--no-front-door", *flags], capture_output=True, timeout=30)
+    assert out.returncode == 2, out.stderr
+    assert named in out.stderr and said in out.stderr

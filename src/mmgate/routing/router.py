@@ -22,7 +22,7 @@ router also polls every backend's engine-reported load (vLLM's running + waiting
 gateway's requests) in a background task (``mmgate.routing.load.LoadPoller``), off the request
 path; a decision then weighs both this gateway's own counts and the fleet estimate (the engine's
 figure moved by this gateway's requests since the poll, never below its own count; its own count
-alone when the poll failed or is stale). With ``--routing-sync-url`` the gateways also tell each
+alone when the poll failed or is stale). With ``--routing-sync`` the gateways also tell each
 other what they routed and how many requests each has in flight (``mmgate.routing.sync``, Redis
 pub/sub, off the request path): each records the others' requests in its history and popularity
 and counts their in-flight requests with its own.

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from mmgate.backends import Backend
 from mmgate.config import GatewaySettings
+from mmgate.errors import ConfigError
 from mmgate.metrics import GatewayMetrics
 from mmgate.routing.history import ImageHistory
 from mmgate.routing.policy import RoutingPolicy
@@ -39,9 +40,12 @@ def build_router(
         load_poll_interval_s=r.load_poll_interval_s,
         load_poll_timeout_s=r.load_poll_timeout_s,
     )
-    if r.sync_url is not None:
+    url = r.sync_url or (settings.cache.redis_url if r.sync else None)
+    if r.sync and url is None:
+        raise ConfigError("--routing-sync", "needs a Redis: --redis-url or --routing-sync-url")
+    if url is not None:
         router.enable_sync(
-            sync_client(r.sync_url, settings.cache), sync_client(r.sync_url, settings.cache), r.sync_channel,
+            sync_client(url, settings.cache), sync_client(url, settings.cache), r.sync_channel,
             interval_s=r.sync_interval_s, max_age_s=r.sync_max_age_s,
             io_timeout_s=settings.cache.redis_io_timeout_s,
         )

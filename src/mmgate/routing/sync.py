@@ -1,10 +1,10 @@
 """Routing sync between the gateways of one fleet over Redis pub/sub, off the request path.
 
-With ``--routing-sync-url`` each gateway publishes one message on ``--routing-sync-channel`` as
-soon as something changed, then at most one per ``--routing-sync-interval`` (changes in between
-go together in the next; and at least every third of ``--routing-sync-max-age`` while it has
-requests in flight): its in-flight requests per backend and the
-requests it routed since the last message (``mmgate.routing.peers`` has the format). Each gateway
+With ``--routing-sync`` (on the ``--redis-url``) or ``--routing-sync-url`` each gateway
+publishes one message on ``--routing-sync-channel`` as soon as something changed, then at most one
+per ``--routing-sync-interval`` (changes in between go together in the next; and at least every
+third of ``--routing-sync-max-age`` while it has requests in flight): its in-flight requests per
+backend and the requests it routed since the last message (``mmgate.routing.peers`` has the format). Each gateway
 subscribes to the same channel, skips its own messages, records every routed request in its own
 history and popularity (``on_routed``) and adds the others' in-flight counts to its own for the
 bounded-load cap (``peer_load``). With the sync up, G gateways route as one would: the image-affinity
