@@ -89,6 +89,8 @@ class MediaLoader:
             workers=media.decode_workers, large_image_pixels=media.large_image_pixels,
             max_queue_pixels=media.max_decode_queue_pixels,
         )
+        lanes = self._lanes
+        self.metrics.decode_queue_pixels.set_function(lambda: lanes.queued_large_pixels)  # read at scrape
 
     def pixel_budget(self, loads: int = 0) -> PixelBudget:
         """A fresh per-request budget of decoded pixels (``--max-request-pixels``), admitting the

@@ -36,6 +36,12 @@ class MediaMetrics:
         self.local_cache_entries = Gauge(
             "mmgate_local_cache_entries", "Entries in the local image cache", registry=registry
         )
+        self.decode_queue_pixels = Gauge(
+            "mmgate_decode_queue_pixels",
+            "Pixels of large images (over --large-image-pixels) in the large decode lane, queued and "
+            "decoding; a request whose large images do not fit under --max-decode-queue-pixels gets 429",
+            registry=registry,
+        )
 
     def load(self, outcome: Outcome) -> None:
         self.image_loads.labels(outcome=outcome).inc()
