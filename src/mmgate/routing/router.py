@@ -124,8 +124,8 @@ class Router:
         ``client`` publishes, ``listener`` subscribes. Call before ``start``."""
         self.sync = RoutingSync(
             client, listener, channel, [b.name for b in self.backends], self._outstanding, self._apply_routed,
-            on_loads=self._publish_loads, interval_s=interval_s, max_age_s=max_age_s, io_timeout_s=io_timeout_s, clock=self._clock,
-            metrics=self._metrics,
+            on_loads=self._publish_loads, interval_s=interval_s, max_age_s=max_age_s,
+            io_timeout_s=io_timeout_s, clock=self._clock, metrics=self._metrics,
         )
         return self.sync
 
@@ -198,7 +198,7 @@ class Router:
         keys = [i.key for i in images]
         history.record(backend.name, keys, session_id)
         self._observe(keys)
-        if self.sync is not None and keys:
+        if self.sync is not None:  # a request without images too: it counts in the others' popularity
             self.sync.routed(backend.name, session_token(session_id), keys)
 
     def _apply_routed(self, routed: Routed) -> None:

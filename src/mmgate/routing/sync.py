@@ -64,8 +64,9 @@ class RoutingSync:
 
     def __init__(
         self, client: Redis, listener: Redis, channel: str, names: Sequence[str], loads: Mapping[str, int],
-        on_routed: Callable[[Routed], None], *, on_loads: Callable[[], None] | None = None, interval_s: float, max_age_s: float, io_timeout_s: float,
-        clock: Callable[[], float], metrics: GatewayMetrics | None = None,
+        on_routed: Callable[[Routed], None], *, on_loads: Callable[[], None] | None = None,
+        interval_s: float, max_age_s: float, io_timeout_s: float, clock: Callable[[], float],
+        metrics: GatewayMetrics | None = None,
     ) -> None:
         self.gateway_id = secrets.token_hex(8)
         self.peers = PeerLoads(max_age_s)
