@@ -26,7 +26,7 @@ async def sync_on(url: str, loads: dict[str, int], got: list[Routed], *, max_age
         return Redis.from_url(url, socket_connect_timeout=0.5, socket_timeout=0.5)
 
     metrics = GatewayMetrics(registry) if registry is not None else None
-    sync = RoutingSync(client(), client(), "test:routing", NAMES, loads, got.append, interval_s=0.01,
+    sync = RoutingSync(client(), "test:routing", NAMES, loads, got.append, interval_s=0.01,
                        max_age_s=max_age_s, io_timeout_s=0.5, clock=time.monotonic, metrics=metrics)
     task = asyncio.create_task(sync.run())
     try:
@@ -69,7 +69,7 @@ async def test_the_queue_is_bounded_and_a_failed_publish_is_counted(tmp_path: Pa
     async with asyncio.timeout(10):
         def client() -> Redis:
             return Redis.from_url(url, socket_connect_timeout=0.5, socket_timeout=0.5)
-        sync = RoutingSync(client(), client(), "test:routing", NAMES, {"vllm-0": 1}, lambda r: None,
+        sync = RoutingSync(client(), "test:routing", NAMES, {"vllm-0": 1}, lambda r: None,
                            interval_s=0.01, max_age_s=1.0, io_timeout_s=0.5, clock=time.monotonic,
                            metrics=GatewayMetrics(registry))
         for i in range(MAX_PENDING + 10):

@@ -37,7 +37,6 @@ MAX_BACKENDS = 256
 MAX_INFLIGHT = 1_000_000
 MAX_PEERS = 64
 _TOKEN_RANGE = (-1, 2**64 - 1)
-_HEAD = b'{"v":1,"g":"'
 
 
 class InvalidSync(ValueError):
@@ -65,15 +64,6 @@ def encode(gateway: str, loads: Mapping[str, int], routed: Sequence[Routed]) -> 
     body = {"v": VERSION, "g": gateway, "l": dict(loads),
             "s": [[r.backend, r.token, list(r.keys[:MAX_KEYS])] for r in routed[:MAX_EVENTS]]}
     return orjson.dumps(body)
-
-
-def sender(data: bytes) -> str | None:
-    """The gateway id of an ``encode``d message, read without decoding it (None: not one of
-    those): a gateway skips its own messages, which the channel hands back to it, this way."""
-    if not data.startswith(_HEAD):
-        return None
-    end = data.find(b'"', len(_HEAD), len(_HEAD) + 65)
-    return data[len(_HEAD):end].decode("ascii", "replace") if end > 0 else None
 
 
 def decode(data: bytes, names: Collection[str]) -> SyncMessage:

@@ -117,13 +117,13 @@ class Router:
             self._publish_outstanding(backend)
 
     def enable_sync(
-        self, client: Redis, listener: Redis, channel: str, *, interval_s: float, max_age_s: float,
+        self, client: Redis, channel: str, *, interval_s: float, max_age_s: float,
         io_timeout_s: float,
     ) -> RoutingSync:
         """Share this gateway's routing with the others on ``channel`` (``mmgate.routing.sync``):
-        ``client`` publishes, ``listener`` subscribes. Call before ``start``."""
+        ``client`` publishes and subscribes. Call before ``start``."""
         self.sync = RoutingSync(
-            client, listener, channel, [b.name for b in self.backends], self._outstanding, self._apply_routed,
+            client, channel, [b.name for b in self.backends], self._outstanding, self._apply_routed,
             on_loads=self._publish_loads, interval_s=interval_s, max_age_s=max_age_s,
             io_timeout_s=io_timeout_s, clock=self._clock, metrics=self._metrics,
         )

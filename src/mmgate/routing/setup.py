@@ -45,7 +45,7 @@ def build_router(
         raise ConfigError("--routing-sync", "needs a Redis: --redis-url or --routing-sync-url")
     if url is not None:
         router.enable_sync(
-            sync_client(url, settings.cache), sync_client(url, settings.cache), r.sync_channel,
+            sync_client(url, settings.cache), r.sync_channel,
             interval_s=r.sync_interval_s, max_age_s=r.sync_max_age_s,
             io_timeout_s=settings.cache.redis_io_timeout_s,
         )

@@ -36,7 +36,7 @@ from redis.exceptions import RedisError
 from mmgate.config import CacheSettings
 from mmgate.errors import ConfigError
 from mmgate.metrics import GatewayMetrics
-from mmgate.routing.peers import MAX_EVENTS, InvalidSync, PeerLoads, Routed, decode, encode, sender
+from mmgate.routing.peers import MAX_EVENTS, InvalidSync, PeerLoads, Routed, decode, encode
 from mmgate.store.redis.client import build_client
 
 log = logging.getLogger(__name__)
@@ -63,15 +63,14 @@ class RoutingSync:
     """Publishes this gateway's routing, applies the others'. ``run`` until cancelled."""
 
     def __init__(
-        self, client: Redis, listener: Redis, channel: str, names: Sequence[str], loads: Mapping[str, int],
+        self, client: Redis, channel: str, names: Sequence[str], loads: Mapping[str, int],
         on_routed: Callable[[Routed], None], *, on_loads: Callable[[], None] | None = None,
         interval_s: float, max_age_s: float, io_timeout_s: float, clock: Callable[[], float],
         metrics: GatewayMetrics | None = None,
     ) -> None:
         self.gateway_id = secrets.token_hex(8)
         self.peers = PeerLoads(max_age_s)
-        self._client = client
-        self._listener = listener
+        self._client = client  # publishes on pooled connections; the subscription holds one of its own
         self._channel = channel
         self._names = frozenset(names)
         self._loads = loads
@@ -140,14 +139,14 @@ class RoutingSync:
 
     def apply(self, data: bytes) -> bool:
         """Apply one message from the channel (False: refused as invalid)."""
-        if sender(data) == self.gateway_id:
-            return True  # our own, handed back by the channel
         try:
             message = decode(data, self._names)
         except InvalidSync as exc:
             self._count("received", "invalid")
             log.debug("routing sync message refused: %s", exc)
             return False
+        if message.gateway == self.gateway_id:
+            return True  # our own, handed back by the channel
         self.peers.update(message.gateway, message.loads, self._clock())
         for routed in message.routed:
             self._on_routed(routed)
@@ -188,7 +187,7 @@ class RoutingSync:
         delay = BACKOFF_S[0]
         warned = False
         while True:
-            pubsub = self._listener.pubsub(ignore_subscribe_messages=True)
+            pubsub = self._client.pubsub(ignore_subscribe_messages=True)
             try:
                 await pubsub.subscribe(self._channel)
                 self.subscribed.set()
@@ -218,9 +217,8 @@ class RoutingSync:
             delay = min(BACKOFF_S[1], 2 * delay)
 
     async def close(self) -> None:
-        for client in (self._client, self._listener):
-            with contextlib.suppress(Exception):
-                await client.aclose()
+        with contextlib.suppress(Exception):
+            await self._client.aclose()
 
     def _count(self, direction: str, outcome: str) -> None:
         if self._metrics is not None:
