@@ -99,3 +99,49 @@ async def test_a_busy_gateway_repeats_its_loads_and_an_idle_one_stays_quiet(stan
         sync.changed()
         before = sent()
         await eventually(lambda: sent() > before, timeout_s=0.5)
+
+
+async def test_requests_routed_while_redis_is_down_go_out_once_it_is_back(tmp_path: Path) -> None:
+    registry = CollectorRegistry()
+    got_b: list[Routed] = []
+    with running_standalone(tmp_path) as server:
+        # A is driven by hand (publish_once), so the test knows when it publishes; B listens.
+        a = RoutingSync(Redis.from_url(server.url, socket_connect_timeout=0.5, socket_timeout=0.5),
+                        "test:routing", NAMES, {"vllm-0": 1, "vllm-1": 0}, lambda r: None, interval_s=0.01,
+                        max_age_s=1.0, io_timeout_s=0.5, clock=time.monotonic, metrics=GatewayMetrics(registry))
+        try:
+            async with sync_on(server.url, {"vllm-0": 0, "vllm-1": 0}, got_b) as b:
+                server.stop()
+                await eventually(lambda: not b.subscribed.is_set())
+                a.routed("vllm-0", 7, ["while-down"])
+                assert await a.publish_once() is False  # counted, and the request stays queued
+                assert registry.get_sample_value(
+                    "mmgate_routing_sync_messages_total", {"direction": "sent", "outcome": "error"}) == 1
+                server.start()
+                await eventually(b.subscribed.is_set, timeout_s=15)  # B's listener reconnects (backoff)
+                assert await a.publish_once() is True
+                await eventually(lambda: got_b)
+                assert got_b == [Routed("vllm-0", 7, ("while-down",))]
+                assert b.peer_load("vllm-0") == 1
+                assert registry.get_sample_value(
+                    "mmgate_routing_sync_messages_total", {"direction": "sent", "outcome": "dropped"}) is None
+        finally:
+            await a.close()
+
+
+async def test_a_failed_publish_keeps_the_queue_within_its_bound(tmp_path: Path) -> None:
+    registry = CollectorRegistry()
+    with running_standalone(tmp_path) as server:
+        url = server.url
+    sync = RoutingSync(Redis.from_url(url, socket_connect_timeout=0.5, socket_timeout=0.5), "test:routing",
+                       NAMES, {"vllm-0": 1}, lambda r: None, interval_s=0.01, max_age_s=1.0, io_timeout_s=0.5,
+                       clock=time.monotonic, metrics=GatewayMetrics(registry))
+    try:
+        for i in range(MAX_PENDING):
+            sync.routed("vllm-0", i, ["k"])
+        assert await sync.publish_once() is False  # its batch goes back in front: still MAX_PENDING
+        sync.routed("vllm-0", MAX_PENDING, ["k"])  # one more: the oldest goes, counted
+        assert registry.get_sample_value(
+            "mmgate_routing_sync_messages_total", {"direction": "sent", "outcome": "dropped"}) == 1
+    finally:
+        await sync.close()

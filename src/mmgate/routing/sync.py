@@ -12,7 +12,8 @@ benchmark's 3-gateway rows come within the 1-gateway rows (docs/PERFORMANCE.md).
 
 Nothing on the request path waits for Redis: ``routed``/``changed`` only queue (bounded: at most
 ``MAX_PENDING`` routed requests wait; beyond that the oldest are dropped, counted). Fails open: a
-publish that fails or times out drops its message (counted), the listener reconnects with backoff
+publish that fails or times out is counted and its routed requests go again with the next message
+(at least once; the queue's bound still holds), the listener reconnects with backoff
 (0.25 s doubling to 5 s), and a gateway whose messages stop counts no more after
 ``max_age_s``: every gateway falls back to its own counts and the load poll. A message that is not
 one (``InvalidSync``) is dropped whole and counted; it cannot reach the history.
@@ -97,6 +98,17 @@ class RoutingSync:
         self._pending.append(Routed(backend, token, tuple(keys)))
         self.changed()
 
+    def _requeue(self, batch: list[Routed]) -> None:
+        """Put a batch whose publish failed back in front of the queue, within its bound (the oldest
+        go first, counted). At least once: a publish that timed out may still have gone out, and then
+        the others see those requests twice — a history record is the same twice; popularity counts
+        them twice, which moves a share by a request. Losing them would cost images processed again."""
+        self._pending.extendleft(reversed(batch))
+        while len(self._pending) > MAX_PENDING:
+            self._pending.popleft()
+            self._count("sent", "dropped")
+        self._dirty = True
+
     def changed(self) -> None:
         """This gateway's in-flight counts changed (wakes the publisher)."""
         self._dirty = True
@@ -131,7 +143,7 @@ class RoutingSync:
         except (TimeoutError, RedisError, OSError) as exc:
             self._count("sent", "error")
             log.debug("routing sync publish failed: %s", exc)
-            self._dirty = True  # the loads go again with the next message; the routed requests are lost
+            self._requeue(batch)  # the loads go with the next message, and so do the routed requests
             return False
         self._last_sent = self._clock()
         self._count("sent", "ok")
