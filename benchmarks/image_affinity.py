@@ -20,7 +20,9 @@ least B requests in flight.
 --routing-load-poll-interval 0``; a ``NAME=value`` among the flags goes to the gateways' environment;
 ``{redis}`` in a flag is the URL of a redis-server the row starts for itself:
 ``ia-sync=image-affinity --routing-sync-url {redis}``); ``--repeats N`` runs every row N times,
-the modes interleaved round by round, and prints the medians (JSON keeps every run).
+the modes interleaved round by round, and prints the medians (JSON keeps every run), and each
+mode's TTFT p50 over ``--baseline``'s (lru-history) round by round: the median ratio, and in how
+many rounds it was at or below.
 
     .venv/bin/python benchmarks/image_affinity.py --backends 2,4 --gateways 1,3
 """
@@ -321,6 +323,8 @@ def main() -> None:
                         "with --enable-server-load-tracking; every run gets images of its own, so its processing is "
                         "the change of the replicas' processor-cache misses")
     parser.add_argument("--log-dir", default="build/image-affinity-vllm", help="vLLM replica logs")
+    parser.add_argument("--baseline", default="lru-history",
+                        help="mode the others' TTFT is compared with, round by round (the ratio's median)")
     parser.add_argument("--out", default="results/image_affinity.json")
     args = parser.parse_args()
     sessions = workload(args)
@@ -357,6 +361,7 @@ def main() -> None:
         for r in replicas:
             r.stop()
     rows = medians(runs)
+    add_paired_ratios(rows, runs, args.baseline)
     print(f"{args.sessions} sessions x {args.turns} turns; each turn {args.pool_per_turn} of {args.pool} pool "
           f"images (zipf {args.zipf}){' + 1 own' if args.own else ''}{' + 1 hot' if args.hot else ''}"
           f"{'; no session header' if args.sessionless else ''}; {args.image_size}px JPEG; "
@@ -389,6 +394,19 @@ def medians(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+def add_paired_ratios(rows: list[dict[str, Any]], runs: list[dict[str, Any]], baseline: str) -> None:
+    """Each row's TTFT p50 over the ``baseline`` mode's of the same round (same backends and
+    gateways, run next to it): the median ratio and the rounds at or below 1. The machine's load
+    moves every mode of a round together, so the paired ratio is steadier than two medians."""
+    base = {(r["backends"], r["gateways"], r["repeat"]): r["ttft_p50_ms"] for r in runs if r["mode"] == baseline}
+    for row in rows:
+        ratios = [r["ttft_p50_ms"] / base[key] for r in runs
+                  if (r["backends"], r["gateways"], r["mode"]) == (row["backends"], row["gateways"], row["mode"])
+                  and (key := (r["backends"], r["gateways"], r["repeat"])) in base and base[key] > 0]
+        row["ttft_p50_vs_baseline"] = statistics.median(ratios) if ratios else float("nan")
+        row["ttft_p50_rounds_at_or_below_baseline"] = [sum(x <= 1.0 for x in ratios), len(ratios)]
+
+
 COLUMNS = [
     Column("B", 2, lambda r: str(r["backends"])),
     Column("G", 3, lambda r: str(r["gateways"])),
@@ -402,6 +420,8 @@ COLUMNS = [
     Column("imbalance", 10, lambda r: f"{r['imbalance']:.2f}"),
     Column("gw hit", 8, lambda r: f"{r['gateway_weight_hit_ratio']:.2f}"),
     Column("gw CPU", 8, lambda r: f"{r['gateway_cpu_s']:.1f}s"),
+    Column("p50/base", 15, lambda r: f"{r['ttft_p50_vs_baseline']:.2f} "
+           f"({r['ttft_p50_rounds_at_or_below_baseline'][0]}/{r['ttft_p50_rounds_at_or_below_baseline'][1]})"),
 ]
 
 
