@@ -38,6 +38,7 @@ from mmgate.routing.weights import RoutedImage
 
 POLL_S = 0.2
 SYNC_S = 0.01  # the sync: a change at once, then at most one message per 10 ms (modelled as every 10 ms)
+HEARTBEAT_S = 1.0 / 3  # and at least every third of --routing-sync-max-age (1 s) while busy
 
 
 def run(args: argparse.Namespace, gateways: int, seed: int) -> dict[str, float]:
@@ -55,6 +56,8 @@ def run(args: argparse.Namespace, gateways: int, seed: int) -> dict[str, float]:
         popularity=popularity if args.sync else ImagePopularity(args.replicate_share) if args.replicate_share > 0 else None,
         held_balance=args.held_balance) for g in range(gateways)]
     said = [[0] * count for _ in range(gateways)]
+    said_at = [0.0] * gateways
+    started = [False] * gateways
     next_say = 0.0
     fleets = [FleetLoad(2 * POLL_S + 0.25) for _ in range(gateways)]
     next_poll = [POLL_S * g / gateways for g in range(gateways)]
@@ -76,7 +79,12 @@ def run(args: argparse.Namespace, gateways: int, seed: int) -> dict[str, float]:
             weighted_mean += sum(truth) / count * (now - last)
         last = now
         while args.sync and next_say <= now:
-            said = [list(o) for o in own]
+            for h in range(gateways):
+                # --lazy-ends: a gateway says its loads when it routed (or every max age / 3, or
+                # when it has gone idle); a request's end alone waits for that.
+                if (not args.lazy_ends or started[h] or next_say - said_at[h] >= HEARTBEAT_S
+                        or (not any(own[h]) and said[h] != own[h])):
+                    said[h], said_at[h], started[h] = list(own[h]), next_say, False
             next_say += SYNC_S
 
         def seen(g: int, b: int, said: list[list[int]] = said) -> int:
@@ -110,6 +118,7 @@ def run(args: argparse.Namespace, gateways: int, seed: int) -> dict[str, float]:
         if policies[g].popularity is not None:
             policies[g].popularity.observe(i.key for i in images)
         own[g][b] += 1
+        started[g] = True
         hold_s = 0.06 + 0.02 * len(new) + 0.01 * truth[b] + rng.expovariate(1 / 0.03)
         held_total += hold_s
         heapq.heappush(events, (now + hold_s, seq, sid, turn + 1, g, b))
@@ -135,13 +144,16 @@ def main() -> None:
     parser.add_argument("--held-weight", type=float, default=1.2)
     parser.add_argument("--no-held-balance", dest="held_balance", action="store_false")
     parser.add_argument("--sync", action="store_true", help="the routing sync between gateways (every 10 ms)")
+    parser.add_argument("--lazy-ends", action="store_true",
+                        help="with --sync: a request's end goes with the gateway's next routed request or heartbeat")
     parser.add_argument("--runs", type=int, default=7, help="model seeds per row (medians)")
     args = parser.parse_args()
     for gateways in (int(g) for g in args.gateways.split(",")):
         runs = [run(args, gateways, seed) for seed in range(args.runs)]
         keys = sorted({k for r in runs for k in r})
         figures = {k: statistics.median(r.get(k, 0) for r in runs) for k in keys}
-        print(f"B={args.backends} G={gateways} {args.mode}{' sync' if args.sync else ''} c={args.load_factor} "
+        print(f"B={args.backends} G={gateways} {args.mode}{' sync' if args.sync else ''}"
+              f"{' lazy-ends' if args.lazy_ends else ''} c={args.load_factor} "
               f"share={args.replicate_share} "
               f"held-balance={args.held_balance}: " + ", ".join(
                   f"{k} {v:.3f}" if isinstance(v, float) and v < 10 else f"{k} {v:g}" for k, v in figures.items()))

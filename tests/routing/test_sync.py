@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
 from mmgate.metrics import GatewayMetrics
-from mmgate.routing.peers import Routed
+from mmgate.routing.peers import Routed, decode
 from mmgate.routing.sync import MAX_PENDING, RoutingSync
 from tests.support.redis_servers import RedisServer, running_standalone
 
@@ -84,21 +84,19 @@ async def test_the_queue_is_bounded_and_a_failed_publish_is_counted(tmp_path: Pa
         await sync.close()
 
 
-async def test_a_busy_gateway_repeats_its_loads_and_an_idle_one_stays_quiet(standalone_server: RedisServer) -> None:
+async def test_every_gateway_says_it_is_there_once_per_heartbeat_busy_or_idle(standalone_server: RedisServer) -> None:
     registry = CollectorRegistry()
     loads = {"vllm-0": 0, "vllm-1": 0}
-    async with sync_on(standalone_server.url, loads, [], max_age_s=0.3, registry=registry) as sync:
+    async with sync_on(standalone_server.url, loads, [], max_age_s=0.3, registry=registry):
         def sent() -> float:
             return registry.get_sample_value(
                 "mmgate_routing_sync_messages_total", {"direction": "sent", "outcome": "ok"}) or 0.0
         await asyncio.sleep(0.5)
-        assert sent() == 0  # idle and nothing changed: no message
-        loads["vllm-0"] = 2  # busy, and nothing reports the change: the heartbeat (max age / 3) does
-        await asyncio.sleep(0.5)
-        assert 2 <= sent() <= 8
-        sync.changed()
+        assert 2 <= sent() <= 8  # idle: a heartbeat every max age / 3 (0.1 s), so the others know it is there
+        loads["vllm-0"] = 2  # busy, and nothing reports the change: the heartbeat carries it
         before = sent()
-        await eventually(lambda: sent() > before, timeout_s=0.5)
+        await asyncio.sleep(0.5)
+        assert 2 <= sent() - before <= 8
 
 
 async def test_requests_routed_while_redis_is_down_go_out_once_it_is_back(tmp_path: Path) -> None:
@@ -145,3 +143,51 @@ async def test_a_failed_publish_keeps_the_queue_within_its_bound(tmp_path: Path)
             "mmgate_routing_sync_messages_total", {"direction": "sent", "outcome": "dropped"}) == 1
     finally:
         await sync.close()
+
+
+async def test_a_lone_gateway_keeps_to_the_heartbeat_until_it_hears_another(standalone_server: RedisServer) -> None:
+    registry = CollectorRegistry()
+    heard: list[bytes] = []
+    listener = Redis.from_url(standalone_server.url, socket_connect_timeout=0.5, socket_timeout=0.5)
+    pubsub = listener.pubsub(ignore_subscribe_messages=True)
+    await pubsub.subscribe("test:routing")  # listens, never publishes: not a gateway
+
+    async def listen() -> None:
+        while True:
+            message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+            if message is not None:
+                heard.append(message["data"])
+
+    listening = asyncio.create_task(listen())
+    got_b: list[Routed] = []
+    try:
+        async with sync_on(standalone_server.url, {"vllm-0": 1, "vllm-1": 0}, [], max_age_s=0.6,
+                           registry=registry) as a:
+            def sent() -> float:
+                return registry.get_sample_value(
+                    "mmgate_routing_sync_messages_total", {"direction": "sent", "outcome": "ok"}) or 0.0
+            # No other gateway on the channel: A, busy and routing every 20 ms, publishes once per
+            # heartbeat (0.2 s), everything it routed together.
+            for i in range(30):
+                a.routed("vllm-0", i, [f"alone-{i}"])
+                await asyncio.sleep(0.02)
+            assert 1 <= sent() <= 6, sent()  # at the interval (10 ms) it would have been ~30
+            await eventually(lambda: sum(len(decode(m, frozenset(NAMES)).routed) for m in heard) == 30, 2.0)
+            keys = [r.keys for m in heard for r in decode(m, frozenset(NAMES)).routed]
+            assert keys == [(f"alone-{i}",) for i in range(30)]  # nothing lost, in order
+            async with sync_on(standalone_server.url, {"vllm-0": 0, "vllm-1": 0}, got_b, max_age_s=0.6):
+                # B's first heartbeat goes out as it starts: A hears it, and its changes go at once again.
+                await eventually(lambda: a.peers.fresh(time.monotonic()) == 1)
+                before = sent()
+                await eventually(lambda: sent() > before)  # a heartbeat just went: alone, the next waits 0.2 s
+                before = sent()
+                started = time.monotonic()
+                a.routed("vllm-0", 100, ["after-b"])
+                await eventually(lambda: bool(got_b) and got_b[-1].keys == ("after-b",), timeout_s=1)
+                assert time.monotonic() - started < 0.15  # not a heartbeat (0.2 s) away
+                assert sent() > before
+    finally:
+        listening.cancel()
+        await asyncio.wait([listening])
+        await pubsub.aclose()
+        await listener.aclose()

@@ -55,7 +55,9 @@ async def until(condition: object, timeout_s: float = 10.0) -> None:
 
 async def delivered(client: aiohttp.ClientSession, sender: str, receiver: str) -> None:
     """Wait until ``receiver`` applied every message ``sender`` had sent 0.1 s from now."""
-    await asyncio.sleep(0.1)  # the sender has sent what it had (a change goes out at once)
+    # The sender has sent what it had: a change goes out at once, or, if it has not heard the
+    # receiver's heartbeat yet (alone on the channel), with its own heartbeat (max age / 3, 0.17 s).
+    await asyncio.sleep(0.3)
     sent = await metric(client, sender, SENT_OK)
     assert sent >= 1
     await until(lambda: _at_least(client, receiver, RECEIVED_OK, sent))

@@ -2,9 +2,12 @@
 
 With ``--routing-sync`` (on the ``--redis-url``) or ``--routing-sync-url`` each gateway
 publishes one message on ``--routing-sync-channel`` as soon as something changed, then at most one
-per ``--routing-sync-interval`` (changes in between go together in the next; and at least every
-third of ``--routing-sync-max-age`` while it has requests in flight): its in-flight requests per
-backend and the requests it routed since the last message (``mmgate.routing.peers`` has the format). Each gateway
+per ``--routing-sync-interval`` (changes in between go together in the next), and a heartbeat at
+least every third of ``--routing-sync-max-age``, busy or idle: every gateway on the channel is
+heard from within the max age. A gateway that heard no other within it is alone on the channel:
+it publishes at the heartbeat's pace only, its changes together (a message costs CPU, and nobody
+needs it sooner); the first message it hears brings the pace back. A message holds the gateway's in-flight requests per backend and the
+requests it routed since its last message (``mmgate.routing.peers`` has the format). Each gateway
 subscribes to the same channel, skips its own messages, records every routed request in its own
 history and popularity (``on_routed``) and adds the others' in-flight counts to its own for the
 bounded-load cap (``peer_load``). With the sync up, G gateways route as one would: the image-affinity
@@ -129,9 +132,9 @@ class RoutingSync:
 
     async def publish_once(self) -> bool:
         """Send what changed since the last message (True: sent, or nothing to send)."""
-        busy = any(self._loads.values())
-        if not self._dirty and not (busy and self._clock() - self._last_sent >= self._heartbeat_s):
-            return True
+        now = self._clock()
+        if now - self._last_sent < self._heartbeat_s and (not self._dirty or not self.peers.fresh(now)):
+            return True  # nothing new; or no other gateway on the channel: the heartbeat carries it
         batch = [self._pending.popleft() for _ in range(min(MAX_EVENTS, len(self._pending)))]
         self._dirty = bool(self._pending)
         if self._dirty:
@@ -175,11 +178,12 @@ class RoutingSync:
 
     async def _publish_loop(self) -> None:
         # A change goes out at once, then at most one message per interval (changes in between
-        # coalesce into the next); with requests in flight and nothing changing, a heartbeat.
+        # coalesce into the next); alone on the channel, or with nothing changing, the heartbeat.
         delay = self._interval_s
         while True:
+            wait_s = max(self._interval_s, self._last_sent + self._heartbeat_s - self._clock())
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._heartbeat_s):
+                async with asyncio.timeout(wait_s):
                     await self._wake.wait()
             self._wake.clear()
             try:
