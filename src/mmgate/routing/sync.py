@@ -6,12 +6,13 @@ per ``--routing-sync-interval`` (changes in between go together in the next), an
 least every third of ``--routing-sync-max-age``, busy or idle: every gateway on the channel is
 heard from within the max age. A gateway that heard no other within it is alone on the channel:
 it publishes at the heartbeat's pace only, its changes together (a message costs CPU, and nobody
-needs it sooner); the first message it hears brings the pace back. A message holds the gateway's in-flight requests per backend and the
-requests it routed since its last message (``mmgate.routing.peers`` has the format). Each gateway
-subscribes to the same channel, skips its own messages, records every routed request in its own
-history and popularity (``on_routed``) and adds the others' in-flight counts to its own for the
-bounded-load cap (``peer_load``). With the sync up, G gateways route as one would: the image-affinity
-benchmark's 3-gateway rows come within the 1-gateway rows (docs/PERFORMANCE.md).
+needs it sooner); the first message it hears brings the pace back. A message holds the gateway's
+in-flight requests per backend and the requests it routed since its last message
+(``mmgate.routing.peers`` has the format). Each gateway subscribes to the same channel, skips its
+own messages, records every routed request in its own history and popularity (``on_routed``) and
+adds the others' in-flight counts to its own for the bounded-load cap (``peer_load``). With the
+sync up, G gateways route as one would: the image-affinity benchmark's 3-gateway rows come within
+the 1-gateway rows (docs/PERFORMANCE.md).
 
 Nothing on the request path waits for Redis: ``routed``/``changed`` only queue (bounded: at most
 ``MAX_PENDING`` routed requests wait; beyond that the oldest are dropped, counted). Fails open: a
