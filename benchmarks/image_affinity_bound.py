@@ -22,7 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from image_affinity import add_workload_args, workload
 
 
-def solve(requests: list[list[str]], backends: int, load_factor: float, time_limit_s: float) -> dict[str, float]:
+def solve(requests: list[list[str]], backends: int, load_factor: float, time_limit_s: float,
+          symmetry_cuts: bool = True) -> dict[str, float]:
     import highspy
 
     shared = sorted({n for names in requests for n in names if not n.startswith("own-")})
@@ -48,6 +49,16 @@ def solve(requests: list[list[str]], backends: int, load_factor: float, time_lim
                     h.addRow(-inf, 0, 2, [y.index, x[index[n], b].index], [1.0, -1.0])
     for b in range(backends):
         h.addRow(-inf, cap, len(loads[b]), [v.index for v in loads[b]], [1.0] * len(loads[b]))
+    if symmetry_cuts:
+        # Backends are interchangeable: order them by their request count (any placement can be
+        # renumbered so), and an image in n requests needs ceil(n / cap) copies. Both are valid for
+        # every placement and cut the search, so the solver can prove more in the same time.
+        for b in range(backends - 1):
+            h.addRow(0, inf, 2 * len(requests), [v.index for v in loads[b]] + [v.index for v in loads[b + 1]],
+                     [1.0] * len(requests) + [-1.0] * len(requests))
+        shown = {n: sum(n in names for names in requests) for n in shared}
+        for n, count in shown.items():
+            h.addRow(-(-count // cap), inf, backends, [x[index[n], b].index for b in range(backends)], [1.0] * backends)
     h.run()
     info = h.getInfo()
     return {"shared_images": len(shared), "copies": info.objective_function_value,
@@ -61,6 +72,8 @@ def main() -> None:
     parser.add_argument("--backends", type=int, default=4)
     parser.add_argument("--load-factor", default="1.3,1.6,2.0,4.0")
     parser.add_argument("--time-limit", type=float, default=60.0, help="seconds per solve")
+    parser.add_argument("--no-cuts", dest="cuts", action="store_false",
+                        help="without the symmetry-breaking and copy-count cuts (the model as first solved)")
     parser.add_argument("--out", default="results/image_affinity_bound.json")
     args = parser.parse_args()
     sessions = workload(args)
@@ -68,7 +81,7 @@ def main() -> None:
     unique = len({n for names in requests for n in names})
     rows = []
     for c in (float(v) for v in args.load_factor.split(",")):
-        result = solve(requests, args.backends, c, args.time_limit)
+        result = solve(requests, args.backends, c, args.time_limit, args.cuts)
         processed = result["copies"] + (unique - result["shared_images"])
         rows.append({"load_factor": c, **result, "unique_images": unique, "processed": processed,
                      "processed_per_unique": processed / unique,
