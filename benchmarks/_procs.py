@@ -3,49 +3,19 @@
 from __future__ import annotations
 
 import os
-import random
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
 
+from mmgate.wire import free_port
+
+__all__ = ["CLK_TCK", "MMGATE", "ROOT", "cpu_seconds", "free_port", "start", "stop"]
+
 ROOT = Path(__file__).resolve().parent.parent
 MMGATE = [sys.executable, "-m", "mmgate"]
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def _ephemeral_low() -> int:
-    try:
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
-
-
-_EPHEMERAL_LOW = _ephemeral_low()
-_handed_out: set[int] = set()
-_rng = random.Random()
-
-
-def free_port() -> int:
-    """A loopback port free now, below the ephemeral range and not handed out before in this
-    process. Port 0 would give one from the ephemeral range, which every outgoing connection draws
-    its source port from: between the pick and the server's bind a connection could take it (a
-    benchmark row died of "address already in use" that way)."""
-    low = 10000 if _EPHEMERAL_LOW > 11000 else 1024
-    for _ in range(1000):
-        port = _rng.randrange(low, _EPHEMERAL_LOW)
-        if port in _handed_out:
-            continue
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        _handed_out.add(port)
-        return port
-    raise RuntimeError(f"no free loopback port in {low}..{_EPHEMERAL_LOW - 1}")
 
 
 def start(

@@ -94,8 +94,8 @@ class GatewayMetrics:
         self.routing_sync_messages = Counter(
             "mmgate_routing_sync_messages",
             "Routing-sync messages (--routing-sync) by direction (sent, received) and outcome: ok, error "
-            "(Redis failed or timed out: dropped), invalid (refused whole), dropped (routed requests queued "
-            "past the bound)",
+            "(Redis failed or timed out: its routed requests go with the next message), invalid (refused whole), "
+            "dropped (routed requests queued past the bound)",
             ["direction", "outcome"], registry=registry,
         )
         self.routing_sync_peers = Gauge(

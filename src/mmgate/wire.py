@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import random
 import re
 import signal
 import socket
@@ -129,11 +130,37 @@ def json_response(body: Any, status: int = 200, headers: dict[str, str] | None =
     )
 
 
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+_EPHEMERAL_LOW = _ephemeral_low()
+_handed_out: set[int] = set()
+_ports = random.Random()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free a moment ago on ``host`` (for tests and embedded engines)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+    """A TCP port free a moment ago on ``host`` and not handed out before by this process (for
+    tests, benchmarks and embedded engines), from below the ephemeral range: port 0 would give one
+    inside it, where every outgoing connection draws its source port, so between the pick and the
+    server's bind a connection could take it (a benchmark row died of "address already in use")."""
+    low = 10000 if _EPHEMERAL_LOW > 11000 else 1024
+    for _ in range(1000):
+        port = _ports.randrange(low, _EPHEMERAL_LOW)
+        if port in _handed_out:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    raise OSError(f"no free TCP port on {host} in {low}..{_EPHEMERAL_LOW - 1}")
 
 
 class _ClientErrorLog(logging.LoggerAdapter):
