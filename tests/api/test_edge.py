@@ -90,6 +90,18 @@ async def displaced(gw: GatewayProcess, at_least: float, timeout: float = 5.0) -
         await asyncio.sleep(0.05)
 
 
+async def flushed(writers: list[asyncio.StreamWriter]) -> None:
+    """Drain each writer. The gateway resets the connections it displaces, and one it reset
+    before its drain ran raises there: that is the behaviour under test, not a failure (it
+    failed CI once, the 30 silent connections racing the front door's displacement)."""
+    async def one(w: asyncio.StreamWriter) -> None:
+        try:
+            await w.drain()
+        except ConnectionError:
+            pass
+    await asyncio.gather(*(one(w) for w in writers))
+
+
 def gateway_fds(gw: GatewayProcess) -> int:
     return len(os.listdir(f"/proc/{gw.proc.pid}/fd"))
 
@@ -103,7 +115,7 @@ async def test_a_flood_of_slow_connections_does_not_shut_out_a_normal_client(tmp
             _, writer = await asyncio.open_connection("127.0.0.1", gw.port)
             writer.write(b"GET /health HTTP/1.1\r\nHost: x\r\n")
             slow.append(writer)
-        await asyncio.gather(*(w.drain() for w in slow))
+        await flushed(slow)
         assert await chat_ok(gw.url) < 5
         assert await displaced(gw, 80) >= 80
         # With the front door the slow connections are held in its process, not the gateway's.
@@ -121,7 +133,7 @@ async def test_a_flood_of_slow_connections_does_not_shut_out_a_normal_client(tmp
             # it knows of and is as displaceable as a slow client (that race flaked this test).
             await writer.drain()
             await asyncio.sleep(0.02)
-        await asyncio.gather(*(w.drain() for w in busy))
+        await flushed(busy)
         await asyncio.sleep(0.5)
         status, headers, body = await exchange(gw.port, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
         assert status == 503 and headers["retry-after"] == "1" and b"connection limit" in body
@@ -152,7 +164,7 @@ async def test_at_the_cap_a_silent_connection_goes_before_an_idle_keep_alive_cli
             _, w = await asyncio.open_connection("127.0.0.1", gw.port)
             w.write(b"GET /health HTTP/1.1\r\nHost: x\r\n")
             silent.append(w)
-        await asyncio.gather(*(w.drain() for w in silent))
+        await flushed(silent)
         assert await displaced(gw, 20) >= 20
         # The oldest connection of all is the keep-alive one: it was not the one displaced.
         assert b" 200 " in (await ask())
