@@ -15,6 +15,12 @@ unique (medians over ``--runs`` seeds), imbalance (time-weighted max / mean in f
 flight), load spills per run, and the copies of images some backend already held, by the
 decision's reason.
 
+``--mode greedy-oracle`` is a reference no router can be: one router that sees every engine's
+held images and true load sends each request to the backend, among those under the bounded-load
+cap (true in-flight counts), that processes the fewest images another backend already holds,
+ties to the less loaded. It knows the present, not the future (the offline bound,
+``benchmarks/image_affinity_bound.py``, knows both).
+
     .venv/bin/python benchmarks/image_affinity_model.py --backends 4 --gateways 1,3
 """
 
@@ -32,13 +38,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from image_affinity import add_workload_args, workload
 from mmgate.routing.history import ImageHistory
 from mmgate.routing.load import FleetLoad
-from mmgate.routing.policy import RoutingPolicy
+from mmgate.routing.policy import Decision, RoutingPolicy, bounded_capacity
 from mmgate.routing.popularity import ImagePopularity
 from mmgate.routing.weights import RoutedImage
 
 POLL_S = 0.2
 SYNC_S = 0.01  # the sync: a change at once, then at most one message per 10 ms (modelled as every 10 ms)
 HEARTBEAT_S = 1.0 / 3  # and at least every third of --routing-sync-max-age (1 s) while busy
+ORACLE = "greedy-oracle"
+
+
+def oracle(images: list[RoutedImage], held: list[set[str]], truth: list[int], load_factor: float) -> Decision:
+    """``--mode greedy-oracle`` (see the module docstring)."""
+    cap = bounded_capacity(truth, load_factor)
+    room = [b for b in range(len(truth)) if truth[b] + 1 <= cap]
+
+    def again(b: int) -> int:
+        return sum(1 for i in images if i.key not in held[b] and any(i.key in h for h in held))
+
+    best = min(room, key=lambda b: (again(b), truth[b], b))
+    return Decision([best, *(b for b in range(len(truth)) if b != best)], "image_affinity")
 
 
 def run(args: argparse.Namespace, gateways: int, seed: int) -> dict[str, float]:
@@ -51,7 +70,7 @@ def run(args: argparse.Namespace, gateways: int, seed: int) -> dict[str, float]:
     history = ImageHistory()
     popularity = ImagePopularity(args.replicate_share) if args.replicate_share > 0 else None
     policies = [RoutingPolicy(
-        args.mode, load_factor=args.load_factor, held_weight=args.held_weight, rng=random.Random(seed + g),
+        "image-affinity" if args.mode == ORACLE else args.mode, load_factor=args.load_factor, held_weight=args.held_weight, rng=random.Random(seed + g),
         history=history if args.sync else ImageHistory(),
         popularity=popularity if args.sync else ImagePopularity(args.replicate_share) if args.replicate_share > 0 else None,
         held_balance=args.held_balance) for g in range(gateways)]
@@ -107,7 +126,10 @@ def run(args: argparse.Namespace, gateways: int, seed: int) -> dict[str, float]:
         session = None if args.sessionless else f"session-{sid}"
         images = [RoutedImage(n, 256.0) for n in sessions[sid][turn]]
         fleet = [fleets[g].estimate(names[b], seen(g, b), now) for b in range(count)] if gateways > 1 else None
-        decision = policies[g].decide(names, [seen(g, b) for b in range(count)], session, images, fleet)
+        if args.mode == ORACLE:
+            decision = oracle(images, held, truth, args.load_factor)
+        else:
+            decision = policies[g].decide(names, [seen(g, b) for b in range(count)], session, images, fleet)
         b = decision.order[0]
         spills += decision.reason == "load_spill"
         new = [i.key for i in images if i.key not in held[b]]
@@ -138,7 +160,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--backends", type=int, default=4)
     parser.add_argument("--gateways", default="1,3")
-    parser.add_argument("--mode", default="image-affinity")
+    parser.add_argument("--mode", default="image-affinity", help=f"a routing mode, or {ORACLE} (see above)")
     parser.add_argument("--load-factor", type=float, default=1.3)
     parser.add_argument("--replicate-share", type=float, default=0.25)
     parser.add_argument("--held-weight", type=float, default=1.2)
