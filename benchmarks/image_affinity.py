@@ -151,7 +151,7 @@ def start_redis(port: int, timeout_s: float = 10.0) -> subprocess.Popen[bytes]:
 
 
 async def sample_loads(session: aiohttp.ClientSession, gateways: list[str], backends: int,
-                       out: list[float], done: asyncio.Event) -> None:
+                       out: list[float], done: asyncio.Event, totals: list[float] | None = None) -> None:
     while not done.is_set():
         loads: dict[str, float] = {}
         for gw in gateways:
@@ -163,6 +163,8 @@ async def sample_loads(session: aiohttp.ClientSession, gateways: list[str], back
             for name, value in _SAMPLE.findall(text):
                 loads[name] = loads.get(name, 0.0) + float(value)
         in_flight = sum(loads.values())
+        if totals is not None and len(loads) == backends:
+            totals.append(in_flight)
         if len(loads) == backends and in_flight >= backends:
             out.append(max(loads.values()))
             out.append(in_flight / backends)
@@ -199,11 +201,11 @@ async def run_session(client: aiohttp.ClientSession, gateways: list[str], sid: i
 
 async def drive(gateways: list[str], backends: int, sessions: list[list[list[str]]], urls: dict[str, str],
                 args: argparse.Namespace) -> dict[str, list[float]]:
-    out: dict[str, list[float]] = {"ttft_ms": [], "errors": [], "imbalance": []}
+    out: dict[str, list[float]] = {"ttft_ms": [], "errors": [], "imbalance": [], "in_flight": []}
     queue = list(enumerate(sessions))
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as client:
         done = asyncio.Event()
-        sampler = asyncio.create_task(sample_loads(client, gateways, backends, out["imbalance"], done))
+        sampler = asyncio.create_task(sample_loads(client, gateways, backends, out["imbalance"], done, out["in_flight"]))
 
         async def worker() -> None:
             while queue:
@@ -277,6 +279,8 @@ def run_one(backends: int, gateways: int, mode: str, sessions: list[list[list[st
         "ttft_p50_ms": pct(out["ttft_ms"], 50), "ttft_p90_ms": pct(out["ttft_ms"], 90),
         "imbalance": (sum(out["imbalance"][0::2]) / sum(out["imbalance"][1::2])) if out["imbalance"] else float("nan"),
         "imbalance_samples": len(out["imbalance"]) // 2,
+        # requests in flight over all gateways at each sample: {count: samples}
+        "in_flight_samples": {int(k): out["in_flight"].count(k) for k in sorted(set(out["in_flight"]))},
         "decisions": reasons,
         "gateway_weight_hit_ratio": hits / (hits + misses) if hits + misses else float("nan"),
         "wall_s": wall,

@@ -73,7 +73,7 @@ def run(args: argparse.Namespace, gateways: int, seed: int) -> dict[str, float]:
         "image-affinity" if args.mode == ORACLE else args.mode, load_factor=args.load_factor, held_weight=args.held_weight, rng=random.Random(seed + g),
         history=history if args.sync else ImageHistory(),
         popularity=popularity if args.sync else ImagePopularity(args.replicate_share) if args.replicate_share > 0 else None,
-        held_balance=args.held_balance) for g in range(gateways)]
+        held_balance=args.held_balance, load_rounding=args.load_rounding) for g in range(gateways)]
     said = [[0] * count for _ in range(gateways)]
     said_at = [0.0] * gateways
     started = [False] * gateways
@@ -162,6 +162,8 @@ def main() -> None:
     parser.add_argument("--gateways", default="1,3")
     parser.add_argument("--mode", default="image-affinity", help=f"a routing mode, or {ORACLE} (see above)")
     parser.add_argument("--load-factor", type=float, default=1.3)
+    parser.add_argument("--load-rounding", choices=("down", "random"), default="down",
+                        help="the load cap rounded down or at random (--routing-load-rounding)")
     parser.add_argument("--replicate-share", type=float, default=0.25)
     parser.add_argument("--held-weight", type=float, default=1.2)
     parser.add_argument("--no-held-balance", dest="held_balance", action="store_false")

@@ -38,6 +38,11 @@ class RoutingSettings(Frozen):
     load_factor: float = setting(
         1.3, flag="--routing-load-factor", ge=1.0, le=100.0,
         help="image-affinity: no backend above this x the mean in-flight requests (bounded loads)")
+    load_rounding: Literal["down", "random"] = setting(
+        "down", flag="--routing-load-rounding",
+        help="image-affinity: the load cap (factor x mean in flight) rounded down (max/mean within the "
+        "factor at every moment) or at random, up with the probability of its fraction (within it on "
+        "average; fewer spills at small in-flight counts)")
     session_weight: float = setting(
         1.0, flag="--routing-session-weight", ge=0.0, le=100.0,
         help="image-affinity: a session's own images (not seen with another session) count this share "

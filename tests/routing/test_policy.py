@@ -125,6 +125,41 @@ def test_capacity_always_leaves_room_and_bounds_the_max(load_factor: float) -> N
         assert cap <= max(load_factor * (sum(loads) + 1) / len(loads), -(-(sum(loads) + 1) // len(loads)))
 
 
+def test_random_rounding_caps_at_the_factor_times_the_mean_on_average() -> None:
+    # 8 in flight on 4 backends once placed: 1.3 x 2 = 2.6. Rounded down the cap is the mean itself.
+    loads = [2, 2, 2, 1]
+    assert bounded_capacity(loads, 1.3) == 2
+    assert bounded_capacity(loads, 1.3, draw=0.59) == 3 and bounded_capacity(loads, 1.3, draw=0.61) == 2
+    rng = random.Random(3)
+    caps = [bounded_capacity(loads, 1.3, rng.random()) for _ in range(4000)]
+    assert 2.55 < sum(caps) / len(caps) < 2.65
+    # Never below ceil(mean): some backend always has room, whatever the draw.
+    assert bounded_capacity([1, 1, 1, 1], 1.0, draw=0.99) == 2
+
+
+@pytest.mark.parametrize("rounding", ["down", "random"])
+def test_load_rounding_decides_how_often_a_request_spills_at_small_counts(rounding: str) -> None:
+    # The image's home holds 2 of 7 in flight: rounded down it is full (cap 2), rounded at random
+    # it has room 6 times in 10 (cap 3 with the fraction 0.6 of 2.6).
+    key = "pool-3"
+    home = image_homes([img(key)], NAMES)[0]
+    loads = [1, 1, 1, 1]
+    loads[home] = 2
+    loads[(home + 1) % 4] = 2
+    loads[(home + 2) % 4] = 2
+    policy = affinity(load_rounding=rounding)
+    stays = sum(policy.decide(NAMES, loads, None, [img(key)]).order[0] == home for _ in range(2000)) / 2000
+    if rounding == "down":
+        assert stays == 0
+    else:
+        assert 0.55 < stays < 0.65, stays
+
+
+def test_an_unknown_load_rounding_is_refused() -> None:
+    with pytest.raises(ValueError, match="load rounding"):
+        RoutingPolicy("image-affinity", load_rounding="up")  # type: ignore[arg-type]
+
+
 def test_spill_moves_the_first_backend_with_room_forward() -> None:
     order, spilled = spill([2, 0, 1, 3], [9, 0, 9, 0], 1.3)
     assert (order, spilled) == ([1, 2, 0, 3], True)  # backend 1 is the first with room

@@ -202,6 +202,9 @@ def test_from_settings_and_bad_arguments() -> None:
     assert not router.is_healthy(a)
     router.report_success(a)  # an hour has not passed
     assert not router.is_healthy(a)
+    assert router.policy.load_rounding == "down"
+    rounding = GatewaySettings.model_validate({"routing": {"load_rounding": "random"}})
+    assert build_router([a], rounding).policy.load_rounding == "random"
     with pytest.raises(ValueError):
         Router([])
     with pytest.raises(ValueError):

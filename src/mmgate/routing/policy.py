@@ -61,6 +61,7 @@ from mmgate.routing.rendezvous import rendezvous_rank
 from mmgate.routing.weights import RoutedImage
 
 RoutingMode = Literal["round-robin", "session", "lru-history", "image-affinity"]
+LoadRounding = Literal["down", "random"]
 ROUTING_MODES: tuple[RoutingMode, ...] = ("round-robin", "session", "lru-history", "image-affinity")
 __all__ = ["NEW_IMAGE_SHARE", "REASONS", "ROUTING_MODES", "Decision", "RoutingPolicy", "bounded_capacity",
            "fleet_capacity", "image_homes", "spill"]
@@ -75,12 +76,19 @@ class Decision:
     reason: str
 
 
-def bounded_capacity(loads: Sequence[int], load_factor: float) -> int:
-    """Most requests one backend may hold once this one is placed: ``floor(c (m+1) / n)``, but
-    never below ``ceil((m+1) / n)``, so some backend always has room. (Mirrokni et al. round up;
-    rounding down keeps max/mean within ``c`` at the small in-flight counts of one gateway.)"""
+def bounded_capacity(loads: Sequence[int], load_factor: float, draw: float | None = None) -> int:
+    """Most requests one backend may hold once this one is placed: ``c (m+1) / n`` rounded down,
+    or with ``draw`` (uniform in [0, 1)) rounded up with the probability of its fraction, so that
+    the cap is ``c`` x the mean on average (randomised rounding: rounded down, 8 in flight on 4
+    backends cap at 2.6 -> 2, the mean itself, and every request past perfect balance spills); never
+    below ``ceil((m+1) / n)``, so some backend always has room. (Mirrokni et al. round up;
+    rounding down keeps max/mean within ``c`` at every moment, rounding at random on average.)"""
     mean = (sum(loads) + 1) / len(loads)
-    return max(math.ceil(mean), math.floor(load_factor * mean))
+    scaled = load_factor * mean
+    cap = math.floor(scaled)
+    if draw is not None and draw < scaled - cap:
+        cap += 1
+    return max(math.ceil(mean), cap)
 
 
 def fleet_capacity(fleet: Sequence[int], load_factor: float) -> int:
@@ -92,7 +100,8 @@ def fleet_capacity(fleet: Sequence[int], load_factor: float) -> int:
 
 
 def spill(
-    order: list[int], loads: Sequence[int], load_factor: float, fleet: Sequence[int] | None = None
+    order: list[int], loads: Sequence[int], load_factor: float, fleet: Sequence[int] | None = None,
+    draw: float | None = None,
 ) -> tuple[list[int], bool]:
     """``order`` with its first backend under capacity moved to the front; True when that is not
     the preferred one (the request spilled over).
@@ -100,9 +109,10 @@ def spill(
     With ``fleet`` (every gateway's load, as this one estimates it: ``mmgate.routing.load``) a
     backend must have room by both counts: this gateway's own (exact, but a G-th of the traffic)
     and the fleet's (all of it, but a poll old: one request of slack at small loads). When no
-    backend has room by both, room by the fleet's count decides, then by the own count.
+    backend has room by both, room by the fleet's count decides, then by the own count. ``draw``:
+    the own cap's randomised rounding (``bounded_capacity``).
     """
-    own_cap = bounded_capacity(loads, load_factor)
+    own_cap = bounded_capacity(loads, load_factor, draw)
     checks = [lambda i: loads[i] + 1 <= own_cap]
     if fleet is not None:
         fleet_cap = fleet_capacity(fleet, load_factor)
@@ -145,6 +155,7 @@ class RoutingPolicy:
         self, mode: RoutingMode = "session", *, load_factor: float = 1.3, session_weight: float = 1.0,
         held_weight: float = 0.0, history: ImageHistory | None = None, rng: random.Random | None = None,
         hold_overflow: int = 0, popularity: ImagePopularity | None = None, held_balance: bool = False,
+        load_rounding: LoadRounding = "down",
     ) -> None:
         if mode not in ROUTING_MODES:
             raise ValueError(f"unknown routing mode {mode!r}")
@@ -152,6 +163,9 @@ class RoutingPolicy:
             raise ValueError("load_factor must be at least 1 (below it no backend may have room)")
         if hold_overflow < 0:
             raise ValueError("hold_overflow must not be negative")
+        if load_rounding not in ("down", "random"):
+            raise ValueError(f"unknown load rounding {load_rounding!r}")
+        self.load_rounding = load_rounding
         self.hold_overflow = hold_overflow
         self.mode = mode
         self.load_factor = load_factor
@@ -216,7 +230,8 @@ class RoutingPolicy:
                 best = min(free, key=lambda i: (loads[i], order.index(i)))
                 order = [best, *(i for i in order if i != best)]
         preferred = order
-        order, spilled = spill(order, own_loads, self.load_factor, fleet_loads)
+        draw = self._rng.random() if self.load_rounding == "random" else None
+        order, spilled = spill(order, own_loads, self.load_factor, fleet_loads, draw)
         if spilled and self._overflow_saves(images, names, preferred[0], order[0], own_loads, fleet_loads):
             return Decision(preferred, "image_affinity")
         return Decision(order, "load_spill" if spilled else "image_affinity")

@@ -27,7 +27,7 @@ def build_router(
     policy = RoutingPolicy(
         r.mode, load_factor=r.load_factor, session_weight=r.session_weight, held_weight=r.held_weight,
         history=ImageHistory(r.history_keys), hold_overflow=r.hold_overflow, popularity=popularity,
-        held_balance=r.held_balance,
+        held_balance=r.held_balance, load_rounding=r.load_rounding,
     )
     router = Router(
         backends,
