@@ -7,7 +7,11 @@ against real sim engines in ``test_router_sims.py``.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import random
+import time
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -16,6 +20,7 @@ from mmgate.backends.base import BackendKind, BackendReply
 from mmgate.config import GatewaySettings
 from mmgate.errors import BackendConnectError, ModelNotFoundError
 from mmgate.metrics import GatewayMetrics
+from mmgate.routing import router as router_module
 from mmgate.routing.rendezvous import rendezvous_rank
 from mmgate.routing.router import Router
 from mmgate.routing.setup import build_router
@@ -244,3 +249,35 @@ async def test_routing_metrics_by_reason_and_image_weight_hit_ratio() -> None:
     router.report_failure(first)
     router.report_success(first)
     assert router.policy.history.holders("content:abc") == ()
+
+
+class WillNotStop:
+    """A background task that ignores its cancellation, as the routing sync's did when redis-py lost
+    one (tests/routing/test_sync.py has the sync itself); ``release`` ends it."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+
+    async def run(self) -> None:
+        while not self.release.is_set():
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.release.wait()
+
+
+async def test_stop_is_bounded_when_a_background_task_will_not_stop(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(router_module, "STOP_TIMEOUT_S", 0.3)
+    router = Router([StaticBackend("a")], health_interval_s=3600.0)
+    stuck = WillNotStop()
+    router.sync = stuck  # type: ignore[assignment]
+    await router.start()
+    task = next(t for t in asyncio.all_tasks() if t.get_name() == "mmgate-router-sync")
+    await asyncio.sleep(0.01)  # it runs, and waits
+    started = time.monotonic()
+    with caplog.at_level(logging.ERROR, logger="mmgate.routing.router"):
+        await router.stop()  # the shutdown goes on: the gateway is not held by one stuck task
+    assert 0.25 < time.monotonic() - started < 2.0
+    assert any("mmgate-router-sync did not stop" in r.getMessage() for r in caplog.records)
+    stuck.release.set()
+    await asyncio.wait([task], timeout=2)
+    assert task.done()

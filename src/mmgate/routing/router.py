@@ -54,6 +54,8 @@ from mmgate.routing.policy import RoutingPolicy
 from mmgate.routing.sync import RoutingSync
 from mmgate.routing.weights import RoutedImage
 
+STOP_TIMEOUT_S = 5.0  # what stop() waits for its background tasks to end
+
 log = logging.getLogger(__name__)
 
 
@@ -320,8 +322,12 @@ class Router:
         for task in tasks:
             task.cancel()
         if tasks:
-            # wait() neither raises the tasks' CancelledError nor swallows a cancellation of ours.
-            await asyncio.wait(tasks)
+            # wait() neither raises the tasks' CancelledError nor swallows a cancellation of ours;
+            # bounded, so that a task that lost its cancellation cannot hold the gateway's shutdown.
+            _, stuck = await asyncio.wait(tasks, timeout=STOP_TIMEOUT_S)
+            for task in stuck:
+                log.error("%s did not stop within %.0f s of its cancellation: left behind", task.get_name(),
+                          STOP_TIMEOUT_S)
 
     async def close(self) -> None:
         """Stop probing and close every backend."""
