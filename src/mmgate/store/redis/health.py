@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 
 # While a node is down, refresh the slot map at most this often (a failover moves its slots).
 _REFRESH_WHILE_DOWN_S = 1.0
+_CLOSE_WAIT_S = 5.0
 
 
 class NodeHealth:
@@ -82,7 +83,14 @@ class NodeHealth:
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            # Bounded: a task whose cancellation redis-py lost (redis/redis-py#2028) ends at its
+            # next round on _closed, but must not hold the gateway's shutdown meanwhile.
+            done, pending = await asyncio.wait([task], timeout=_CLOSE_WAIT_S)
+            for finished in done:  # retrieved, as gather(return_exceptions=True) did: nothing to say
+                if not finished.cancelled():
+                    finished.exception()
+            if pending:
+                log.error("shared cache health task did not stop within %.0f s: left behind", _CLOSE_WAIT_S)
 
     def _has_work(self) -> bool:
         return bool(self.breakers.open_nodes or self._refresh_wanted or not self.nodes.known)
@@ -93,7 +101,7 @@ class NodeHealth:
         self._task = asyncio.create_task(self._run(), name="mmgate-shared-health")
 
     async def _run(self) -> None:
-        while self._has_work():
+        while not self._closed and self._has_work():  # closed: a lost cancellation ends here too
             await asyncio.sleep(self._interval_s)
             now = time.monotonic()
             down = self.breakers.open_nodes
