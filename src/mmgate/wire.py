@@ -21,6 +21,8 @@ import orjson
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
+log = logging.getLogger(__name__)
+
 JSON_CONTENT_TYPE = "application/json"
 
 # vLLM's answer (HTTP 400) to a cache-only image reference that is not in its processor cache.
@@ -128,6 +130,27 @@ def json_response(body: Any, status: int = 200, headers: dict[str, str] | None =
     return web.Response(
         body=orjson.dumps(body), status=status, content_type=JSON_CONTENT_TYPE, headers=headers
     )
+
+
+STOP_WAIT_S = 5.0  # what stop_tasks waits for cancelled background tasks by default
+
+
+async def stop_tasks(tasks: list[asyncio.Task[Any]], timeout_s: float = STOP_WAIT_S) -> None:
+    """Cancel background ``tasks`` and wait for them, at most ``timeout_s``: a task that lost its
+    cancellation (redis-py's asyncio client can return normally from a cancelled command,
+    redis/redis-py#2028) is logged and left behind rather than holding a shutdown. ``wait`` neither
+    raises the tasks' CancelledError nor swallows a cancellation of the caller's; the finished tasks'
+    exceptions are retrieved (their loops log their own failures)."""
+    for task in tasks:
+        task.cancel()
+    if not tasks:
+        return
+    done, stuck = await asyncio.wait(tasks, timeout=timeout_s)
+    for task in done:
+        if not task.cancelled():
+            task.exception()
+    for task in stuck:
+        log.error("%s did not stop within %.0f s of its cancellation: left behind", task.get_name(), timeout_s)
 
 
 def _ephemeral_low() -> int:

@@ -266,7 +266,7 @@ class WillNotStop:
 
 async def test_stop_is_bounded_when_a_background_task_will_not_stop(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    monkeypatch.setattr(router_module, "STOP_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(router_module, "STOP_WAIT_S", 0.3)
     router = Router([StaticBackend("a")], health_interval_s=3600.0)
     stuck = WillNotStop()
     router.sync = stuck  # type: ignore[assignment]
@@ -274,7 +274,7 @@ async def test_stop_is_bounded_when_a_background_task_will_not_stop(
     task = next(t for t in asyncio.all_tasks() if t.get_name() == "mmgate-router-sync")
     await asyncio.sleep(0.01)  # it runs, and waits
     started = time.monotonic()
-    with caplog.at_level(logging.ERROR, logger="mmgate.routing.router"):
+    with caplog.at_level(logging.ERROR, logger="mmgate.wire"):
         await router.stop()  # the shutdown goes on: the gateway is not held by one stuck task
     assert 0.25 < time.monotonic() - started < 2.0
     assert any("mmgate-router-sync did not stop" in r.getMessage() for r in caplog.records)

@@ -201,7 +201,9 @@ class LosesCancellations(Redis):
     (redis/redis-py#2028). That moment cannot be timed against a real server; it hung the test above
     in 2 of 8 runs before the sync looked for it. ``publishing`` is set while a publish is in flight."""
 
-    publishing = asyncio.Event()
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.publishing = asyncio.Event()
 
     async def publish(self, channel: Any, message: Any, **kwargs: Any) -> Any:
         self.publishing.set()

@@ -53,8 +53,7 @@ from mmgate.routing.peers import Routed
 from mmgate.routing.policy import RoutingPolicy
 from mmgate.routing.sync import RoutingSync
 from mmgate.routing.weights import RoutedImage
-
-STOP_TIMEOUT_S = 5.0  # what stop() waits for its background tasks to end
+from mmgate.wire import STOP_WAIT_S, stop_tasks
 
 log = logging.getLogger(__name__)
 
@@ -319,15 +318,7 @@ class Router:
         """Stop the probe and load-poll tasks; the backends stay open."""
         tasks = [t for t in (self._prober, self._poller, self._syncer) if t is not None]
         self._prober = self._poller = self._syncer = None
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            # wait() neither raises the tasks' CancelledError nor swallows a cancellation of ours;
-            # bounded, so that a task that lost its cancellation cannot hold the gateway's shutdown.
-            _, stuck = await asyncio.wait(tasks, timeout=STOP_TIMEOUT_S)
-            for task in stuck:
-                log.error("%s did not stop within %.0f s of its cancellation: left behind", task.get_name(),
-                          STOP_TIMEOUT_S)
+        await stop_tasks(tasks, STOP_WAIT_S)  # bounded: a stuck task must not hold the shutdown
 
     async def close(self) -> None:
         """Stop probing and close every backend."""

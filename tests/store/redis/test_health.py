@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 from redis.asyncio import Redis
 
@@ -19,7 +20,9 @@ class LosesCancellations(NodeHealth):
     raising, as a redis-py command can when the cancellation lands at the wrong moment (that moment
     cannot be timed against a real server). ``refreshing`` is set while a refresh is in flight."""
 
-    refreshing = asyncio.Event()
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.refreshing = asyncio.Event()
 
     async def refresh(self, deadline: float | None = None) -> bool:
         self.refreshing.set()

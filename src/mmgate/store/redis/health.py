@@ -19,12 +19,12 @@ from redis.asyncio import Redis
 
 from mmgate.store.redis.format import NodeBreakers
 from mmgate.store.redis.nodes import Nodes
+from mmgate.wire import STOP_WAIT_S, stop_tasks
 
 log = logging.getLogger(__name__)
 
 # While a node is down, refresh the slot map at most this often (a failover moves its slots).
 _REFRESH_WHILE_DOWN_S = 1.0
-_CLOSE_WAIT_S = 5.0
 
 
 class NodeHealth:
@@ -82,15 +82,8 @@ class NodeHealth:
         self._closed = True
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            # Bounded: a task whose cancellation redis-py lost (redis/redis-py#2028) ends at its
-            # next round on _closed, but must not hold the gateway's shutdown meanwhile.
-            done, pending = await asyncio.wait([task], timeout=_CLOSE_WAIT_S)
-            for finished in done:  # retrieved, as gather(return_exceptions=True) did: nothing to say
-                if not finished.cancelled():
-                    finished.exception()
-            if pending:
-                log.error("shared cache health task did not stop within %.0f s: left behind", _CLOSE_WAIT_S)
+            # One whose cancellation redis-py lost ends at its next round on _closed.
+            await stop_tasks([task], STOP_WAIT_S)
 
     def _has_work(self) -> bool:
         return bool(self.breakers.open_nodes or self._refresh_wanted or not self.nodes.known)
