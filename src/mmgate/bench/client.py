@@ -13,13 +13,16 @@ import asyncio
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import aiohttp
 import orjson
 
+from mmgate.bench.apis import API_PATHS, whole_reply
 from mmgate.bench.errors import BenchError
+from mmgate.bench.streams import STREAM_PARSERS, SSEState
 from mmgate.wire import cache_miss_index, error_message
+
+__all__ = ["ChatClient", "ResponseResult", "SSEState", "endpoint_urls"]
 
 _ERROR_BODY_LIMIT = 64 * 1024
 
@@ -63,7 +66,8 @@ def _error_message(raw: bytes) -> str:
 
 
 class ChatClient:
-    """Sends chat requests to one OpenAI-compatible endpoint. Use as an async context manager."""
+    """Sends requests of one API (``mmgate.bench.apis``: chat, responses, messages) to one endpoint.
+    Use as an async context manager."""
 
     def __init__(
         self,
@@ -75,9 +79,11 @@ class ChatClient:
         request_timeout_s: float = 600.0,
         connect_timeout_s: float = 10.0,
         max_connections: int = 4096,
-        chat_path: str = "/v1/chat/completions",
+        chat_path: str | None = None,
+        api: str = "chat",
     ) -> None:
-        self.chat_url, self.models_url = endpoint_urls(url, chat_path)
+        self.api = api
+        self.chat_url, self.models_url = endpoint_urls(url, chat_path or API_PATHS[api])
         default_headers = {"Content-Type": "application/json"}
         if api_key:
             default_headers["Authorization"] = f"Bearer {api_key}"
@@ -147,9 +153,9 @@ class ChatClient:
                     result.error = f"HTTP {resp.status}: {message}"
                     result.cache_miss = cache_miss_index(resp.status, {"message": message}) is not None
                 elif stream:
-                    await self._read_stream(resp, result, collect_text)
+                    await self._read_stream(resp, result, collect_text, self.api)
                 else:
-                    await self._read_whole(resp, result, collect_text)
+                    await self._read_whole(resp, result, collect_text, self.api)
         except asyncio.CancelledError:
             raise
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
@@ -159,26 +165,22 @@ class ChatClient:
         return result
 
     @staticmethod
-    async def _read_whole(resp: aiohttp.ClientResponse, result: ResponseResult, collect: bool) -> None:
+    async def _read_whole(resp: aiohttp.ClientResponse, result: ResponseResult, collect: bool, api: str) -> None:
         raw = await resp.read()
         result.end_ns = time.perf_counter_ns()
         try:
-            body = orjson.loads(raw)
-            message = body["choices"][0]["message"]
-            text = message.get("content") or ""
-        except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, AttributeError):
-            result.error = "malformed chat completion: " + raw[:200].decode("utf-8", "replace")
+            text, tokens = whole_reply(api, orjson.loads(raw))
+        except (orjson.JSONDecodeError, ValueError, KeyError, IndexError, TypeError, AttributeError):
+            result.error = f"malformed {api} reply: " + raw[:200].decode("utf-8", "replace")
             return
-        usage = body.get("usage") if isinstance(body, dict) else None
-        tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
-        result.output_tokens = int(tokens) if isinstance(tokens, int) else len(str(text).split())
+        result.output_tokens = tokens if tokens is not None else len(text.split())
         result.content_chunks = 1 if text else 0
         if collect:
-            result.text = str(text)
+            result.text = text
 
     @staticmethod
-    async def _read_stream(resp: aiohttp.ClientResponse, result: ResponseResult, collect: bool) -> None:
-        state = SSEState(collect)
+    async def _read_stream(resp: aiohttp.ClientResponse, result: ResponseResult, collect: bool, api: str) -> None:
+        state = STREAM_PARSERS[api](collect)
         # Read to EOF even after [DONE]: leaving the body unread would close the keep-alive connection.
         async for chunk in resp.content.iter_any():
             if state.done:
@@ -194,65 +196,3 @@ class ChatClient:
         result.output_tokens = state.usage_tokens if state.usage_tokens is not None else state.content_chunks
         if collect:
             result.text = "".join(state.pieces)
-
-
-class SSEState:
-    """Incremental parser of an OpenAI chat-completion SSE stream (pure: bytes in, fields out).
-
-    ``first_token_ns`` is the arrival time of the first event with non-empty ``content`` (or
-    ``reasoning_content``); ``error`` is set by an ``{"error": ...}`` event or a malformed one.
-    """
-
-    __slots__ = ("collect", "content_chunks", "done", "error", "first_token_ns", "pieces", "tail",
-                 "usage_tokens")
-
-    def __init__(self, collect: bool = False) -> None:
-        self.collect = collect
-        self.tail = b""
-        self.done = False
-        self.error: str | None = None
-        self.first_token_ns = -1
-        self.content_chunks = 0
-        self.usage_tokens: int | None = None
-        self.pieces: list[str] = []
-
-    def feed(self, chunk: bytes, now_ns: int) -> None:
-        if self.done:
-            return
-        lines = (self.tail + chunk if self.tail else chunk).split(b"\n")
-        self.tail = lines.pop()
-        for line in lines:
-            if not line.startswith(b"data:"):
-                continue
-            payload = line[5:].strip()
-            if payload == b"[DONE]":
-                self.done = True
-                return
-            try:
-                event = orjson.loads(payload)
-            except orjson.JSONDecodeError:
-                self._fail("malformed SSE event: " + payload[:200].decode("utf-8", "replace"))
-                return
-            if not isinstance(event, dict):
-                continue
-            if "error" in event:
-                self._fail("stream error: " + _error_message(payload))
-                return
-            usage = event.get("usage")
-            if usage and isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
-                self.usage_tokens = usage["completion_tokens"]
-            choices: Any = event.get("choices")
-            if not choices:
-                continue
-            delta = choices[0].get("delta") or {}
-            text = delta.get("content") or delta.get("reasoning_content")
-            if text:
-                if self.first_token_ns < 0:
-                    self.first_token_ns = now_ns
-                self.content_chunks += 1
-                if self.collect:
-                    self.pieces.append(text)
-
-    def _fail(self, message: str) -> None:
-        self.error = message
-        self.done = True

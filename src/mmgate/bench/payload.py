@@ -1,4 +1,5 @@
-"""Build the Chat Completions body of one request: messages, image parts, sampling fields.
+"""Build the body of one request: messages, image parts, sampling fields — in Chat Completions'
+shape, or in the Responses or Anthropic Messages shape (``mmgate.bench.apis``) for those clients.
 
 ``render_messages`` is pure: it lays a planned list of image parts over the turns of the request
 (the accumulated history of a multi-turn conversation, then the current turn). ``build_request``
@@ -14,12 +15,12 @@ from typing import Any
 
 import orjson
 
+from mmgate.bench.apis import Api, Exchange, messages_body, responses_body
 from mmgate.bench.dataset import Turn
 from mmgate.bench.images import DatasetImages
 from mmgate.bench.planner import PlanCounts, PlannedImage, StripPlanner, count_plan
 
-Exchange = tuple[Turn, str | None]
-"""A turn already sent in this conversation and the assistant's reply (None: it failed)."""
+__all__ = ["BodyOptions", "BuiltRequest", "Exchange", "build_request", "render_messages", "request_body"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +31,7 @@ class BodyOptions:
     stream: bool = True
     output_length: int | None = None
     extra_body: Mapping[str, Any] | None = None
+    api: Api = "chat"
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +95,23 @@ def request_body(options: BodyOptions, messages: list[dict[str, Any]], turn: Tur
     return body
 
 
+def api_body(
+    options: BodyOptions, system_prompt: str | None, history: Sequence[Exchange], turn: Turn,
+    plan: Sequence[PlannedImage],
+) -> dict[str, Any]:
+    """The request body in the shape of ``options.api``, with the run's and the turn's extra fields."""
+    if options.api == "chat":
+        return request_body(options, render_messages(system_prompt, history, turn, plan), turn)
+    max_tokens = turn.output_length if turn.output_length is not None else options.output_length
+    build = responses_body if options.api == "responses" else messages_body
+    body = build(options.model, options.stream, max_tokens, system_prompt, history, turn, plan)
+    if options.extra_body:
+        body.update(options.extra_body)
+    if turn.extra:
+        body.update(turn.extra)
+    return body
+
+
 async def build_request(
     options: BodyOptions,
     resolver: DatasetImages,
@@ -112,6 +131,5 @@ async def build_request(
         plan = planner.plan(slots)
     else:
         plan = []
-    messages = render_messages(system_prompt, history, turn, plan)
-    body = orjson.dumps(request_body(options, messages, turn))
+    body = orjson.dumps(api_body(options, system_prompt, history, turn, plan))
     return BuiltRequest(body, plan, count_plan(plan))

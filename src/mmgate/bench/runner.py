@@ -76,10 +76,11 @@ async def run_benchmark(
             settings.url, api_key=settings.api_key, headers=dict(settings.headers),
             session_header=settings.session_header or None, request_timeout_s=settings.request_timeout_s,
             connect_timeout_s=settings.connect_timeout_s, max_connections=settings.max_connections,
-            chat_path=settings.chat_path,
+            chat_path=settings.chat_path, api=settings.api,
         ) as client:
             model = await _pick_model(client, settings)
-            options = BodyOptions(model, settings.stream, settings.output_length, settings.extra_body)
+            options = BodyOptions(model, settings.stream, settings.output_length, settings.extra_body,
+                                  settings.api)
             if settings.warmup_requests:
                 warm = LoadEngine(settings, sessions, client, resolver, options)
                 await warm.run(request_count=settings.warmup_requests, duration_s=None, cycle=True,

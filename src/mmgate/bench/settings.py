@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import field_validator, model_validator
 
 from mmgate._settings import ConfigError, Frozen, MiB, setting
+from mmgate.bench.apis import Api
 from mmgate.bench.dataset import DatasetType
 from mmgate.bench.images import ImageMode
 
@@ -31,7 +32,12 @@ class BenchSettings(Frozen):
 
     url: str = setting("http://127.0.0.1:8000", flag="--url", group=ENDPOINT, min_length=1,
                        help="base URL of the OpenAI-compatible server, with or without /v1")
-    chat_path: str = setting("/v1/chat/completions", flag="--endpoint", group=ENDPOINT, help="chat path")
+    api: Api = setting("chat", flag="--api", group=ENDPOINT,
+                       help="the client API each session speaks: OpenAI chat completions, OpenAI Responses "
+                            "or Anthropic Messages")
+    chat_path: str | None = setting(None, flag="--endpoint", group=ENDPOINT,
+                                    help="request path (default: the --api's own: /v1/chat/completions, "
+                                         "/v1/responses, /v1/messages)")
     model: str | None = setting(None, flag="--model", group=ENDPOINT,
                                 help="model name (default: first of /v1/models)")
     api_key: str | None = setting(None, flag="--api-key", group=ENDPOINT, help="sent as Authorization: Bearer KEY")
@@ -98,6 +104,14 @@ class BenchSettings(Frozen):
         if isinstance(value, tuple | list):
             return tuple(parse_header(v) if isinstance(v, str) else v for v in value)
         return value
+
+    @model_validator(mode="after")
+    def _strip_needs_chat(self) -> BenchSettings:
+        if self.uuid_and_strip and self.api != "chat":
+            raise ConfigError(
+                "--uuid-and-strip", f"needs --api chat: the {self.api} API carries no image uuids "
+                "(through mmgate, --reuse auto strips the repeats on the engine side)")
+        return self
 
     @model_validator(mode="after")
     def _default_load(self) -> BenchSettings:
