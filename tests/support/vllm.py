@@ -5,7 +5,7 @@ processes on loopback, for tests and benchmarks.
 ``tools/tiny_qwen2vl.py`` when missing. Environment:
 
 * ``MMGATE_VLLM_VENV``  — the venv holding vLLM (default ``<repo>/.venv-vllm``); point it at an
-  existing one for quick loops: ``MMGATE_VLLM_VENV=/work/vllm-venv``.
+  existing one for quick loops: ``MMGATE_VLLM_VENV=/path/to/vllm-venv``.
 * ``MMGATE_VLLM_MODEL`` — the model directory (default ``<repo>/build/tiny-qwen2vl``).
 * ``MMGATE_VLLM_START_TIMEOUT`` — seconds one start may take (default 300).
 
