@@ -6,7 +6,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 ARGS ?=
 # Real vLLM (its CPU build) lives in a venv of its own, apart from mmgate's; point VLLM_VENV at an
-# existing one to skip the install (e.g. `make test VLLM_VENV=/work/vllm-venv`).
+# existing one to skip the install (e.g. `make test VLLM_VENV=/path/to/vllm-venv`).
 VLLM_VENV ?= .venv-vllm
 VLLM_PY := $(VLLM_VENV)/bin/python
 # The stamp is named by the content of the pins and the workaround, so the venv is reinstalled when

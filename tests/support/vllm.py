@@ -5,7 +5,7 @@ processes on loopback, for tests and benchmarks.
 ``tools/tiny_qwen2vl.py`` when missing. Environment:
 
 * ``MMGATE_VLLM_VENV``  — the venv holding vLLM (default ``<repo>/.venv-vllm``); point it at an
-  existing one for quick loops: ``MMGATE_VLLM_VENV=/work/vllm-venv``.
+  existing one for quick loops: ``MMGATE_VLLM_VENV=/path/to/vllm-venv``.
 * ``MMGATE_VLLM_MODEL`` — the model directory (default ``<repo>/build/tiny-qwen2vl``).
 * ``MMGATE_VLLM_START_TIMEOUT`` — seconds one start may take (default 300).
 
@@ -45,9 +45,9 @@ from mmgate.wire import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVED_MODEL = "tiny-qwen2vl"
-# Flags that start vLLM's CPU build on 2 shared cores (see issue 9). float32, not bfloat16: this
-# machine's CPU (AVX2, no AVX512-BF16 or AMX) emulates bfloat16, and the tiny model's TTFT on the
-# sliding-window workload halves in float32 (docs/PERFORMANCE.md, "The seed's sliding window").
+# Flags that start vLLM's CPU build on 2 shared cores. float32, not bfloat16: this machine's CPU
+# (AVX2, no AVX512-BF16 or AMX) emulates bfloat16, and the tiny model's TTFT on the sliding-window
+# workload halves in float32 (docs/PERFORMANCE.md, "Sim fidelity").
 VLLM_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
             "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1",
             "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}

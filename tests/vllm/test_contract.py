@@ -1,4 +1,4 @@
-"""DESIGN's gateway → vLLM contract against real vLLM: every shape the gateway sends is accepted,
+"""The gateway → vLLM contract (docs/ARCHITECTURE.md) against real vLLM: every shape the gateway sends is accepted,
 and a cache-only reference is a real processor-cache hit (``vllm:mm_cache_hits_total`` moves)."""
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ async def test_unknown_uuid_is_the_gateways_400_naming_it(gateway: GatewayProces
 
 
 async def test_vllm_cache_miss_body_is_the_one_the_gateway_heals(vllm_replicas: list[VllmReplica]) -> None:
-    """The exact answer DESIGN quotes, from real vLLM (the gateway recognises it by status+message)."""
+    """The exact answer docs/ARCHITECTURE.md quotes, from real vLLM (the gateway recognises it by status+message)."""
     answer = await chat(vllm_replicas[1].url, body(image(fresh_jpeg(), "known"), image(None, "never-sent-2")))
     assert answer.status == 400
     assert answer.json == {"error": {

@@ -100,7 +100,7 @@ def classify(part: dict[str, Any]) -> str:
                 return key
         if isinstance(ptype, str) and ptype in IMAGE_TYPES:
             # vLLM refuses a uuid part without an image_url key; the gateway reads it as the
-            # cache-only reference DESIGN.md lists (and sends it in the form vLLM reads).
+            # cache-only reference docs/ARCHITECTURE.md lists (and sends it in the form vLLM reads).
             return "image_url"
         if ptype is None:
             raise InvalidRequestError("content part has no 'type' and no media key")

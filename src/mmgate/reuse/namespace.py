@@ -1,4 +1,4 @@
-"""The uuid a backend sees (``K`` in DESIGN.md): tenant-proof and forge-proof.
+"""The uuid a backend sees (``K`` in docs/ARCHITECTURE.md): tenant-proof and forge-proof.
 
 vLLM uses a uuid verbatim as a global processor-cache key. So:
 
