@@ -4,6 +4,7 @@ replies are read (TTFT, server-counted output tokens)."""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,7 @@ async def test_bench_drives_vllm_as_a_messages_or_responses_client(
     settings = BenchSettings(url=vllm_replicas[0].url, dataset=str(dataset), api=api, stream=stream,
                              concurrency=2, output_length=4, model=vllm_replicas[0].model)
     out = await run_benchmark(settings, load_dataset(dataset, "single_turn"), tmp_path / "out",
-                              console=Console(file=open("/dev/null", "w")), plots=False)
+                              console=Console(file=io.StringIO()), plots=False)
     totals = out.summary["totals"]
     assert (totals["requests"], totals["errors"]) == (6, 0), out.summary
     assert totals["logical_images"] == totals["images_with_data"] == 2 * 3 * 2  # every turn: its window of 2
