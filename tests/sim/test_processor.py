@@ -8,7 +8,7 @@ import pytest
 from mmgate.sim.cache import ProcessedImage, ProcessorCache
 from mmgate.sim.config import SimSettings
 from mmgate.sim.errors import ImageTooLargeError, InvalidRequestError
-from mmgate.sim.processor import content_hash, decode_image, process_image, smart_resize
+from mmgate.sim.processor import content_hash, decode_image, patchify, process_image, smart_resize
 from tests.sim.helpers import image_bytes
 
 GRID = {"factor": 28, "min_pixels": 56 * 56, "max_pixels": 1280 * 28 * 28, "max_aspect_ratio": 200.0}
@@ -41,16 +41,19 @@ def test_process_image_patches_and_tokens() -> None:
     out = process_image(image_bytes(512, 300), settings)
     assert (out.grid_h, out.grid_w) == (22, 36)  # 308/14, 504/14
     assert out.num_tokens == 11 * 18
-    assert out.pixel_values.dtype == np.float32
-    assert out.pixel_values.shape == (22 * 36, 3 * 14 * 14)
-    assert out.num_bytes == 22 * 36 * 3 * 14 * 14 * 4
+    patches = patchify(decode_image(image_bytes(512, 300), settings), settings)
+    assert patches.values.dtype == np.float32 and patches.grid_hw == (22, 36)
+    assert patches.values.shape == (22 * 36, 3 * 14 * 14)
+    # The record keeps the patches' size (what vLLM's cache would hold), not the patches.
+    assert out.num_bytes == patches.values.nbytes == 22 * 36 * 3 * 14 * 14 * 4
+    assert not any(isinstance(getattr(out, f), np.ndarray) for f in out.__slots__)
 
 
 def test_process_image_normalises_with_mean_and_std() -> None:
     settings = SimSettings()
-    out = process_image(image_bytes(56, 56, seed=0), settings)  # seed 0: black with one white pixel
+    out = patchify(decode_image(image_bytes(56, 56, seed=0), settings), settings)  # black, one white pixel
     # Channel-first patch rows: the first 196 values are red, normalised black = -mean/std.
-    red = out.pixel_values[-1, :196]
+    red = out.values[-1, :196]
     assert np.allclose(red, -settings.image_mean[0] / settings.image_std[0], atol=1e-5)
 
 
@@ -70,7 +73,7 @@ def test_content_hash_is_stable_and_content_sensitive() -> None:
 
 
 def _item(num_floats: int) -> ProcessedImage:
-    return ProcessedImage(pixel_values=np.zeros(num_floats, np.float32), grid_h=2, grid_w=2, num_tokens=1)
+    return ProcessedImage(grid_h=2, grid_w=2, num_tokens=1, num_bytes=4 * num_floats)
 
 
 def test_cache_evicts_least_recently_used_by_bytes() -> None:

@@ -1,5 +1,11 @@
 """The processor cache: an LRU bounded by bytes, like vLLM's multimodal processor cache.
 
+An entry is the record of a processed image, not its pixels: the stand-in does the processing
+work on a miss (``mmgate.sim.processor``) and then drops the float32 patches it never reads again,
+keeping their size. Hits, misses and evictions follow the bytes vLLM would hold, while the
+process holds ~100 bytes an entry instead of the patches (an embedded engine under a long
+benchmark grew to gigabytes when it held them).
+
 Plain class, no event loop: the engine calls it from the loop thread only.
 """
 
@@ -8,25 +14,16 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
-import numpy as np
-
 
 @dataclass(frozen=True, slots=True)
 class ProcessedImage:
-    """What the HF-processor stand-in produced for one image.
+    """What the HF-processor stand-in produced for one image: its patch grid, the tokens it adds
+    to the prompt, and ``num_bytes``, the size of its float32 patches (what vLLM's cache holds)."""
 
-    ``pixel_values`` holds the normalised float32 patches, one row per 14x14 patch (Qwen2-VL's
-    layout without the temporal duplication); ``num_tokens`` is what the image adds to the prompt.
-    """
-
-    pixel_values: np.ndarray
     grid_h: int
     grid_w: int
     num_tokens: int
-
-    @property
-    def num_bytes(self) -> int:
-        return int(self.pixel_values.nbytes)
+    num_bytes: int
 
 
 class ProcessorCache:

@@ -11,6 +11,7 @@ import hashlib
 import io
 import re
 import warnings
+from dataclasses import dataclass
 
 import numpy as np
 from PIL import Image
@@ -72,8 +73,26 @@ def decode_image(data: bytes, settings: SimSettings) -> Image.Image:
 
 
 def process_image(data: bytes, settings: SimSettings) -> ProcessedImage:
-    """Decode, resize to the patch grid, normalise to float32 and split into patches."""
-    image = decode_image(data, settings)
+    """Decode, resize to the patch grid, normalise to float32 and split into patches (the work a
+    cache miss costs); the record of the result, whose patches are then dropped."""
+    pixel_values = patchify(decode_image(data, settings), settings)
+    merge = settings.merge_size
+    grid_h, grid_w = pixel_values.grid_hw
+    return ProcessedImage(grid_h=grid_h, grid_w=grid_w, num_tokens=(grid_h // merge) * (grid_w // merge),
+                          num_bytes=int(pixel_values.values.nbytes))
+
+
+@dataclass(frozen=True, slots=True)
+class Patches:
+    """Normalised float32 patches, one row per patch (Qwen2-VL's layout without the temporal
+    duplication), and the patch grid (rows, columns)."""
+
+    values: np.ndarray
+    grid_hw: tuple[int, int]
+
+
+def patchify(image: Image.Image, settings: SimSettings) -> Patches:
+    """Resize to the patch grid, normalise to float32 and split into patches."""
     factor = settings.grid_factor
     height, width = smart_resize(
         image.height,
@@ -96,9 +115,4 @@ def process_image(data: bytes, settings: SimSettings) -> ProcessedImage:
     patches = pixels.reshape(grid_h // merge, merge, patch, grid_w // merge, merge, patch, 3)
     patches = patches.transpose(0, 3, 1, 4, 6, 2, 5)
     flat = np.ascontiguousarray(patches).reshape(grid_h * grid_w, 3 * patch * patch)
-    return ProcessedImage(
-        pixel_values=flat,
-        grid_h=grid_h,
-        grid_w=grid_w,
-        num_tokens=(grid_h // merge) * (grid_w // merge),
-    )
+    return Patches(flat, (grid_h, grid_w))
