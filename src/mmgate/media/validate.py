@@ -8,11 +8,18 @@ translated here into ``UnsupportedImageError`` (415) or ``ImageTooLargeError``.
 The pixel limit is checked from the header, before any pixel is decoded. The full decode is
 what catches truncated or corrupt data; for JPEG, ``draft()`` decodes at 1/8 scale, which still
 entropy-decodes the whole stream (so truncation is caught) at a fraction of the cost.
+
+Pixels do not bound a decode's work on their own: a progressive JPEG of thousands of (empty)
+scans costs the decoder a pass over the image per scan, and a PNG of hundreds of thousands of
+empty ancillary chunks holds the interpreter in Pillow's chunk walk. ``check_structure`` counts
+them before the decode and refuses an image past limits no real encoder reaches (a decode thread
+cannot be cancelled, so the work must be bounded before it starts).
 """
 
 from __future__ import annotations
 
 import io
+import struct
 from dataclasses import dataclass
 
 from PIL import Image
@@ -44,6 +51,7 @@ def validate_image(
     if not data:
         raise UnsupportedImageError("the image is empty (0 bytes)")
     allowed = ", ".join(allowed_formats)
+    check_structure(data)  # before Pillow reads a byte: opening a PNG walks its chunks already
     try:
         with Image.open(io.BytesIO(data), formats=list(allowed_formats)) as img:
             width, height = img.size
@@ -74,3 +82,53 @@ def validate_image(
         raise UnsupportedImageError(f"the image data is corrupt or truncated ({detail})") from exc
     return ImageInfo(format=fmt, mime=mime, width=width, height=height)
 
+
+
+# Encoders write ~10 scans for a progressive JPEG (libjpeg's and mozjpeg's progressions), one per
+# component and band; the limit leaves room for exotic ones. A marker's bytes can also occur in
+# metadata (not in entropy-coded data, where 0xFF is stuffed), so the count may only err upward.
+MAX_JPEG_SCANS = 100
+# PNG: ancillary chunks (text, ICC, EXIF…) are a handful in real files; IDAT chunks follow the
+# encoder's buffer (libpng: 8 KiB), so the total is allowed to grow with the file's size.
+MAX_PNG_ANCILLARY_CHUNKS = 256
+_PNG_CHUNKS_PER_BYTE = 1 / 2048
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+_CHUNK_HEAD = struct.Struct(">I4s")
+
+
+def check_structure(data: bytes) -> None:
+    """Refuse (415) an image whose decode work would not be bounded by its pixels: a JPEG of more
+    than ``MAX_JPEG_SCANS`` scans, a PNG of too many chunks. Bounded work itself: one C-speed
+    search that stops at the JPEG limit, a chunk walk that stops at the PNG limit."""
+    if data.startswith(b"\xff\xd8\xff"):
+        pos = 0
+        for _ in range(MAX_JPEG_SCANS + 1):  # stops at the limit: bounded however many there are
+            pos = data.find(b"\xff\xda", pos) + 1
+            if pos == 0:
+                return
+        raise UnsupportedImageError(
+            f"the JPEG image has more than {MAX_JPEG_SCANS} scans: re-encode it "
+            "(a baseline or standard progressive JPEG)")
+    elif data.startswith(_PNG_SIGNATURE):
+        _check_png_chunks(data)
+
+
+def _check_png_chunks(data: bytes) -> None:
+    limit = 1024 + int(len(data) * _PNG_CHUNKS_PER_BYTE)
+    pos, chunks, ancillary = len(_PNG_SIGNATURE), 0, 0
+    end = len(data) - _CHUNK_HEAD.size
+    while pos <= end:
+        length, kind = _CHUNK_HEAD.unpack_from(data, pos)
+        chunks += 1
+        if kind[0] & 0x20:  # lower-case first letter: an ancillary chunk
+            ancillary += 1
+            if ancillary > MAX_PNG_ANCILLARY_CHUNKS:
+                raise UnsupportedImageError(
+                    f"the PNG image has more than {MAX_PNG_ANCILLARY_CHUNKS} ancillary chunks: "
+                    "strip its metadata and send it again")
+        if chunks > limit:
+            raise UnsupportedImageError(
+                f"the PNG image has more than {limit} chunks for its {len(data)} bytes: re-encode it")
+        if kind == b"IEND":
+            return
+        pos += 12 + length  # length, type, data, CRC
