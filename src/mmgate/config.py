@@ -209,6 +209,10 @@ class GatewaySettings(Frozen):
         "from its previous request); idle keep-alive connections close after it too")
     body_timeout_s: float = setting(60.0, flag="--body-timeout", group="http edge", gt=0,
                                     help="seconds a client may take to send a whole request body (408 past it)")
+    max_inflation_ratio: int = setting(
+        0, flag="--max-inflation-ratio", group="http edge", ge=0, le=1000,
+        help="accept gzip/deflate request bodies that inflate to at most this many times their size "
+             "(and --max-body-bytes); 0 refuses compressed bodies (415)")
     max_connections: int = setting(
         8192, flag="--max-connections", group="http edge", ge=1,
         help="most open client connections before their first request head (held by the front door) "

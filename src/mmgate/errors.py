@@ -19,6 +19,7 @@ never escape it.
     │   ├── UnknownUUIDError          400: cache-only reference nobody holds
     │   ├── BodyTooLargeError         413: request body over --max-body-bytes
     │   ├── BodyTimeoutError          408: request body not received within --body-timeout
+    │   ├── UnsupportedEncodingError  415: a compressed request body the gateway does not accept
     │   └── BusyError                 429: the decode queue is full (Retry-After)
     ├── ShuttingDownError             503: the gateway stopped before the request finished
     ├── UpstreamError                 backend trouble → 5xx (or the backend's own 4xx)
@@ -44,7 +45,7 @@ __all__ = [
     "BackendTimeoutError", "BodyTimeoutError", "BodyTooLargeError", "BusyError", "CacheError", "ConfigError",
     "ForbiddenURLError", "ImageTooLargeError", "InvalidRequestError", "MediaError", "MmgateError",
     "ModelNotFoundError", "OriginError", "OriginTimeoutError", "RequestError", "ShuttingDownError",
-    "UnknownUUIDError", "UnsupportedImageError", "UpstreamError",
+    "UnknownUUIDError", "UnsupportedEncodingError", "UnsupportedImageError", "UpstreamError",
 ]
 
 
@@ -137,6 +138,14 @@ class BodyTooLargeError(RequestError):
 class BodyTimeoutError(RequestError):
     status = 408
     code = "request_timeout"
+
+
+class UnsupportedEncodingError(RequestError):
+    """A request body with a ``Content-Encoding`` the gateway does not accept (or whose inflation
+    would cross its limits)."""
+
+    status = 415
+    code = "unsupported_content_encoding"
 
 
 class BusyError(RequestError):

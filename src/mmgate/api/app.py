@@ -64,7 +64,8 @@ async def _chat(request: web.Request) -> web.StreamResponse:
         gateway.inflight.add(task)
     try:
         tenant = gateway.authenticate(request.headers)  # 401 before a byte of the body is read
-        raw = await read_body(request, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_s)
+        raw = await read_body(request, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_s,
+                              max_inflation_ratio=settings.max_inflation_ratio)
         outcome = await gateway.chat(raw, request.headers, tenant=tenant)
         status = 200
         try:

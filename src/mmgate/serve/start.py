@@ -135,8 +135,11 @@ async def _serve(gateway: Gateway, settings: GatewaySettings) -> tuple[web.AppRu
     # handler_cancellation: a client that goes away cancels its handler, so the gateway closes the
     # backend stream and an engine stops generating for nobody (aiohttp's default is off).
     # keepalive_timeout also bounds the wait for a new connection's first request headers.
+    # auto_decompress off: a compressed body is refused or inflated by ``read_body``, in a thread
+    # and under its limits, never by aiohttp on the event loop.
     runner = web.AppRunner(
         build_app(gateway), access_log=None, handle_signals=False, handler_cancellation=True,
+        auto_decompress=False,
         shutdown_timeout=CUT_GRACE_S, keepalive_timeout=settings.header_timeout_s, logger=server_logger(),
     )
     await runner.setup()

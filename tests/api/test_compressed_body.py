@@ -1,0 +1,75 @@
+"""Compressed request bodies, through a real ``mmgate serve``: refused (415) by default; with
+``--max-inflation-ratio`` inflated in a thread under both the ratio and the body cap; a gzip bomb
+(a few hundred KB inflating to 256 MiB) is refused without the gateway's memory following it."""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from pathlib import Path
+
+import aiohttp
+import orjson
+import pytest
+
+from tests.support.serve_process import GatewayProcess, serve_process
+
+MiB = 1024 * 1024
+CHAT = orjson.dumps({"model": "mmgate-sim-vl", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]})
+
+
+@pytest.fixture(scope="module")
+def bomb() -> bytes:
+    """256 MiB of zeros, gzip-compressed (~250 KB)."""
+    packer = zlib.compressobj(9, zlib.DEFLATED, 31)
+    zeros = bytes(MiB)
+    return b"".join(packer.compress(zeros) for _ in range(256)) + packer.flush()
+
+
+def rss_mib(gw: GatewayProcess) -> float:
+    for line in Path(f"/proc/{gw.proc.pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+async def post(gw: GatewayProcess, body: bytes, encoding: str | None) -> tuple[int, dict[str, object]]:
+    headers = {"Content-Type": "application/json"}
+    if encoding:
+        headers["Content-Encoding"] = encoding
+    async with aiohttp.ClientSession() as s, s.post(gw.url + "/v1/chat/completions", data=body,
+                                                    headers=headers) as r:
+        return r.status, await r.json(content_type=None)
+
+
+async def test_compressed_bodies_are_refused_by_default(tmp_path: Path, bomb: bytes) -> None:
+    with serve_process(tmp_path) as gw:
+        status, answer = await post(gw, gzip.compress(CHAT), "gzip")
+        assert status == 415, answer
+        error = answer["error"]
+        assert isinstance(error, dict) and error["param"] == "Content-Encoding"
+        assert error["code"] == "unsupported_content_encoding"
+        before = rss_mib(gw)
+        for _ in range(3):
+            status, _ = await post(gw, bomb, "gzip")
+            assert status == 415
+        assert rss_mib(gw) - before < 100  # nothing was inflated
+        assert (await post(gw, CHAT, None))[0] == 200
+        assert (await post(gw, CHAT, "identity"))[0] == 200
+
+
+async def test_allowed_bodies_inflate_under_the_ratio_and_the_cap(tmp_path: Path, bomb: bytes) -> None:
+    with serve_process(tmp_path, "--max-inflation-ratio", "20", "--max-body-bytes", str(64 * MiB)) as gw:
+        assert (await post(gw, gzip.compress(CHAT), "gzip"))[0] == 200
+        assert (await post(gw, zlib.compress(CHAT), "deflate"))[0] == 200
+        before = rss_mib(gw)
+        for _ in range(3):
+            status, answer = await post(gw, bomb, "gzip")
+            assert status == 413, answer
+            error = answer["error"]
+            assert isinstance(error, dict) and "--max-inflation-ratio" in str(error["message"])
+        assert rss_mib(gw) - before < 100
+        status, answer = await post(gw, b"\x1f\x8b not gzip at all", "gzip")
+        assert status == 400 and isinstance(answer["error"], dict) and answer["error"]["param"] == "Content-Encoding"
+        assert (await post(gw, gzip.compress(CHAT)[:-12], "gzip"))[0] == 400  # truncated
+        assert (await post(gw, gzip.compress(CHAT), "br"))[0] == 415
