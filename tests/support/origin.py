@@ -21,7 +21,7 @@ import contextlib
 
 from aiohttp import web
 
-from mmgate.wire import start_app
+from mmgate.serving import start_app
 
 _CHUNK = 64 * 1024
 

@@ -19,7 +19,7 @@ import aiohttp
 import orjson
 
 from mmgate.bench.errors import BenchError
-from mmgate.wire import cache_miss_index, error_message
+from mmgate.vllm_protocol import cache_miss_index, error_message
 
 _ERROR_BODY_LIMIT = 64 * 1024
 
