@@ -9,11 +9,13 @@ import time
 import urllib.request
 from pathlib import Path
 
-from mmgate.wire import free_port
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # the benchmarks run as scripts: tests.support is found from the repo root
+    sys.path.insert(0, str(ROOT))
+
+from tests.support.ports import free_port  # noqa: E402
 
 __all__ = ["CLK_TCK", "MMGATE", "ROOT", "cpu_seconds", "free_port", "start", "stop"]
-
-ROOT = Path(__file__).resolve().parent.parent
 MMGATE = [sys.executable, "-m", "mmgate"]
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 

@@ -11,9 +11,7 @@ for a recovery phase how long after the server (cluster) was ok the first hit on
 
     .venv/bin/python benchmarks/chaos_shared_tier.py --out results/chaos_shared_tier.json
 
-It also runs against the code before issue 11 (``mmgate.media.shared``, one process-wide error
-cool-down, redis-py's ``RedisCluster``) for a side-by-side: check out that commit, copy this script
-and ``tests/support/{origin,redis_servers}.py`` into it, and pass ``--label before``.
+``--label`` names the code under test in the rows, to put two checkouts' runs side by side.
 """
 
 from __future__ import annotations
@@ -27,7 +25,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,11 +42,8 @@ from tests.support.redis_servers import RedisClusterServers, RedisServer  # noqa
 from mmgate.config import CacheSettings, MediaSettings  # noqa: E402
 from mmgate.media.keys import url_key  # noqa: E402
 from mmgate.media.loader import MediaLoader  # noqa: E402
-
-try:
-    from mmgate.store.redis.tier import RedisSharedTier, build_shared_tier
-except ImportError:  # the code before the re-layout (and before issue 11), for a side-by-side
-    from mmgate.media.shared import RedisSharedTier, build_shared_tier  # type: ignore[no-redef]
+from mmgate.store import LoadedImage  # noqa: E402
+from mmgate.store.redis.tier import RedisSharedTier, build_shared_tier  # noqa: E402
 
 CONNECT_S = IO_S = 0.5
 ORIGIN_DELAY_S = 0.05
@@ -96,10 +91,12 @@ class Chaos:
         self.phases: list[Phase] = []
         self._stop = False
         for tier in tiers:
-            tier.wait_for_fill = self._timed_wait(tier.wait_for_fill)  # type: ignore[method-assign]
+            tier.wait_for_fill = self._timed_wait(tier.wait_for_fill)  # type: ignore[method-assign, assignment]
 
-    def _timed_wait(self, wait: Callable[[str], Awaitable[Any]]) -> Callable[[str], Awaitable[Any]]:
-        async def timed(key: str) -> Any:
+    def _timed_wait(
+        self, wait: Callable[[str], Awaitable[LoadedImage | None]]
+    ) -> Callable[[str], Coroutine[Any, Any, LoadedImage | None]]:
+        async def timed(key: str) -> LoadedImage | None:
             start = time.monotonic()
             try:
                 return await wait(key)
@@ -114,7 +111,7 @@ class Chaos:
             url = rng.choice(self.urls)
             phase, node, start = self.phase, self.owners[url], time.monotonic()
             try:
-                _, outcome = await loader._load(url, None)  # private: the outcome of this one load
+                _, outcome = await loader.load_with_outcome(url)
             except Exception:  # a failed request: what the aims count
                 phase.failures += 1
                 outcome = "error"
@@ -162,8 +159,7 @@ async def scenario(kind: str, tmp: Path, origin: ImageOrigin, urls: list[str], l
     for _ in range(2):
         tier = build_shared_tier(cache, media, CollectorRegistry())
         assert isinstance(tier, RedisSharedTier)
-        if hasattr(tier, "start"):  # (the code before issue 11 had no start-up step)
-            await tier.start()
+        await tier.start()
         tiers.append(tier)
     # The node holding each image's entry, asked of the cluster itself (not of the code under test).
     value_keys = [tiers[0].storage_keys(url_key(u))[0] for u in urls]
@@ -241,7 +237,7 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="results/chaos_shared_tier.json")
     parser.add_argument("--only", choices=["standalone", "cluster"], default=None)
-    parser.add_argument("--label", default="after", help="names the code under test in the rows")
+    parser.add_argument("--label", default="mmgate", help="names the code under test in the rows")
     args = parser.parse_args()
     origin = await ImageOrigin().start()
     urls = make_pool(origin)

@@ -263,12 +263,13 @@ async def with_slow_connections(
 
         counter = asyncio.create_task(count_fds())
         doors = children(gateway_pid)
-        cpu_before = [cpu_seconds(pid) for pid in (gateway_pid, *(p.pid for p in workers))]
+        worker_pids = [p.pid for p in workers if p.pid is not None]  # all started above
+        cpu_before = [cpu_seconds(pid) for pid in (gateway_pid, *worker_pids)]
         door_before = sum(cpu_seconds(pid) for pid in doors)
         window_started = time.perf_counter()
         result.update(await normal_traffic(url, seconds, rate, 10_000))
         window = time.perf_counter() - window_started
-        cpu = [cpu_seconds(pid) - b for pid, b in zip((gateway_pid, *(p.pid for p in workers)), cpu_before, strict=True)]
+        cpu = [cpu_seconds(pid) - b for pid, b in zip((gateway_pid, *worker_pids), cpu_before, strict=True)]
         counter.cancel()
         result["gateway_cpu_cores"] = round(cpu[0] / window, 2)  # cores busy on average
         result["front_door_cpu_cores"] = round((sum(cpu_seconds(pid) for pid in doors) - door_before) / window, 2)

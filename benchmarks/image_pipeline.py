@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import io
 import json
 import os
@@ -44,8 +45,8 @@ from tests.support.redis_servers import RedisClusterServers, RedisServer  # noqa
 from mmgate.config import CacheSettings, MediaSettings  # noqa: E402
 from mmgate.media.keys import url_key  # noqa: E402
 from mmgate.media.loader import MediaLoader  # noqa: E402
+from mmgate.serving import install_uvloop, start_app  # noqa: E402
 from mmgate.store.redis.tier import RedisSharedTier, build_shared_tier  # noqa: E402
-from mmgate.wire import install_uvloop, start_app  # noqa: E402
 
 MiB = 1024 * 1024
 AIMS = {"local_hit_p50_us": 50.0, "shared_hit_1mib_p50_us": 2000.0, "origin_requests_per_burst": 1}
@@ -134,16 +135,16 @@ async def latency_rows(origin: Origin, urls: dict[str, str], args: argparse.Name
         loader = MediaLoader(MEDIA, cache, shared=tier)
         await loader.load(image_url)  # fills Redis; no local cache, so every later load asks Redis
         rows.append({"name": f"shared hit 1 MiB, {kind} (MediaLoader)",
-                     **await timed(args.iterations, lambda loader=loader: loader.load(image_url))})
+                     **await timed(args.iterations, functools.partial(loader.load, image_url))})
         key = url_key(image_url)  # the loader's key for it
         rows.append({"name": f"shared hit 1 MiB, {kind} (tier.get only)",
-                     **await timed(args.iterations, lambda tier=tier, key=key: tier.get(key))})
+                     **await timed(args.iterations, functools.partial(tier.get, key))})
         value_key = tier.storage_keys(key)[0]
         route = tier.nodes.route(value_key)
         assert route is not None
         client = route[1]  # the floor: redis-py's own GET of the same entry, on its node
         rows.append({"name": f"redis-py GET 1 MiB, {kind} (floor)",
-                     **await timed(args.iterations, lambda c=client, k=value_key: c.get(k))})
+                     **await timed(args.iterations, functools.partial(client.get, value_key))})
         await loader.close()
         await tier.close()
 

@@ -2,9 +2,8 @@
 are complete, then hands each one, with the bytes read so far, to the gateway process.
 
 Why a process: a flood of slow clients (slowloris) costs whoever holds them an accept, a close and
-a few reads per connection; in the gateway's event loop those batches sat between every step of a
-normal request (at 8,192 held connections and ~3,000 reconnects a second, a normal request's p99
-went from 10 ms to 150 ms). Held here, they cost the gateway nothing: it sees a connection only once
+a few reads per connection; in the gateway's event loop those batches would sit between every step
+of a normal request (docs/PERFORMANCE.md, "HTTP edge under hostile load"). Held here, they cost the gateway nothing: it sees a connection only once
 the connection has sent a whole request head. What the front door does:
 
 * accepts on the gateway's listening socket (inherited: ``--listen-fd``), at most ``ACCEPT_BATCH``
@@ -21,8 +20,8 @@ the connection has sent a whole request head. What the front door does:
 * sends its counts (``STATS`` + JSON, no descriptor) when they change, at most every 0.1 s;
 * exits when the gateway closes the control socket or sends ``stop``, or dies.
 
-Standard library only (``python -m mmgate.frontdoor --help`` runs in ~70 ms; holding 8,192 slow
-connections it had 19.7 MB resident); the gateway's side is ``mmgate.api.frontsite``.
+Standard library only, so it starts fast and stays small beside the gateway; the gateway's side is
+``mmgate.api.frontsite``.
 """
 
 from __future__ import annotations

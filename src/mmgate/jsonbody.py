@@ -1,8 +1,8 @@
 """Request bodies to and from JSON without stalling the event loop on very large ones.
 
-orjson parses and writes ~1.7 and ~0.7 ms per MB while holding the GIL, so a 100 MB body of
-data-URL images would hold every other request for ~240 ms; a thread does not help (the GIL) and a
-process costs as much in copying. What makes such a body large is a few big strings (the images),
+orjson parses and writes while holding the GIL, so a body of many data-URL images, parsed in one
+go, holds every other request for as long as that takes (docs/PERFORMANCE.md, "One very large
+body"); a thread does not help (the GIL) and a process costs as much in copying. What makes such a body large is a few big strings (the images),
 so both directions cut them out:
 
 * ``loads_body``: each big ``"data:…"`` string token is found in the raw bytes and replaced by a
@@ -11,7 +11,7 @@ so both directions cut them out:
 * ``dumps_body``: big strings are swapped for placeholders in a copy of the containers, the small
   rest is written in one go, and each big string is written on its own and spliced back in.
 
-Bodies under ``LARGE_BODY_BYTES`` take plain orjson, as fast as before. The cut keeps the JSON's
+Bodies under ``LARGE_BODY_BYTES`` take plain orjson in one go (the cut would only cost them). The cut keeps the JSON's
 validity: a token is cut only from an unescaped quote that follows ``:``, ``,`` or ``[`` up to the
 next unescaped quote, and both it and the placeholder are string tokens whose contents hold no
 quote; should the quote in fact close a string, the bare text after it is invalid JSON either way

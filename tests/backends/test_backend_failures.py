@@ -6,9 +6,9 @@ from __future__ import annotations
 import aiohttp
 
 from mmgate.config import BackendSpec
-from mmgate.wire import free_port
 from tests.support.gateway import FAST_SIM, gateway_settings, running_gateway, running_sims, vllm_specs
 from tests.support.http import post
+from tests.support.ports import free_port
 
 MODEL = "mmgate-sim-vl"
 BODY = {"model": MODEL, "messages": [{"role": "user", "content": "hello"}]}

@@ -14,7 +14,8 @@ from aiohttp import web
 
 from mmgate.backends import BackendKind, HTTPBackend, status_error
 from mmgate.errors import BackendConnectError, BackendProtocolError, BackendStatusError, BackendTimeoutError
-from mmgate.wire import free_port, start_app
+from mmgate.serving import start_app
+from tests.support.ports import free_port
 
 
 @dataclass

@@ -19,9 +19,9 @@ import pytest
 from aiohttp import web
 
 from mmgate.bench.synth import SlidingWindowSpec, generate_sliding_window
+from mmgate.serving import start_app
 from mmgate.sim.config import SimSettings
 from mmgate.sim.server import SimServer, start_sim
-from mmgate.wire import start_app
 
 
 @dataclass

@@ -64,7 +64,7 @@ async def test_cli_run_writes_results_and_compare_shows_ratios(
 
 async def test_unreachable_server_is_a_clean_error(sliding_window: Path, tmp_path: Path,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
-    from mmgate.wire import free_port
+    from tests.support.ports import free_port
 
     code = await _cli(f"http://127.0.0.1:{free_port()}", sliding_window, tmp_path / "x")
     err = capsys.readouterr().err

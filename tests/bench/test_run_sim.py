@@ -18,8 +18,8 @@ from rich.console import Console
 from mmgate.bench.dataset import load_dataset
 from mmgate.bench.runner import run_benchmark
 from mmgate.bench.settings import BenchSettings
+from mmgate.serving import json_response
 from mmgate.sim.server import SimServer
-from mmgate.wire import json_response
 from tests.bench.conftest import Recorder, write_jsonl
 
 

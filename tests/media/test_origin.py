@@ -19,10 +19,10 @@ from mmgate.errors import (
     UnsupportedImageError,
 )
 from mmgate.media.loader import MediaLoader
-from mmgate.wire import free_port
 from tests.media.conftest import LoaderFactory
 from tests.support.images import data_url, make_image, truncated
 from tests.support.origin import ImageOrigin
+from tests.support.ports import free_port
 
 MiB = 1024 * 1024
 

@@ -26,7 +26,7 @@ from mmgate.reuse import (
 )
 from mmgate.sim import SimServer
 from mmgate.store import LoadedImage
-from mmgate.wire import cache_miss_message
+from mmgate.vllm_protocol import cache_miss_message
 from tests.support.gateway import running_sims
 from tests.support.images import solid_image
 from tests.support.recorder import Recorder, recording_proxy

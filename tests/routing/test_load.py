@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mmgate.routing.load import FleetLoad
-from mmgate.wire import engine_load
+from mmgate.vllm_protocol import engine_load
 
 VLLM_PAGE = b"""# HELP vllm:num_requests_running Number of requests in model execution batches.
 # TYPE vllm:num_requests_running gauge

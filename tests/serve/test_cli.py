@@ -13,7 +13,7 @@ import urllib.request
 import orjson
 import pytest
 
-from mmgate.wire import free_port
+from tests.support.ports import free_port
 
 MMGATE = [sys.executable, "-m", "mmgate"]
 

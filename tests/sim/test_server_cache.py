@@ -12,8 +12,8 @@ import pytest
 from aiohttp import web
 from openai import AsyncOpenAI, BadRequestError
 
+from mmgate.serving import start_app
 from mmgate.sim.server import SimServer
-from mmgate.wire import start_app
 from tests.sim.conftest import SimFactory
 from tests.sim.helpers import cache_gb, chat_body, data_url, image_bytes, image_part, post_chat
 

@@ -26,7 +26,9 @@ _runs = itertools.count(1)
 
 
 class Engine(Protocol):
-    url: str
+    @property
+    def url(self) -> str: ...
+
     model: str
 
     def cache_counters(self) -> tuple[float, float]: ...

@@ -11,7 +11,7 @@ from contextlib import asynccontextmanager
 
 import aiohttp
 
-from mmgate.wire import free_port
+from tests.support.ports import free_port
 
 
 @asynccontextmanager

@@ -18,10 +18,11 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from mmgate.wire import start_app
+from mmgate.serving import start_app
 
 _CHUNK = 64 * 1024
 
@@ -68,7 +69,9 @@ class ImageOrigin:
             await self._runner.cleanup()
 
     @web.middleware
-    async def _count(self, request: web.Request, handler: web.RequestHandler) -> web.StreamResponse:
+    async def _count(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
         self.hits[request.path] += 1
         return await handler(request)
 

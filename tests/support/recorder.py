@@ -12,7 +12,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from mmgate.wire import start_app
+from mmgate.serving import start_app
 
 
 @dataclass

@@ -29,7 +29,7 @@ import pytest
 import redis
 import redis.cluster
 
-from mmgate.wire import free_port
+from tests.support.ports import free_port
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 _READY_TIMEOUT_S = 10.0

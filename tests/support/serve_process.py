@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from mmgate.wire import free_port
+from tests.support.ports import free_port
 
 MMGATE = [sys.executable, "-m", "mmgate"]
 

@@ -41,7 +41,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from mmgate.wire import free_port
+from tests.support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVED_MODEL = "tiny-qwen2vl"

@@ -1,5 +1,5 @@
 """What the gateway's load poll reads from real vLLM: the scheduler gauges on ``/metrics`` in the
-names and shape ``mmgate.wire.engine_load`` parses (a replica busy with a stream reports it), and
+names and shape ``mmgate.vllm_protocol.engine_load`` parses (a replica busy with a stream reports it), and
 ``/load`` (0 here: the session's replicas run without ``--enable-server-load-tracking``)."""
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from mmgate.api.gateway import ChatOutcome, Gateway
 from mmgate.api.responses import error_frame, error_response, http_error_response
 from mmgate.errors import MmgateError, ShuttingDownError
 from mmgate.metrics import GatewayMetrics
-from mmgate.wire import json_response
+from mmgate.serving import json_response
 
 log = logging.getLogger(__name__)
 # Status counted for a client that went away before its answer was complete (nginx's convention).

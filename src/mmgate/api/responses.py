@@ -6,7 +6,7 @@ import orjson
 from aiohttp import web
 
 from mmgate.errors import BackendStatusError, MmgateError
-from mmgate.wire import json_response
+from mmgate.serving import json_response
 
 
 def error_response(exc: MmgateError, headers: dict[str, str] | None = None) -> web.Response:

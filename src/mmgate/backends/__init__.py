@@ -1,5 +1,5 @@
 """The backend seam (``Backend``, ``BackendReply``) and its HTTP client for ``vllm`` and
-``openai`` servers. vLLM's wire constants (its cache-miss answer) live in ``mmgate.wire``."""
+``openai`` servers. vLLM's wire constants (its cache-miss answer) live in ``mmgate.vllm_protocol``."""
 
 from mmgate.backends.base import Backend, BackendKind, BackendReply
 from mmgate.backends.http import HTTPBackend, status_error

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from mmgate.wire import error_message
+from mmgate.vllm_protocol import error_message
 
 __all__ = ["Backend", "BackendKind", "BackendReply", "error_message"]
 

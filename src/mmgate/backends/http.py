@@ -21,7 +21,7 @@ from mmgate.errors import (
     BackendStatusError,
     BackendTimeoutError,
 )
-from mmgate.wire import engine_load
+from mmgate.vllm_protocol import engine_load
 
 _JSON_HEADERS = {"Content-Type": "application/json"}
 

@@ -153,7 +153,7 @@ def _console() -> Console:
 
 def _run(args: argparse.Namespace) -> int:
     from mmgate.bench.runner import run_benchmark
-    from mmgate.wire import install_uvloop
+    from mmgate.serving import install_uvloop
 
     settings = settings_from_args(args)
     quiet = _switch(args.quiet, "--quiet")

@@ -20,7 +20,7 @@ import orjson
 from mmgate.bench.apis import API_PATHS, whole_reply
 from mmgate.bench.errors import BenchError
 from mmgate.bench.streams import STREAM_PARSERS, SSEState
-from mmgate.wire import cache_miss_index, error_message
+from mmgate.vllm_protocol import cache_miss_index, error_message
 
 __all__ = ["ChatClient", "ResponseResult", "SSEState", "endpoint_urls"]
 

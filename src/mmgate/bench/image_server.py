@@ -16,7 +16,7 @@ from pathlib import Path
 from aiohttp import web
 
 from mmgate.bench.images import sniff_image_type
-from mmgate.wire import start_app
+from mmgate.serving import start_app
 
 
 @dataclass(slots=True)

@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from mmgate.wire import error_message
+from mmgate.vllm_protocol import error_message
 
 
 def _error_text(payload: bytes, event: dict[str, Any]) -> str:

@@ -5,8 +5,8 @@
   (servers may treat them case-sensitively). Hashing keeps keys short and keeps URLs, with
   whatever secrets their queries hold, out of the shared cache's key space.
 * ``data:`` images: ``b64:<sha256 of the base64 payload text>``: a content hash of the encoded
-  form. It is found without decoding (one hash over the text: about 5x cheaper per MiB than
-  base64-decoding and hashing the bytes), and since decoding is a function, one key always
+  form. It is found without decoding (one hash over the text, cheaper than base64-decoding
+  and hashing the bytes), and since decoding is a function, one key always
   means one content. ``LoadedImage.digest`` stays the hash of the decoded bytes.
 * Session scoping: ``s:<hash of the session id>:<key>``; see ``scope_key``.
 

@@ -106,6 +106,15 @@ class MediaLoader:
         Raises a ``MediaError`` subclass carrying ``param`` (the client's part path). ``budget``:
         the request's pixel budget, charged for the images this load decodes (not for cache hits).
         """
+        image, _ = await self.load_with_outcome(url, session_id=session_id, param=param, budget=budget)
+        return image
+
+    async def load_with_outcome(
+        self, url: str, *, session_id: str | None = None, param: str | None = None,
+        budget: PixelBudget | None = None,
+    ) -> tuple[LoadedImage, Outcome]:
+        """``load``, and where the image came from: the outcome ``mmgate_image_loads_total``
+        counts for this one load (a tier, an in-flight join or the origin)."""
         ticket = _Ticket(budget) if budget is not None else None
         try:
             image, outcome = await self._load(url, session_id, ticket)
@@ -116,7 +125,7 @@ class MediaLoader:
             if ticket is not None:  # cached, joined, failed or cancelled: the others need not wait
                 ticket.stand_aside()
         self.metrics.load(outcome)
-        return image
+        return image, outcome
 
     async def check_passthrough(self, url: str, *, param: str | None = None, kind: str = "media") -> str:
         """The checked URL to forward for an audio/video part (of type ``kind``) the backend

@@ -1,7 +1,7 @@
 """Send a planned request to one backend: strip what it already holds, heal its cache misses.
 
 vLLM answers a cache-only reference it does not hold with a 400 naming the image
-(``mmgate.wire.cache_miss_index``). ``ReuseSender.send`` then gives every byte-less slot its bytes
+(``mmgate.vllm_protocol.cache_miss_index``). ``ReuseSender.send`` then gives every byte-less slot its bytes
 from the UUID store, forgets what it believed the backend held, and re-sends with data — the
 client never sees the miss. Only a slot the store cannot fill either is the client's 400.
 """
@@ -19,7 +19,7 @@ from mmgate.metrics import GatewayMetrics
 from mmgate.reuse.plan import ReuseCounts, SlotPlan, render
 from mmgate.reuse.sent import SentTracker
 from mmgate.reuse.store import UUIDStore
-from mmgate.wire import CACHE_MISS_STATUS, cache_miss_index
+from mmgate.vllm_protocol import CACHE_MISS_STATUS, cache_miss_index
 
 # Heal rounds per request: each must fill the slot the backend named, so this only bounds a
 # backend that keeps evicting what it was just sent.

@@ -53,7 +53,7 @@ from mmgate.routing.peers import Routed
 from mmgate.routing.policy import RoutingPolicy
 from mmgate.routing.sync import RoutingSync
 from mmgate.routing.weights import RoutedImage
-from mmgate.wire import STOP_WAIT_S, stop_tasks
+from mmgate.serving import STOP_WAIT_S, stop_tasks
 
 log = logging.getLogger(__name__)
 

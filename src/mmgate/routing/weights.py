@@ -4,14 +4,14 @@ The weight says how much work a backend saves by already holding the image, so a
 images are compared by it. Qwen2-VL (and the embedded ``sim``, which follows it) resizes each
 side to a multiple of 28 pixels (14-pixel patches merged 2x2) with the area kept within
 [min_pixels, max_pixels], and an image then costs one token per 28x28 cell: ``image_tokens``
-applies the same rule (``mmgate.wire.smart_resize``) without importing the processor. Pure; no I/O.
+applies the same rule (``mmgate.vllm_protocol.smart_resize``) without importing the processor. Pure; no I/O.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mmgate.wire import smart_resize
+from mmgate.vllm_protocol import smart_resize
 
 GRID_FACTOR = 28
 MIN_PIXELS = 56 * 56
@@ -27,7 +27,7 @@ def image_tokens(
 ) -> int:
     """Prompt tokens of a ``width`` x ``height`` image on a Qwen2-VL-like grid (at least 1).
 
-    The model's ``smart_resize`` (``mmgate.wire``, the rule the sim's processor applies too):
+    The model's ``smart_resize`` (``mmgate.vllm_protocol``, the rule the sim's processor applies too):
     round each side to the grid, scale down past ``max_pixels`` or up below ``min_pixels``.
     """
     if width <= 0 or height <= 0:

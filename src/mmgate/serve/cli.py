@@ -15,8 +15,8 @@ from collections.abc import Awaitable, Callable
 from mmgate._env import env_value
 from mmgate._settings import ConfigError, Flag, add_flags, from_args
 from mmgate.config import GatewaySettings
+from mmgate.serving import install_uvloop, serve_forever
 from mmgate.sim import SimSettings
-from mmgate.wire import install_uvloop, serve_forever
 
 log = logging.getLogger("mmgate")
 LOG_LEVELS = ("debug", "info", "warning", "error")

@@ -24,9 +24,9 @@ from mmgate.metrics import GatewayMetrics
 from mmgate.reuse import KeySpace, TenantKeys, UUIDStore
 from mmgate.routing import build_router
 from mmgate.serve.engines import start_embedded_engines
+from mmgate.serving import server_logger
 from mmgate.sim import SimSettings
 from mmgate.store import build_shared_tier
-from mmgate.wire import server_logger
 
 log = logging.getLogger(__name__)
 # Seconds a request cut at shutdown gets to write its last SSE frame.

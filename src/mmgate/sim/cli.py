@@ -8,9 +8,9 @@ import sys
 from collections.abc import Awaitable, Callable
 
 from mmgate._settings import Flag, add_flags, from_args
+from mmgate.serving import install_uvloop, serve_forever
 from mmgate.sim.config import SimSettings
 from mmgate.sim.server import start_sim
-from mmgate.wire import install_uvloop, serve_forever
 
 DESCRIPTION = """\
 Run the embedded vLLM-like engine alone. It is a stand-in for vLLM, not a model: it speaks

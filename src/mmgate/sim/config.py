@@ -5,8 +5,8 @@ Names follow vLLM's flags where one exists (``--served-model-name`` → ``model`
 follows Qwen2-VL: 14-pixel patches merged 2x2, so both sides are resized to multiples of 28 and an
 image costs ``(h/28)*(w/28)`` prompt tokens, plus its ``<|vision_start|>``/``<|vision_end|>`` pair.
 
-``--profile`` picks a named set of defaults (flags given beside it still win): ``default`` is the
-sim as it always was; ``tiny-qwen2vl-cpu`` is fitted to real vLLM's CPU build serving the tiny
+``--profile`` picks a named set of defaults (flags given beside it still win): ``default`` keeps
+the sim's generic timing; ``tiny-qwen2vl-cpu`` is fitted to real vLLM's CPU build serving the tiny
 Qwen2-VL of ``tools/tiny_qwen2vl.py`` on this machine (``benchmarks/sim_fidelity.py --fit``):
 same served name, context length, image limit and byte-level token counts, and its measured
 timing.

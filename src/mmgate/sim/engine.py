@@ -36,7 +36,7 @@ from mmgate.sim.generation import (
 from mmgate.sim.metrics import SimMetrics
 from mmgate.sim.processor import content_hash, decode_image, process_image
 from mmgate.sim.request import ImageRef, SimRequest, parse_sim_request, with_param
-from mmgate.wire import cache_miss_message
+from mmgate.vllm_protocol import cache_miss_message
 
 T = TypeVar("T")
 

@@ -19,7 +19,7 @@ from PIL import Image
 from mmgate.sim.cache import ProcessedImage
 from mmgate.sim.config import SimSettings
 from mmgate.sim.errors import ImageTooLargeError, InvalidRequestError
-from mmgate.wire import smart_resize as grid_resize
+from mmgate.vllm_protocol import smart_resize as grid_resize
 
 
 def content_hash(data: bytes) -> str:
@@ -34,7 +34,7 @@ def content_hash(data: bytes) -> str:
 def smart_resize(
     height: int, width: int, *, factor: int, min_pixels: int, max_pixels: int, max_aspect_ratio: float
 ) -> tuple[int, int]:
-    """Qwen2-VL's resize rule (``mmgate.wire.smart_resize``) after vLLM's checks: no empty side,
+    """Qwen2-VL's resize rule (``mmgate.vllm_protocol.smart_resize``) after vLLM's checks: no empty side,
     aspect ratio below ``max_aspect_ratio``. Returns ``(height, width)``."""
     if height <= 0 or width <= 0:
         raise InvalidRequestError(f"Image has an empty side ({width}x{height}).")

@@ -17,12 +17,12 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestPayloadError
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from mmgate.serving import json_response, start_app
 from mmgate.sim import responses
 from mmgate.sim.config import SimSettings
 from mmgate.sim.engine import Admitted, SimEngine
 from mmgate.sim.errors import SimError
 from mmgate.sim.metrics import SimStats
-from mmgate.wire import json_response, start_app
 
 ENGINE_KEY = web.AppKey("mmgate_sim_engine", SimEngine)
 

@@ -1,4 +1,4 @@
-"""The shared tier under the faults of issue 11, with real redis-server processes: a standalone
+"""The shared tier under faults, with real redis-server processes: a standalone
 server and a 3-master cluster; one node, the seed node and every node frozen (SIGSTOP), killed and
 restarted. Checked: every operation within its bound (no retry, redirect or topology refresh on
 top), keys on healthy nodes keep hitting, hits resume within a second of the cluster being ok,

@@ -1,4 +1,4 @@
-"""Pure parts of the shared tier: entry format, keys, size buckets, warning limiter, node breakers."""
+"""Pure parts of the shared tier: entry format, keys, size buckets."""
 
 from __future__ import annotations
 
@@ -11,8 +11,6 @@ from mmgate.store.redis.format import (
     HEADER_SIZE,
     SIZE_BUCKET_LABELS,
     CorruptEntryError,
-    NodeBreakers,
-    WarningLimiter,
     decode_entry,
     encode_entry,
     entry_keys,
@@ -114,28 +112,3 @@ def test_size_bucket(num_bytes: int | None, label: str) -> None:
 def test_size_bucket_labels_are_bounded() -> None:
     assert len(SIZE_BUCKET_LABELS) == 8
     assert {size_bucket(n) for n in range(0, 64 * MiB, 97 * KiB)} <= set(SIZE_BUCKET_LABELS)
-
-
-def test_warning_limiter_lets_one_through_per_interval() -> None:
-    limiter = WarningLimiter(interval_s=60)
-    assert limiter.allow(100.0) == 0
-    assert limiter.allow(100.5) is None
-    assert limiter.allow(159.9) is None
-    assert limiter.allow(160.0) == 2
-    assert limiter.allow(161.0) is None
-    assert limiter.allow(500.0) == 1
-
-
-def test_node_breakers_open_per_node_and_wait_for_a_probe() -> None:
-    breakers = NodeBreakers(cooldown_s=0.5)
-    assert breakers.record_failure("a:1", 10.0) is True
-    assert breakers.record_failure("a:1", 10.1) is False  # already open
-    assert breakers.is_open("a:1") and not breakers.is_open("b:2")  # the other node is untouched
-    assert breakers.due_for_probe(10.4) == []
-    assert breakers.due_for_probe(10.5) == ["a:1"]
-    assert breakers.is_open("a:1")  # open until a probe (or an operation) succeeds, not by time
-    breakers.record_success("a:1")
-    assert not breakers.is_open("a:1") and breakers.open_nodes == []
-    disabled = NodeBreakers(cooldown_s=0.0)
-    assert disabled.record_failure("a:1", 5.0) is False
-    assert not disabled.is_open("a:1")

@@ -9,10 +9,10 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from mmgate.store.redis.format import NodeBreakers
+from mmgate.store.redis.breakers import NodeBreakers
 from mmgate.store.redis.health import NodeHealth
 from mmgate.store.redis.nodes import STANDALONE, StandaloneNodes
-from mmgate.wire import free_port
+from tests.support.ports import free_port
 
 
 class LosesCancellations(NodeHealth):

@@ -17,9 +17,9 @@ import time
 
 from redis.asyncio import Redis
 
-from mmgate.store.redis.format import NodeBreakers
+from mmgate.serving import STOP_WAIT_S, stop_tasks
+from mmgate.store.redis.breakers import NodeBreakers
 from mmgate.store.redis.nodes import Nodes
-from mmgate.wire import STOP_WAIT_S, stop_tasks
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ client for re-initialisation, so the next command for *any* key first waits (und
 serially) for ``CLUSTER SLOTS`` through the seed node, and a failed re-initialisation closes the
 connections of every node, in-flight ones included. One node down then stalls or fails every key,
 operations overrun their bound, and the first concurrent calls of a fresh client race its
-initialisation (issue 11). Here the slot map is ours:
+initialisation. Here the slot map is ours:
 
 * it is learnt once before the gateway serves (``start``), then refreshed in the background
   only — on a redirect, when a node fails or comes back, or while it is unknown — always through

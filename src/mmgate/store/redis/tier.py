@@ -2,18 +2,18 @@
 
 ``RedisSharedTier`` implements ``mmgate.store.types.SharedTier``:
 
-* one Redis string per image (header + bytes, see ``shared_format``), written with ``SET … EX``;
+* one Redis string per image (header + bytes, see ``mmgate.store.redis.format``), written with ``SET … EX``;
   a hit checks the header's CRC and never decodes the image; a corrupt or truncated entry is
   deleted and reported as a miss, so the loader refills it from the origin;
 * every operation is one attempt (no client retries) on the node that owns its key
-  (``shared_nodes``), bounded as a whole — pool wait, connect, I/O and one cluster redirect — by
+  (``mmgate.store.redis.nodes``), bounded as a whole — pool wait, connect, I/O and one cluster redirect — by
   ``asyncio.timeout(connect + io)``, so a frozen server cannot hang a request;
 * every failure — ``RedisError``, ``RedisClusterException`` (not a ``RedisError``), timeouts,
   ``OSError`` — becomes a ``CacheError`` at one boundary (``_call``) and is swallowed there: a
   miss, a no-op, or "fetch it yourself". Warnings are rate-limited. A node that does not answer
   (an error reply is an answer) opens the breaker of that node only (``NodeBreakers``): that node's keys bypass the cache, the other
   nodes' keys keep hitting, and a background probe closes it once the node serves again
-  (``shared_health``);
+  (``mmgate.store.redis.health``);
 * a cross-process fill lease (``SET NX PX`` inside a Lua script that first checks the value)
   lets one process fetch a missing image while the others poll for it — for at most the
   fill-wait bound (``--fill-wait``), which is also the lease's lifetime, so a lease its holder
@@ -38,12 +38,11 @@ from redis.exceptions import AskError, ResponseError
 
 from mmgate.config import CacheSettings, MediaSettings
 from mmgate.errors import CacheError
+from mmgate.store.redis.breakers import NodeBreakers, WarningLimiter
 from mmgate.store.redis.client import build_client, operation_timeout_s
 from mmgate.store.redis.format import (
     CorruptEntryError,
     MiB,
-    NodeBreakers,
-    WarningLimiter,
     decode_entry,
     encode_entry,
     entry_keys,
