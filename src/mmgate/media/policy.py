@@ -17,7 +17,9 @@ endpoints stay refused whatever it says. ``file:`` URLs are handled by ``check_f
 from __future__ import annotations
 
 import ipaddress
+import logging
 import os
+import re
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
@@ -33,6 +35,9 @@ from mmgate.media.addresses import (
     blocked_reason,
     parse_legacy_ipv4,
 )
+
+log = logging.getLogger(__name__)
+_EMBEDS = re.compile(r" \(embeds [^)]*\)")  # the address a resolved one embeds: not told to clients
 
 _HINT = "open it with --allowed-private if this is intended"
 
@@ -97,15 +102,17 @@ class UrlPolicy:
         return None if why is None else f"a {why} address; {_HINT}"
 
     def check_resolved(self, host: str, addresses: list[IPAddress]) -> None:
-        """Every address ``host`` resolved to must pass; raises ForbiddenURLError naming the first
-        that does not."""
+        """Every address ``host`` resolved to must pass; raises ForbiddenURLError saying what kind of
+        address the first that does not is — never the address itself (the client learns nothing
+        of the gateway's network; the operator's log has it)."""
         if not addresses:
             raise ForbiddenURLError(f"host {host} resolved to no address")
         allowed = self.is_host_allowed(host)
         for ip in addresses:
             why = self.address_refusal(ip, host_allowed=allowed)
             if why is not None:
-                raise ForbiddenURLError(f"refused host {host}: it resolves to {_describe(ip)}, {why}")
+                log.info("refused image host %s: it resolves to %s", host, _describe(ip))
+                raise ForbiddenURLError(f"refused host {host}: it resolves to {_EMBEDS.sub('', why)}")
 
     def is_host_allowed(self, host: str) -> bool:
         """True when the host name itself is listed in allowed_private."""
