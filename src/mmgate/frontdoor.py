@@ -16,7 +16,10 @@ the connection has sent a whole request head. What the front door does:
   sent ``--max-head-bytes``, or its first line is no HTTP request line (the gateway's HTTP parser then
   refuses it with a precise answer), over
   the control socket (``--ctrl-fd``, a SOCK_SEQPACKET pair): one message per connection, its bytes
-  so far as the payload and its file descriptor attached (SCM_RIGHTS);
+  so far as the payload and its file descriptor attached (SCM_RIGHTS); when the gateway is not
+  taking them (stalled: the control socket is full), a connection whose head is complete waits,
+  in order, at most ``HAND_OVER_TIMEOUT_S``, and is then answered ``503`` with ``Retry-After`` —
+  never closed without an answer — while the front door goes on with every other connection;
 * sends its counts (``STATS`` + JSON, no descriptor) when they change, at most every 0.1 s;
 * exits when the gateway closes the control socket or sends ``stop``, or dies.
 
@@ -36,7 +39,7 @@ import resource
 import selectors
 import socket
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 
 ACCEPT_BATCH = 64
 REQUEST_LINE = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+ [^ \r\n]+ HTTP/\d\.\d\r?\n")
@@ -44,6 +47,10 @@ READ_BYTES = 65536
 STATS = b"\x00stats"
 STATS_EVERY_S = 0.1
 HAND_OVER_TIMEOUT_S = 2.0
+_BUSY_BODY = (b'{"error":{"message":"the gateway is busy: retry shortly","type":"rate_limit_error",'
+              b'"param":null,"code":"gateway_busy"}}')
+BUSY_RESPONSE = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
+                 b"Connection: close\r\nContent-Length: " + str(len(_BUSY_BODY)).encode() + b"\r\n\r\n" + _BUSY_BODY)
 
 
 def _lines_valid(head: bytearray, start: int) -> bool:
@@ -70,30 +77,35 @@ class FrontDoor:
         self.selector = selectors.DefaultSelector()
         # fd -> (socket, bytes so far, deadline); insertion order = connect order = deadline order.
         self.held: OrderedDict[int, tuple[socket.socket, bytearray, float]] = OrderedDict()
+        # Whole heads waiting for the gateway to take them: (socket, bytes, hand-over deadline).
+        self.ready: deque[tuple[socket.socket, bytearray, float]] = deque()
         self.counts = {"accepted": 0, "handed_over": 0, "displaced": 0, "timed_out": 0,
-                       "closed_by_client": 0, "accept_errors": 0, "hand_over_errors": 0}
+                       "closed_by_client": 0, "accept_errors": 0, "hand_over_errors": 0, "busy": 0}
         self._sent_counts: dict[str, int] = {}
         self._stats_at = 0.0
         self._accept_paused_until = 0.0
 
     def run(self) -> None:
         self.listen.setblocking(False)
-        self.ctrl.settimeout(HAND_OVER_TIMEOUT_S)
+        self.ctrl.setblocking(False)
         self.selector.register(self.listen, selectors.EVENT_READ, "listen")
         self.selector.register(self.ctrl, selectors.EVENT_READ, "ctrl")
         while True:
             now = time.monotonic()
             timeout = self._next_deadline(now)
-            for key, _ in self.selector.select(timeout):
+            for key, events in self.selector.select(timeout):
                 if key.data == "listen":
                     self._accept(time.monotonic())
                 elif key.data == "ctrl":
-                    if not self._control():
+                    if events & selectors.EVENT_WRITE:
+                        self._flush_ready(time.monotonic())
+                    if events & selectors.EVENT_READ and not self._control():
                         return
                 else:
                     self._read(key.fd)
             now = time.monotonic()
             self._expire(now)
+            self._expire_ready(now)
             if self._accept_paused_until and now >= self._accept_paused_until:
                 self._accept_paused_until = 0.0
                 self.selector.register(self.listen, selectors.EVENT_READ, "listen")
@@ -103,6 +115,8 @@ class FrontDoor:
         wait = STATS_EVERY_S if self.counts != self._sent_counts else 1.0
         if self.held:
             wait = min(wait, next(iter(self.held.values()))[2] - now)
+        if self.ready:
+            wait = min(wait, self.ready[0][2] - now)
         if self._accept_paused_until:
             wait = min(wait, self._accept_paused_until - now)
         return max(0.0, wait)
@@ -121,7 +135,7 @@ class FrontDoor:
                     self._accept_paused_until = now + 0.01
                 return
             self.counts["accepted"] += 1
-            if len(self.held) >= self.max_connections:
+            if len(self.held) + len(self.ready) >= self.max_connections:
                 self._displace_oldest()
             conn.setblocking(False)
             self.held[conn.fileno()] = (conn, bytearray(), now + self.header_timeout_s)
@@ -160,12 +174,45 @@ class FrontDoor:
     def _hand_over(self, fd: int) -> None:
         conn, head, _ = self.held.pop(fd)
         self.selector.unregister(conn)
-        try:
-            socket.send_fds(self.ctrl, [bytes(head)], [fd])
+        self.ready.append((conn, head, time.monotonic() + HAND_OVER_TIMEOUT_S))
+        self._flush_ready(time.monotonic())
+
+    def _flush_ready(self, now: float) -> None:
+        """Hand the waiting connections over in order, as far as the gateway takes them; wait for
+        the control socket to be writable again when it does not."""
+        while self.ready:
+            conn, head, _ = self.ready[0]
+            try:
+                socket.send_fds(self.ctrl, [bytes(head)], [conn.fileno()])
+            except (BlockingIOError, InterruptedError):  # the gateway is behind: wait for it
+                break
+            except OSError:  # the gateway is gone: answer this one, the rest wait for a new one
+                self.ready.popleft()
+                self.counts["hand_over_errors"] += 1
+                self._busy(conn)
+                continue
+            self.ready.popleft()
             self.counts["handed_over"] += 1
-        except OSError:  # the gateway is not taking connections (too slow, or gone): drop this one
-            self.counts["hand_over_errors"] += 1
-        conn.close()  # the gateway has its own descriptor of it now
+            conn.close()  # the gateway has its own descriptor of it now
+        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if self.ready else 0)
+        if self.selector.get_key(self.ctrl).events != events:
+            self.selector.modify(self.ctrl, events, "ctrl")
+
+    def _busy(self, conn: socket.socket) -> None:
+        """Answer 503 (the socket's buffer takes the few bytes at once) and close."""
+        with contextlib.suppress(OSError):
+            conn.send(BUSY_RESPONSE)
+        conn.close()
+
+    def _expire_ready(self, now: float) -> None:
+        expired = False
+        while self.ready and self.ready[0][2] <= now:
+            conn, _, _ = self.ready.popleft()
+            self.counts["busy"] += 1
+            self._busy(conn)
+            expired = True
+        if expired and not self.ready:
+            self.selector.modify(self.ctrl, selectors.EVENT_READ, "ctrl")
 
     def _drop(self, fd: int) -> None:
         conn, _, _ = self.held.pop(fd)
@@ -194,7 +241,7 @@ class FrontDoor:
         if self.counts == self._sent_counts or now - self._stats_at < STATS_EVERY_S:
             return
         try:
-            self.ctrl.send(STATS + json.dumps(dict(self.counts, held=len(self.held))).encode())
+            self.ctrl.send(STATS + json.dumps(dict(self.counts, held=len(self.held) + len(self.ready))).encode())
         except OSError:
             return
         self._sent_counts = dict(self.counts)

@@ -106,8 +106,9 @@ class GatewayMetrics:
         self.edge_connections = Counter(
             "mmgate_edge_connections",
             "Client connections the edge closed: displaced (at the connection cap, an idle or slow "
-            "connection closed for a new one), refused (503, every connection busy) or timed_out (its "
-            "first request head not complete within --header-timeout; counted by the front door)",
+            "connection closed for a new one), refused (503, every connection busy), timed_out (its "
+            "first request head not complete within --header-timeout; counted by the front door) or "
+            "busy (503 from the front door: the gateway did not take the connection within 2 s)",
             ["event"], registry=registry,
         )
         # Label children bound once: ``labels()`` costs a lock and a dict lookup per call, and these

@@ -118,3 +118,33 @@ def test_without_the_front_door_there_is_no_child_process(tmp_path: Path) -> Non
     with serve_process(tmp_path, "--no-front-door") as gw:
         assert front_doors(gw.proc.pid) == []
         assert asyncio.run(chat_ok(gw.url)) < 5
+
+
+async def test_while_the_gateway_stalls_a_waiting_client_gets_a_503_not_a_silent_close(tmp_path: Path) -> None:
+    """The gateway really stops (SIGSTOP) for longer than the hand-over wait: the front door hands
+    over what the control socket takes and answers every other complete head 503 + Retry-After."""
+    with serve_process(tmp_path) as gw:
+        assert await chat_ok(gw.url) < 5
+        conns = []
+        os.kill(gw.proc.pid, signal.SIGSTOP)
+        try:
+            for _ in range(600):  # more than the control socket buffers (its send buffer: ~200 messages)
+                reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
+                writer.write(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                await writer.drain()
+                conns.append((reader, writer))
+            await asyncio.sleep(3.0)  # past the front door's 2-s hand-over wait
+        finally:
+            os.kill(gw.proc.pid, signal.SIGCONT)
+        statuses = []
+        for reader, writer in conns:
+            answer = await asyncio.wait_for(reader.read(), 10)
+            writer.close()
+            assert answer.startswith(b"HTTP/1.1 "), answer  # never closed without an answer
+            statuses.append(int(answer.split(b" ")[1]))
+            if statuses[-1] == 503:
+                assert b"Retry-After: 1" in answer and b"gateway_busy" in answer
+        assert 503 in statuses and 200 in statuses, statuses  # the queued ones were served after the stall
+        await until(lambda: metric_value(gw.metrics(), "mmgate_edge_connections_total", event="busy")
+                    == statuses.count(503))
+        assert await chat_ok(gw.url) < 5

@@ -32,7 +32,9 @@ from mmgate.frontdoor import STATS
 log = logging.getLogger(__name__)
 _MAX_MESSAGE = 65536 + 65536 + 64  # a head of at most --max-head-bytes plus one read past it
 _RESTART_AFTER_S = 0.2
-_EVENTS = ("displaced", "timed_out")  # front-door counts that are mmgate_edge_connections_total events
+# Front-door counts that are mmgate_edge_connections_total events ("busy": answered 503, the
+# gateway did not take the connection in time).
+_EVENTS = ("displaced", "timed_out", "busy")
 
 
 def front_door_supported() -> bool:
