@@ -18,7 +18,7 @@ REPLICAS ?= 2
 export MMGATE_VLLM_VENV := $(abspath $(VLLM_VENV))
 export MMGATE_VLLM_MODEL := $(abspath $(VLLM_MODEL))
 
-.PHONY: run test install install-test redis lint typecheck pytest bench clean vllm run-vllm
+.PHONY: run test install install-test redis chromium lint typecheck pytest bench clean vllm run-vllm
 
 # Debian's own python3 needs python3-venv for `-m venv`: installed when missing and we are root.
 $(BIN)/python:
@@ -82,17 +82,27 @@ redis:
 	  fi; }
 	@redis-server --version
 
+## chromium: headless Chromium for the bench report tests (Debian's package when missing and we are root)
+chromium:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing chromium from Debian's packages (bench report tests)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else \
+	    echo "chromium is missing: the bench report tests will be skipped (Debian: 'sudo apt-get install chromium')" >&2; \
+	  fi; }
+
 lint: install-test
 	$(BIN)/ruff check src tests benchmarks tools
 
 typecheck: install-test
 	$(BIN)/mypy
 
-pytest: install-test redis vllm
+pytest: install-test redis chromium vllm
 	$(BIN)/python -m pytest -q $(ARGS)
 
 ## test: install the test extras, redis-server and vLLM, then ruff, mypy and pytest (real vLLM included)
-test: install-test redis vllm lint typecheck pytest
+test: install-test redis chromium vllm lint typecheck pytest
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build/tiny-qwen2vl

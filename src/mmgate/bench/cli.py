@@ -46,6 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     cmp.add_argument("a", metavar="A.json", help="summary.json of run A (or its directory)")
     cmp.add_argument("b", metavar="B.json", help="summary.json of run B (or its directory)")
     cmp.add_argument("--all-stats", action="store_true", help="also min, max and std of distributions")
+    cmp.add_argument("--output-dir", default=None,
+                     help="also write compare.json, compare.png (B/A of the key metrics) and compare.html here")
 
 
 def _add_run(p: argparse.ArgumentParser) -> None:
@@ -58,6 +60,8 @@ def _add_run(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("output")
     g.add_argument("--output-dir", default=env_value("--output-dir"),
                    help="results folder (default bench-out/run-<time>)")
+    g.add_argument("--name", default=env_value("--name"),
+                   help="the run's name in its summary, plots and report.html (default: the results folder's name)")
     # default None: MMGATE_NO_PLOTS / MMGATE_QUIET are read (and a bad word refused) when the run
     # starts, not while every subcommand's parser is built.
     g.add_argument("--no-plots", action="store_true", default=None,
@@ -162,7 +166,7 @@ def _run(args: argparse.Namespace) -> int:
     out = Path(args.output_dir) if args.output_dir else Path("bench-out") / time.strftime("run-%Y%m%d-%H%M%S")
     install_uvloop()
     output = asyncio.run(run_benchmark(settings, sessions, out, console=_console(), progress=not quiet,
-                                       plots=not no_plots))
+                                       plots=not no_plots, name=args.name or None))
     print(f"results: {out}/ ({', '.join(p.name for p in output.files)})", file=sys.stderr)
     return 0
 
@@ -195,7 +199,8 @@ def run(args: argparse.Namespace) -> int:
             return _dataset(args)
         from mmgate.bench.compare import print_comparison
 
-        return print_comparison(args.a, args.b, _console(), all_stats=args.all_stats)
+        out = Path(args.output_dir) if args.output_dir else None
+        return print_comparison(args.a, args.b, _console(), all_stats=args.all_stats, output_dir=out)
     except BenchError as exc:
         print(f"mmgate bench: {exc.message}", file=sys.stderr)
         return 2

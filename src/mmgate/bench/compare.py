@@ -87,8 +87,18 @@ def _fmt(value: float | None, digits: int = 3) -> str:
     return f"{value:,.{digits}f}"
 
 
-def print_comparison(a_path: str, b_path: str, console: Console, all_stats: bool = False) -> int:
-    """Print the comparison table (avg/p50/p90/p99 unless ``all_stats``); returns the exit status."""
+def run_name(summary: Mapping[str, Any], path: str) -> str:
+    """A run's name: its own (``--name``, or its output folder's), else the path it was read from."""
+    name = summary.get("name")
+    return str(name) if isinstance(name, str) and name else str(path)
+
+
+def print_comparison(
+    a_path: str, b_path: str, console: Console, all_stats: bool = False, output_dir: Path | None = None
+) -> int:
+    """Print the comparison table (avg/p50/p90/p99 unless ``all_stats``); with ``output_dir``, also
+    write ``compare.json``, ``compare.png`` (B/A of the key metrics) and ``compare.html``. Returns the
+    exit status."""
     a, b = load_summary(a_path), load_summary(b_path)
     table = Table(title=f"A = {a_path}\nB = {b_path}", title_justify="left")
     table.add_column("metric")
@@ -98,4 +108,27 @@ def print_comparison(a_path: str, b_path: str, console: Console, all_stats: bool
     for key, va, vb, r in compare_rows(a, b, None if all_stats else DEFAULT_STATS):
         table.add_row(key, _fmt(va), _fmt(vb), "-" if r is None else f"{r:.3f}")
     console.print(table)
+    if output_dir is not None:
+        write_comparison(a, b, (run_name(a, a_path), run_name(b, b_path)), output_dir,
+                         None if all_stats else DEFAULT_STATS)
     return 0
+
+
+def write_comparison(
+    a: Mapping[str, Any], b: Mapping[str, Any], names: tuple[str, str], directory: Path,
+    stats: tuple[str, ...] | None = DEFAULT_STATS,
+) -> list[Path]:
+    """``compare.json`` (every row), ``compare.png`` and the self-contained ``compare.html``."""
+    from mmgate.bench.html import comparison_report
+    from mmgate.bench.plots import write_comparison_plot
+
+    rows = compare_rows(a, b, stats)
+    directory.mkdir(parents=True, exist_ok=True)
+    written = [directory / "compare.json"]
+    written[0].write_bytes(orjson.dumps({"a": names[0], "b": names[1], "rows": [
+        {"metric": k, "a": va, "b": vb, "ratio": r} for k, va, vb, r in rows]}, option=orjson.OPT_INDENT_2))
+    plot = write_comparison_plot(rows, names, directory / "compare.png")
+    plots = [plot] if plot is not None else []
+    page = directory / "compare.html"
+    page.write_text(comparison_report(names, rows, plots))
+    return [*written, *plots, page]

@@ -17,6 +17,7 @@ from rich.console import Console
 from mmgate.bench.client import ChatClient
 from mmgate.bench.dataset import Session
 from mmgate.bench.errors import BenchError
+from mmgate.bench.html import run_report
 from mmgate.bench.image_server import ImageOrigin
 from mmgate.bench.images import DatasetImages
 from mmgate.bench.load import LoadEngine
@@ -55,8 +56,10 @@ async def run_benchmark(
     console: Console | None = None,
     progress: bool = False,
     plots: bool = True,
+    name: str | None = None,
 ) -> RunOutput:
-    """Run the warm-up then the measured phase; write results when ``output_dir`` is given."""
+    """Run the warm-up then the measured phase; write results when ``output_dir`` is given.
+    ``name`` names the run in its summary, plots and report (default: the output folder's name)."""
     console = console or Console()
     uses_files = any(e.is_local_file for s in sessions for t in s.turns for e in t.images)
     origin: ImageOrigin | None = None
@@ -85,7 +88,8 @@ async def run_benchmark(
                 warm = LoadEngine(settings, sessions, client, resolver, options)
                 await warm.run(request_count=settings.warmup_requests, duration_s=None, cycle=True,
                                prefix=settings.session_prefix + "warmup-")
-            return await _measure(settings, sessions, client, resolver, options, model, output_dir,
+            run_name = name or (output_dir.name if output_dir is not None else model)
+            return await _measure(settings, sessions, client, resolver, options, model, run_name, output_dir,
                                   console, progress, plots, origin, prepared)
     finally:
         if origin is not None:
@@ -99,6 +103,7 @@ async def _measure(
     resolver: DatasetImages,
     options: BodyOptions,
     model: str,
+    name: str,
     output_dir: Path | None,
     console: Console,
     show_progress: bool,
@@ -144,6 +149,7 @@ async def _measure(
         },
         prepared_images=prepared,
     )
+    summary["name"] = name
     summary["client"]["warnings"] = client_warnings(
         overhead, settings.request_rate, summary["totals"]["request_throughput"]
     )
@@ -152,12 +158,18 @@ async def _measure(
         files += write_summary(summary, output_dir)
         if log is not None:
             files += [log.csv_path, log.jsonl_path]
+        pngs: list[Path] = []
         if plots:
             try:
                 from mmgate.bench.plots import write_plots
             except ImportError:  # matplotlib comes with the plots (or bench) extra
                 console.print("plots skipped: matplotlib is missing (pip install 'mmgate[plots]')", markup=False)
             else:
-                files += await asyncio.to_thread(write_plots, store, output_dir, f"{model} — {settings.url}")
+                title = f"{name}: {model} — {settings.url}"
+                pngs = await asyncio.to_thread(write_plots, store, output_dir, title)
+        files += pngs
+        report = output_dir / "report.html"
+        report.write_text(run_report(summary, name, pngs))
+        files.append(report)
     print_summary(summary, console)
     return RunOutput(summary, files, store)
