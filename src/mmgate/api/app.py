@@ -7,7 +7,6 @@ settings and serves it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -16,10 +15,10 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from mmgate.api.edge import read_body
-from mmgate.api.gateway import ChatOutcome, Gateway
-from mmgate.api.responses import error_frame, error_response, http_error_response
+from mmgate.api.forward import deliver
+from mmgate.api.gateway import Gateway
+from mmgate.api.responses import error_response, http_error_response
 from mmgate.errors import MmgateError, ShuttingDownError
-from mmgate.metrics import GatewayMetrics
 from mmgate.wire import json_response
 
 log = logging.getLogger(__name__)
@@ -68,7 +67,9 @@ async def _chat(request: web.Request) -> web.StreamResponse:
         outcome = await gateway.chat(raw, request.headers, tenant=tenant)
         status = 200
         try:
-            response, complete = await _deliver(request, outcome, metrics, started, gateway)
+            response, complete = await deliver(
+                request, outcome.reply, outcome.headers, gateway,
+                on_first=lambda: metrics.ttft_seconds.observe(time.perf_counter() - started))
             if not complete:
                 status = CLIENT_CLOSED
             return response
@@ -93,55 +94,6 @@ async def _chat(request: web.Request) -> web.StreamResponse:
     finally:
         gateway.inflight.discard(task)
         metrics.observe_chat(status, time.perf_counter() - started)
-
-
-async def _deliver(
-    request: web.Request, outcome: ChatOutcome, metrics: GatewayMetrics, started: float, gateway: Gateway
-) -> tuple[web.StreamResponse, bool]:
-    """Send a successful backend reply to the client: whole, or relayed frame by frame. Returns the
-    response and whether it went out complete (False: the client went away mid-stream)."""
-    reply = outcome.reply
-    if reply.stream is None:
-        body = web.Response(body=reply.body, status=200, content_type="application/json", headers=outcome.headers)
-        return body, True
-    response = web.StreamResponse(
-        status=200,
-        headers={
-            "Content-Type": "text/event-stream",
-            "Cache-Control": "no-cache",
-            "X-Accel-Buffering": "no",
-            **outcome.headers,
-        },
-    )
-    await response.prepare(request)
-    first = True
-    try:
-        async for chunk in reply.stream:
-            if first:
-                metrics.ttft_seconds.observe(time.perf_counter() - started)
-                first = False
-            await response.write(chunk)
-    except MmgateError as exc:
-        # The stream has started: the status is sent, so the error travels as an SSE frame.
-        log.warning("backend stream failed: %s", exc.message)
-        with contextlib.suppress(ConnectionError):
-            await response.write(error_frame(exc))
-    except ConnectionError:
-        # The client went away; the caller closes the backend stream, which tells it to stop.
-        return response, False
-    except asyncio.CancelledError:
-        if gateway.stopping:
-            # Cut at shutdown after the drain time: say so in the stream, end it cleanly.
-            cut = ShuttingDownError("the gateway shut down before this stream finished; retry the request")
-            with contextlib.suppress(ConnectionError, RuntimeError):
-                await response.write(error_frame(cut))
-                await response.write_eof()
-        raise
-    try:
-        await response.write_eof()
-    except ConnectionError:
-        return response, False
-    return response, True
 
 
 async def _models(request: web.Request) -> web.StreamResponse:
