@@ -53,6 +53,9 @@ async def echo_backend(name: str = "echo", models: tuple[str, ...] = ("m1",)) ->
     async def health(request: web.Request) -> web.Response:
         return web.Response(status=200)
 
+    async def absent(request: web.Request) -> web.Response:
+        return web.Response(status=404)
+
     async def any_request(request: web.Request) -> web.StreamResponse:
         body = await request.read()
         state.seen.append(Seen(request.method, request.path_qs, dict(request.headers), body))
@@ -77,6 +80,8 @@ async def echo_backend(name: str = "echo", models: tuple[str, ...] = ("m1",)) ->
     app = web.Application(client_max_size=1 << 30)
     app.router.add_get("/v1/models", listing)
     app.router.add_get("/health", health)
+    app.router.add_get("/metrics", absent)  # the gateway's load poll: not recorded
+    app.router.add_get("/load", absent)
     app.router.add_route("*", "/{tail:.*}", any_request)
     runner, port = await start_app(app, "127.0.0.1", 0)
     state.url = f"http://127.0.0.1:{port}"

@@ -52,6 +52,7 @@ from mmgate.errors import (
 )
 
 log = logging.getLogger(__name__)
+GATEWAY_KEY = web.AppKey("gateway", Gateway)
 
 
 @dataclass(slots=True)
@@ -140,20 +141,24 @@ class Forwarder:
     def __init__(self, gateway: Gateway) -> None:
         self.gateway = gateway
 
+    def single_model(self) -> str | None:
+        """The model a request without one is for: the fleet's one model, as vLLM fills in its
+        served model (None while no backend has named one); 400 naming ``model`` when the fleet
+        serves several."""
+        models = self.gateway.router.models
+        if len(models) > 1:
+            raise InvalidRequestError(
+                f"'model' is required: the gateway's backends serve {len(models)} models "
+                "(GET /v1/models lists them)", param="model")
+        return models[0] if models else None
+
     def route(self, model: str | None, session_id: str | None) -> list[Backend]:
-        """The backends to try, in order, for ``model`` (None: the fleet's one model, as vLLM
-        fills in its served model; 400 naming ``model`` when the fleet serves several)."""
-        router = self.gateway.router
+        """The backends to try, in order, for ``model`` (None: ``single_model``)."""
         if model is None:
-            models = router.models
-            if len(models) > 1:
-                raise InvalidRequestError(
-                    f"'model' is required: the gateway's backends serve {len(models)} models "
-                    "(GET /v1/models lists them)", param="model")
-            if not models:
+            model = self.single_model()
+            if model is None:
                 return self.anywhere()
-            model = models[0]
-        return router.ranked(model, session_id)
+        return self.gateway.router.ranked(model, session_id)
 
     def anywhere(self) -> list[Backend]:
         """Every backend, healthy ones first, least outstanding first: for requests about no model
