@@ -9,8 +9,12 @@ from pathlib import Path
 
 import aiohttp
 import orjson
+import pytest
 
 from mmgate.api.admin import OPERATOR_ENDPOINTS
+from mmgate.config import BackendSpec
+from mmgate.errors import ConfigError
+from mmgate.serve.secrets import read_admin_key, read_backend_keys
 from tests.api.test_endpoints import call, fleet
 
 ADMIN = "operator-key-0123456789"
@@ -104,3 +108,23 @@ async def test_uploads_over_the_cap_or_too_slow_are_cut() -> None:
         metrics = (await call("GET", gw.url + "/metrics"))[3].decode()
         assert 'route="/v1/audio/translations",status="413"' in metrics
         assert orjson.loads((await call("GET", gw.url + "/load"))[3]) == {"server_load": 0}
+
+
+def test_key_files_are_checked_at_start(tmp_path: Path) -> None:
+    specs = (BackendSpec(kind="vllm", url="http://10.0.0.1:8000"), BackendSpec(kind="openai", url="https://api.x"))
+    keys = tmp_path / "keys"
+    keys.write_text('{"http://10.0.0.1:8000/": "k0", "openai-1": "k1"}')
+    assert read_backend_keys(str(keys), specs) == {"http://10.0.0.1:8000": "k0", "https://api.x": "k1"}
+    for text in ("vllm-7 k", "http://10.0.0.1:8000 k extra", "{not json", '{"vllm-0": 5}'):
+        keys.write_text(text)
+        with pytest.raises(ConfigError) as info:
+            read_backend_keys(str(keys), specs)
+        assert info.value.setting == "--backend-keys-file"
+    admin = tmp_path / "admin"
+    admin.write_text("short\n")
+    with pytest.raises(ConfigError):
+        read_admin_key(str(admin))
+    with pytest.raises(ConfigError):
+        read_admin_key(str(tmp_path / "missing"))
+    admin.write_text(f"  {ADMIN}\n")
+    assert read_admin_key(str(admin)) == ADMIN
