@@ -18,11 +18,13 @@ stream) the body and policed every media field in it::
         outcome.close()                       # frees the connection and the outstanding count
 
 ``send`` routes as chat does (``Router.ranked`` by model and session: same health, ejection and
-outstanding counts), fails over once to the next backend when nothing reached the first (a connect
+outstanding counts; a model no backend lists goes to any backend, whose own answer the client
+gets), fails over once to the next backend when nothing reached the first (a connect
 failure; never after a streamed upload started), and returns the backend's reply with **any**
 status: a non-200 reply comes back whole, untouched, for the caller to relay or translate (a
 gateway that forwards answers the backend's own errors byte for byte). Its own failures raise
-``MmgateError`` (model not served 404, backend unreachable 502, silent 504). ``deliver`` relays a
+``MmgateError`` (no model named while the fleet serves several 400, backend unreachable 502,
+silent 504). ``deliver`` relays a
 reply: whole, or an event stream chunk by chunk without re-framing.
 """
 
@@ -47,6 +49,7 @@ from mmgate.errors import (
     BodyTooLargeError,
     InvalidRequestError,
     MmgateError,
+    ModelNotFoundError,
     ShuttingDownError,
     UpstreamError,
 )
@@ -153,12 +156,17 @@ class Forwarder:
         return models[0] if models else None
 
     def route(self, model: str | None, session_id: str | None) -> list[Backend]:
-        """The backends to try, in order, for ``model`` (None: ``single_model``)."""
+        """The backends to try, in order, for ``model`` (None: ``single_model``). A model no
+        backend lists goes to any backend, which answers as vLLM does: its own 404 naming its
+        served models, or a LoRA adapter it resolves by name."""
         if model is None:
             model = self.single_model()
             if model is None:
                 return self.anywhere()
-        return self.gateway.router.ranked(model, session_id)
+        try:
+            return self.gateway.router.ranked(model, session_id)
+        except ModelNotFoundError:
+            return self.anywhere()
 
     def anywhere(self) -> list[Backend]:
         """Every backend, healthy ones first, least outstanding first: for requests about no model
