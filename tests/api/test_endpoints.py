@@ -166,3 +166,17 @@ async def test_tenant_keys_guard_passthrough_endpoints(tmp_path: Path) -> None:
         status, body, _, _ = await call("POST", gw.url + "/v1/completions", body={"model": "m1", "prompt": "x"},
                                         headers={"Authorization": "Bearer k-alpha"})
         assert status == 200 and body["authorization"] is None
+
+
+async def test_a_backend_that_went_away_is_failed_over_and_ejected() -> None:
+    async with echo_backend("e0") as e0:
+        e1_cm = echo_backend("e1")
+        e1 = await e1_cm.__aenter__()
+        specs = (BackendSpec(kind="vllm", url=e0.url, name="e0"), BackendSpec(kind="vllm", url=e1.url, name="e1"))
+        async with running_gateway(gateway_settings(backends=specs, health_interval_s=60.0)) as gw:
+            await e1_cm.__aexit__(None, None, None)  # e1 stops: its port refuses connections
+            answers = [await call("POST", gw.url + "/v1/completions", body={"model": "m1", "prompt": "x"},
+                                  headers={"x-session-id": f"s{i}"}) for i in range(8)]
+            assert all(status == 200 and body["backend"] == "e0" for status, body, _, _ in answers)
+            health = (await call("GET", gw.url + "/health"))[1]
+            assert [b["healthy"] for b in health["backends"]] == [True, False]
