@@ -2,7 +2,7 @@
 
 A zero-latency endpoint (``zero_latency_server.py``, its own process) stands behind one gateway
 (its own process). The same number of text requests is sent to each route, at a fixed concurrency,
-and the gateway process's CPU time per request is read from /proc, so the client's and the
+taking turns, and the gateway process's CPU time per request is read from /proc, so the client's and the
 backend's CPU do not count. The passthrough rows should cost no more than the chat rows: they
 parse the body once (for ``model``) and forward it without a copy.
 
@@ -15,7 +15,6 @@ import argparse
 import asyncio
 import json
 import sys
-import time
 from pathlib import Path
 
 import aiohttp
@@ -51,16 +50,22 @@ async def drive(url: str, body: bytes, requests: int, concurrency: int) -> None:
         await asyncio.gather(*(worker() for _ in range(concurrency)))
 
 
-async def measure(base: str, pid: int, requests: int, concurrency: int) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for name, (path, body) in ROWS.items():
-        raw = json.dumps(body).encode()
-        await drive(base + path, raw, 200, concurrency)  # warm-up
-        before, t0 = cpu_seconds(pid), time.perf_counter()
-        await drive(base + path, raw, requests, concurrency)
-        out[name] = (cpu_seconds(pid) - before) / requests * 1e6
-        print(f"{name:24s} {out[name]:8.1f} µs CPU/request  ({requests / (time.perf_counter() - t0):.0f} req/s)",
-              flush=True)
+async def measure(base: str, pid: int, requests: int, concurrency: int, rounds: int) -> dict[str, float]:
+    """CPU µs per request of each row; the rows take turns, ``rounds`` times, so a machine whose
+    load drifts during the run weighs on every row alike."""
+    raws = {name: (base + path, json.dumps(body).encode()) for name, (path, body) in ROWS.items()}
+    for url, raw in raws.values():
+        await drive(url, raw, 200, concurrency)  # warm-up
+    cpu = dict.fromkeys(raws, 0.0)
+    per_round = max(1, requests // rounds)
+    for _ in range(rounds):
+        for name, (url, raw) in raws.items():
+            before = cpu_seconds(pid)
+            await drive(url, raw, per_round, concurrency)
+            cpu[name] += cpu_seconds(pid) - before
+    out = {name: seconds / (per_round * rounds) * 1e6 for name, seconds in cpu.items()}
+    for name, micros in out.items():
+        print(f"{name:24s} {micros:8.1f} µs CPU/request", flush=True)
     return out
 
 
@@ -68,6 +73,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=3000)
     parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--out", default=str(ROOT / "build" / "passthrough_cost.json"))
     args = parser.parse_args()
     zero_port, gw_port = free_port(), free_port()
@@ -75,7 +81,8 @@ def main() -> None:
                  command=[sys.executable, str(ROOT / "benchmarks" / "zero_latency_server.py")])
     gw = start(["serve", "--port", str(gw_port), "--backend", f"vllm=http://127.0.0.1:{zero_port}"], gw_port)
     try:
-        result = asyncio.run(measure(f"http://127.0.0.1:{gw_port}", gw.pid, args.requests, args.concurrency))
+        result = asyncio.run(measure(f"http://127.0.0.1:{gw_port}", gw.pid, args.requests, args.concurrency,
+                                    args.rounds))
     finally:
         stop(gw)
         stop(zero)
