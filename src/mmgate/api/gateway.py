@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from mmgate.api.parse import ChatRequest, parse_chat_request, parse_chat_request_async
-from mmgate.backends import Backend, BackendReply
+from mmgate.backends import CHAT_PATH, Backend, BackendReply
 from mmgate.config import GatewaySettings
 from mmgate.errors import BackendConnectError, BackendTimeoutError, ImageTooLargeError, InvalidRequestError
 from mmgate.media import MediaLoader
@@ -136,11 +136,14 @@ class Gateway:
         return self.tenants.tenant_for(headers.get("Authorization")) if self.tenants is not None else None
 
     async def chat(
-        self, raw: bytes | bytearray, headers: Mapping[str, str], *, tenant: str | object | None = _AUTHENTICATE
+        self, raw: bytes | bytearray, headers: Mapping[str, str], *, tenant: str | object | None = _AUTHENTICATE,
+        path: str = CHAT_PATH,
     ) -> ChatOutcome:
         """Run one chat request to a successful backend reply, or raise an ``MmgateError``.
 
         ``tenant``: what ``authenticate(headers)`` returned, when the caller already called it.
+        ``path``: the backend endpoint the rewritten body goes to (another that reads chat
+        ``messages`` and their uuids: ``/v1/embeddings``, ``/pooling``).
         """
         if tenant is _AUTHENTICATE:
             tenant = self.authenticate(headers)
@@ -161,16 +164,16 @@ class Gateway:
         # the failover.
         ranked = self.router.ranked(request.model, session_id, routed)
         try:
-            return await self._tracked_send(request, plans, ranked[0], routed, session_id)
+            return await self._tracked_send(request, plans, ranked[0], routed, session_id, path)
         except BackendConnectError:
             # Nothing reached that backend (whether or not it is ejected yet): try the next one once.
             if len(ranked) < 2:
                 raise
-            return await self._tracked_send(request, plans, ranked[1], routed, session_id)
+            return await self._tracked_send(request, plans, ranked[1], routed, session_id, path)
 
     async def _tracked_send(
         self, request: ChatRequest, plans: list[SlotPlan], backend: Backend, routed: list[RoutedImage],
-        session_id: str | None,
+        session_id: str | None, path: str = CHAT_PATH,
     ) -> ChatOutcome:
         """One send with the router's outstanding-request count and passive health reports."""
         router = self.router
@@ -178,7 +181,7 @@ class Gateway:
         # Recorded as it leaves, so concurrent requests already see where the images are going.
         router.record_sent(backend, routed, session_id)
         try:
-            reply, counts = await self.reuse.send(backend, request.body, plans, stream=request.stream)
+            reply, counts = await self.reuse.send(backend, request.body, plans, stream=request.stream, path=path)
         except (BackendConnectError, BackendTimeoutError):
             router.end(backend)
             router.report_failure(backend)

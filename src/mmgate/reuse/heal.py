@@ -12,7 +12,7 @@ import asyncio
 
 import orjson
 
-from mmgate.backends import Backend, BackendReply, status_error
+from mmgate.backends import CHAT_PATH, Backend, BackendReply, status_error
 from mmgate.errors import UnknownUUIDError
 from mmgate.jsonbody import dumps_body
 from mmgate.metrics import GatewayMetrics
@@ -68,9 +68,12 @@ class ReuseSender:
         self.auto = auto
 
     async def send(
-        self, backend: Backend, body: dict[str, object], plans: list[SlotPlan], *, stream: bool
+        self, backend: Backend, body: dict[str, object], plans: list[SlotPlan], *, stream: bool,
+        path: str = CHAT_PATH,
     ) -> tuple[BackendReply, ReuseCounts]:
-        """The backend's successful reply and what reuse did; a backend error raises its ``MmgateError``."""
+        """The backend's successful reply and what reuse did; a backend error raises its ``MmgateError``.
+        ``path``: the backend endpoint that reads the body's messages (chat completions, embeddings,
+        pooling)."""
         with_uuid = backend.kind == "vllm"
         if not with_uuid:
             await resolve_from_store(self.store, plans, None)
@@ -78,7 +81,7 @@ class ReuseSender:
         counts = render(plans, with_uuid=with_uuid, already_sent=known)
         healed = 0
         for _ in range(MAX_HEALS + 1):
-            reply = await backend.chat(await dumps_body(body), stream=stream)
+            reply = await backend.chat(await dumps_body(body), stream=stream, path=path)
             if reply.status == 200:
                 break
             self.metrics.backend_requests.labels(backend.name, f"http_{reply.status}").inc()
