@@ -209,6 +209,10 @@ class GatewaySettings(Frozen):
         "from its previous request); idle keep-alive connections close after it too")
     body_timeout_s: float = setting(60.0, flag="--body-timeout", group="http edge", gt=0,
                                     help="seconds a client may take to send a whole request body (408 past it)")
+    stream_stall_timeout_s: float = setting(
+        30.0, flag="--stream-stall-timeout", group="http edge", gt=0,
+        help="seconds a streamed answer may wait for its client to read before the stream is cut "
+             "(frees the backend connection a client that stopped reading holds)")
     max_inflation_ratio: int = setting(
         0, flag="--max-inflation-ratio", group="http edge", ge=0, le=1000,
         help="accept gzip/deflate request bodies that inflate to at most this many times their size "

@@ -107,6 +107,11 @@ class GatewayMetrics:
             "Other gateways heard from on the routing-sync channel within --routing-sync-max-age",
             registry=registry,
         )
+        self.streams_stalled = Counter(
+            "mmgate_streams_stalled",
+            "Streamed answers cut because their client read nothing for --stream-stall-timeout",
+            registry=registry,
+        )
         self.edge_connections = Counter(
             "mmgate_edge_connections",
             "Client connections the edge closed: displaced (at the connection cap, an idle or slow "

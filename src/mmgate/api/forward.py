@@ -233,7 +233,8 @@ async def deliver(
 ) -> tuple[web.StreamResponse, bool]:
     """Send a backend reply to the client: whole (its status and content type), or an event stream
     relayed chunk by chunk (``on_first`` at its first chunk). Returns the response and whether it
-    went out complete (False: the client went away mid-stream)."""
+    went out complete (False: the client went away mid-stream, or read nothing for
+    ``--stream-stall-timeout`` and was cut)."""
     if reply.stream is None:
         return web.Response(body=reply.body, status=reply.status,
                             headers={**headers, "Content-Type": reply.content_type}), True
@@ -248,12 +249,22 @@ async def deliver(
     )
     await response.prepare(request)
     first = True
+    stall_s = gateway.settings.stream_stall_timeout_s
     try:
         async for chunk in reply.stream:
             if first and on_first is not None:
                 on_first()
             first = False
-            await response.write(chunk)
+            # A client that stops reading fills its socket and the write waits: past the stall
+            # timeout the stream is cut, so its backend connection (and engine slot) is freed.
+            async with asyncio.timeout(stall_s):
+                await response.write(chunk)
+    except TimeoutError:
+        gateway.metrics.streams_stalled.inc()
+        log.info("cut a stream whose client read nothing for %gs (--stream-stall-timeout)", stall_s)
+        if request.transport is not None:
+            request.transport.abort()
+        return response, False
     except MmgateError as exc:
         # The stream has started: the status is sent, so the error travels as an SSE frame.
         log.warning("backend stream failed: %s", exc.message)

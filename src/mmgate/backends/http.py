@@ -24,6 +24,7 @@ from mmgate.errors import (
 )
 from mmgate.vllm_protocol import engine_load
 
+_PROBE_CONNECTIONS = 4
 _JSON_HEADERS = {"Content-Type": "application/json"}
 
 
@@ -56,20 +57,30 @@ class HTTPBackend:
         self._max_connections = max_connections
         self._keepalive_s = keepalive_s
         self._session: aiohttp.ClientSession | None = None
+        # Health, model and load probes have a small pool of their own: requests that fill the
+        # request pool (streams a client reads slowly) must not make a healthy backend fail its
+        # probes and be ejected.
+        self._probe_session: aiohttp.ClientSession | None = None
+
+    def _new_session(self, limit: int) -> aiohttp.ClientSession:
+        connector = aiohttp.TCPConnector(
+            limit=limit, ttl_dns_cache=60, enable_cleanup_closed=True, keepalive_timeout=self._keepalive_s,
+        )
+        # No cookie jar (a backend's cookies are nobody's business and the jar costs time on
+        # every response) and no proxy/netrc lookups from the environment.
+        return aiohttp.ClientSession(
+            connector=connector, timeout=self._timeout, cookie_jar=aiohttp.DummyCookieJar(), trust_env=False,
+        )
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(
-                limit=self._max_connections, ttl_dns_cache=60, enable_cleanup_closed=True,
-                keepalive_timeout=self._keepalive_s,
-            )
-            # No cookie jar (a backend's cookies are nobody's business and the jar costs time on
-            # every response) and no proxy/netrc lookups from the environment.
-            self._session = aiohttp.ClientSession(
-                connector=connector, timeout=self._timeout, cookie_jar=aiohttp.DummyCookieJar(),
-                trust_env=False,
-            )
+            self._session = self._new_session(self._max_connections)
         return self._session
+
+    def _probes(self) -> aiohttp.ClientSession:
+        if self._probe_session is None or self._probe_session.closed:
+            self._probe_session = self._new_session(_PROBE_CONNECTIONS)
+        return self._probe_session
 
     @contextlib.contextmanager
     def _translated(self, doing: str, *, sent: bool) -> Iterator[None]:
@@ -154,7 +165,7 @@ class HTTPBackend:
 
     async def models(self) -> list[str]:
         with self._translated("listing its models", sent=False):
-            async with self._client().get(self.url + "/v1/models", timeout=self._probe_timeout,
+            async with self._probes().get(self.url + "/v1/models", timeout=self._probe_timeout,
                                          headers=self._auth) as resp:
                 if resp.status != 200:
                     raise BackendStatusError(
@@ -171,7 +182,7 @@ class HTTPBackend:
     async def healthy(self) -> bool:
         path = "/health" if self.kind == "vllm" else "/v1/models"
         try:
-            async with self._client().get(self.url + path, timeout=self._probe_timeout, headers=self._auth) as resp:
+            async with self._probes().get(self.url + path, timeout=self._probe_timeout, headers=self._auth) as resp:
                 await resp.read()
                 return resp.status == 200
         except (TimeoutError, aiohttp.ClientError):
@@ -197,13 +208,14 @@ class HTTPBackend:
     async def _page(self, path: str, timeout: aiohttp.ClientTimeout) -> bytes | None:
         """The body of GET ``path``, None when the backend does not serve it (any status but 200)."""
         with self._translated(f"reading {path}", sent=False):
-            async with self._client().get(self.url + path, timeout=timeout, headers=self._auth) as resp:
+            async with self._probes().get(self.url + path, timeout=timeout, headers=self._auth) as resp:
                 body = await resp.read()
                 return body if resp.status == 200 else None
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+        for session in (self._session, self._probe_session):
+            if session is not None:
+                await session.close()
 
 
 def server_load(body: bytes | None) -> int | None:

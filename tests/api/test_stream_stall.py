@@ -1,0 +1,90 @@
+"""A streamed answer whose client stops reading, through a real ``mmgate serve``: the gateway cuts
+it after ``--stream-stall-timeout`` (counted), which frees the backend connection and the
+outstanding slot it held; other clients are served throughout."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from pathlib import Path
+
+import aiohttp
+import orjson
+
+from tests.support.serve_process import metric_value, serve_process
+from tests.support.vllm import SimProcess
+
+
+def stalled_stream(port: int) -> socket.socket:
+    """A client with a tiny receive buffer that sends a long streamed request and never reads."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", port))
+    body = orjson.dumps({"model": "tiny-qwen2vl", "stream": True, "max_tokens": 400_000, "ignore_eos": True,
+                         "messages": [{"role": "user", "content": "tell me everything"}]})
+    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    return sock
+
+
+async def load(url: str) -> float:
+    async with aiohttp.ClientSession() as s, s.get(url + "/load") as r:
+        return float((await r.json())["server_load"])
+
+
+async def test_a_stream_nobody_reads_is_cut_and_frees_its_backend(tmp_path: Path) -> None:
+    # A fast engine with a long context, in a process of its own: each stream is far larger than
+    # every buffer on the way.
+    sim = SimProcess(tmp_path / "sim.log")
+    sim.start(["--speedup", "100000", "--max-model-len", "1000000"])
+    try:
+        await _stalls(tmp_path, sim.url)
+    finally:
+        sim.stop()
+
+
+async def _stalls(tmp_path: Path, engine: str) -> None:
+    with serve_process(tmp_path, "--backend", f"vllm={engine}", "--stream-stall-timeout", "3") as gw:
+        socks = [stalled_stream(gw.port) for _ in range(3)]
+        try:
+            deadline = time.monotonic() + 2
+            while await load(gw.url) < 3 and time.monotonic() < deadline:  # all three in flight
+                await asyncio.sleep(0.05)
+            assert await load(gw.url) == 3
+            async with aiohttp.ClientSession() as s:  # a victim is served meanwhile
+                async with s.post(gw.url + "/v1/chat/completions", json={
+                        "model": "tiny-qwen2vl", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}) as r:
+                    assert r.status == 200
+            deadline = time.monotonic() + 10
+            while metric_value(gw.metrics(), "mmgate_streams_stalled_total") < 3:
+                assert time.monotonic() < deadline, "the stalled streams were not cut"
+                await asyncio.sleep(0.1)
+            assert await load(gw.url) == 0  # their outstanding slots (and backend connections) are free
+        finally:
+            for sock in socks:
+                sock.close()
+
+
+async def test_streams_that_fill_the_backend_pool_do_not_fail_its_health_probes(tmp_path: Path) -> None:
+    sim = SimProcess(tmp_path / "sim.log")
+    sim.start(["--speedup", "100000", "--max-model-len", "1000000"])
+    try:
+        with serve_process(tmp_path, "--backend", f"vllm={sim.url}", "--backend-max-connections", "2",
+                           "--backend-connect-timeout", "0.5", "--stream-stall-timeout", "60",
+                           "--health-interval", "0.3", "--eject-after-failures", "1") as gw:
+            socks = [stalled_stream(gw.port) for _ in range(2)]  # the request pool is full now
+            try:
+                deadline = time.monotonic() + 5
+                while await load(gw.url) < 2:
+                    assert time.monotonic() < deadline
+                    await asyncio.sleep(0.05)
+                await asyncio.sleep(2.0)  # several probe rounds while the pool stays full
+                async with aiohttp.ClientSession() as s, s.get(gw.url + "/health") as r:
+                    assert r.status == 200, await r.text()
+                assert metric_value(gw.metrics(), "mmgate_backend_healthy", backend="vllm-0") == 1
+            finally:
+                for sock in socks:
+                    sock.close()
+    finally:
+        sim.stop()
