@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from mmgate.api import agents
 from mmgate.api.edge import read_body
 from mmgate.api.gateway import ChatOutcome, Gateway
 from mmgate.api.responses import error_frame, error_response, http_error_response
@@ -50,6 +51,7 @@ def build_app(gateway: Gateway) -> web.Application:
     app.router.add_get("/v1/models", _models)
     app.router.add_get("/health", _health)
     app.router.add_get("/metrics", _metrics)
+    agents.register(app, gateway)
     return app
 
 

@@ -44,8 +44,11 @@ class Backend(Protocol):
     kind: BackendKind
     url: str
 
-    async def chat(self, body: bytes, *, stream: bool) -> BackendReply:
-        """POST /v1/chat/completions with an already serialised body."""
+    async def chat(self, body: bytes, *, stream: bool, path: str = "/v1/chat/completions") -> BackendReply:
+        """POST ``path`` (chat completions unless told) with an already serialised body."""
+
+    async def request(self, method: str, path: str, body: bytes = b"", *, stream: bool = False) -> BackendReply:
+        """Any other endpoint of the backend: ``method path`` with a JSON body, answered as ``chat``."""
 
     async def models(self) -> list[str]:
         """The model ids the backend serves (GET /v1/models)."""

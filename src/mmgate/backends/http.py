@@ -44,7 +44,6 @@ class HTTPBackend:
         self.name = name
         self.kind: BackendKind = kind
         self.url = url.rstrip("/")
-        self._chat_url = self.url + "/v1/chat/completions"
         self._timeout = aiohttp.ClientTimeout(
             total=None, connect=connect_timeout_s, sock_connect=connect_timeout_s, sock_read=read_timeout_s
         )
@@ -95,7 +94,11 @@ class HTTPBackend:
         except aiohttp.ClientError as exc:
             raise BackendProtocolError(f"backend {self.name} failed {doing}: {exc}") from exc
 
-    async def chat(self, body: bytes, *, stream: bool) -> BackendReply:
+    async def chat(self, body: bytes, *, stream: bool, path: str = "/v1/chat/completions") -> BackendReply:
+        return await self.request("POST", path, body, stream=stream)
+
+    async def request(self, method: str, path: str, body: bytes = b"", *, stream: bool = False) -> BackendReply:
+        """``method path`` (the path may carry a query) with a JSON body; the reply as ``chat``'s."""
         data: bytes | AsyncIterator[memoryview] = body
         headers = self._headers
         if len(body) > _PIECE_BYTES:
@@ -104,7 +107,7 @@ class HTTPBackend:
             data = _pieces(body)
             headers = {**self._headers, "Content-Length": str(len(body))}
         with self._translated("before answering", sent=False):
-            resp = await self._client().post(self._chat_url, data=data, headers=headers)
+            resp = await self._client().request(method, self.url + path, data=data, headers=headers)
         content_type = resp.headers.get("Content-Type", "application/json")
         if resp.status != 200 or not stream or not content_type.startswith("text/event-stream"):
             try:

@@ -68,7 +68,8 @@ class ReuseSender:
         self.auto = auto
 
     async def send(
-        self, backend: Backend, body: dict[str, object], plans: list[SlotPlan], *, stream: bool
+        self, backend: Backend, body: dict[str, object], plans: list[SlotPlan], *, stream: bool,
+        path: str = "/v1/chat/completions",
     ) -> tuple[BackendReply, ReuseCounts]:
         """The backend's successful reply and what reuse did; a backend error raises its ``MmgateError``."""
         with_uuid = backend.kind == "vllm"
@@ -78,7 +79,7 @@ class ReuseSender:
         counts = render(plans, with_uuid=with_uuid, already_sent=known)
         healed = 0
         for _ in range(MAX_HEALS + 1):
-            reply = await backend.chat(await dumps_body(body), stream=stream)
+            reply = await backend.chat(await dumps_body(body), stream=stream, path=path)
             if reply.status == 200:
                 break
             self.metrics.backend_requests.labels(backend.name, f"http_{reply.status}").inc()
