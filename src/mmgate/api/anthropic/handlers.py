@@ -30,7 +30,7 @@ from mmgate.api.anthropic.request import (
 from mmgate.api.anthropic.stream import events
 from mmgate.api.edge import read_body
 from mmgate.api.gateway import Gateway
-from mmgate.api.parse import parse_chat_body
+from mmgate.api.parse import check_depth, parse_chat_body
 from mmgate.api.relay import deliver, send_routed, tracked
 from mmgate.errors import BackendProtocolError, InvalidRequestError, MmgateError
 from mmgate.jsonbody import dumps_body, loads_body
@@ -60,15 +60,18 @@ class MessagesService:
         gateway.session_id(request.headers)
         raw = await read_body(request, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_s)
         try:
-            return tenant, await loads_body(raw)
+            body = await loads_body(raw)
         except orjson.JSONDecodeError as exc:
             raise InvalidRequestError(f"request body is not valid JSON: {exc}") from exc
+        check_depth(body, settings.max_json_depth)
+        return tenant, body
 
     async def _create(self, request: web.Request) -> tuple[web.StreamResponse, bool]:
         gateway = self.gateway
         settings = gateway.settings
         tenant, body = await self._body(request)
         body = check_messages_body(body)
+        gateway.router.candidates(body["model"])  # an unknown model is a 404 first, as on vLLM
         if forward_reason(body) is not None:
             return await self._forward(request, body, MESSAGES_PATH, stream=bool(body.get("stream")))
         chat_body, params = to_chat_body(body)
