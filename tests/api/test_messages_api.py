@@ -142,3 +142,38 @@ def test_count_tokens_needs_no_max_tokens() -> None:
     with pytest.raises(InvalidRequestError) as caught:
         check_messages_body({"model": "m", "messages": []})
     assert caught.value.param == "max_tokens"
+
+
+async def test_stream_frames_split_anywhere_map_the_same() -> None:
+    """The backend's bytes arrive in arbitrary pieces: the events do not depend on where they split."""
+    from mmgate.api.anthropic.stream import events
+
+    frames = (b'data: {"id":"c","model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":""}}],'
+              b'"usage":{"prompt_tokens":3,"completion_tokens":0}}\n\n'
+              b'data: {"id":"c","model":"m","choices":[{"index":0,"delta":{"content":"h\xc3\xa9"},'
+              b'"finish_reason":"stop","stop_reason":null}]}\n\n'
+              b'data: {"id":"c","model":"m","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":1}}\n\n'
+              b"data: [DONE]\n\n")
+
+    async def pieces(size: int) -> Any:
+        for i in range(0, len(frames), size):
+            yield frames[i:i + size]
+
+    whole = b"".join([e async for e in events(pieces(len(frames)))])
+    for size in (1, 7, 64):
+        assert b"".join([e async for e in events(pieces(size))]) == whole
+    assert whole.count(b"event: ") == 6 and "hé".encode() in whole
+    assert b'"stop_reason":"end_turn"' in whole
+
+
+async def test_a_broken_backend_stream_ends_with_an_error_event() -> None:
+    from mmgate.api.anthropic.stream import events
+
+    async def broken() -> Any:
+        yield b'data: {"id":"c","model":"m","choices":[{"index":0,"delta":{"content":""}}]}\n\n'
+        yield b'data: {"error": {"message": "engine died", "type": "InternalServerError"}}\n\n'
+        yield b'data: {"id":"c","model":"m","choices":[{"index":0,"delta":{"content":"late"}}]}\n\n'
+
+    out = b"".join([e async for e in events(broken())])
+    assert out.startswith(b"event: message_start") and out.rstrip().split(b"\n")[-2] == b"event: error"
+    assert b"late" not in out
