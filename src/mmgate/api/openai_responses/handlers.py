@@ -10,6 +10,7 @@ a follow-up (``previous_response_id``) is pinned to that backend: no other one i
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from collections.abc import AsyncIterator
@@ -31,6 +32,8 @@ RESPONSES_PATH = "/v1/responses"
 # How far into a stream the response id is looked for (it is in the first event).
 _ID_SCAN_BYTES = 64 * 1024
 _STREAM_ID = re.compile(rb'"response":\s*\{"id":\s*"([^"]{1,200})"')
+# How long the lookup of an unrecorded id waits for each backend (they are asked together).
+PROBE_TIMEOUT_S = 5.0
 _RESPONSE_ID = re.compile(r"[A-Za-z0-9_\-]{1,200}")
 
 
@@ -113,15 +116,10 @@ class ResponsesService:
             for backend in router.backends:
                 if backend.name == name:
                     return backend
-        for backend in router.backends:
-            if not router.is_healthy(backend):
-                continue
-            try:
-                reply = await backend.request("GET", f"{RESPONSES_PATH}/{response_id}")
-            except UpstreamError:
-                continue  # that backend cannot say: the others may
-            reply.release()
-            if reply.status == 200:
+        healthy = [b for b in router.backends if router.is_healthy(b)]
+        found = await asyncio.gather(*(self._holds(b, response_id) for b in healthy))
+        for backend, holds in zip(healthy, found, strict=True):
+            if holds:
                 self.homes.record(response_id, backend.name, time.monotonic())
                 return backend
         raise ResponseNotFoundError(
@@ -129,6 +127,16 @@ class ResponsesService:
             "in the replica that made it, and only when started with VLLM_ENABLE_RESPONSES_API_STORE=1)",
             param=param,
         )
+
+    async def _holds(self, backend: Backend, response_id: str) -> bool:
+        """Whether ``backend`` answers ``GET /v1/responses/{id}`` with 200, within ``PROBE_TIMEOUT_S``."""
+        try:
+            async with asyncio.timeout(PROBE_TIMEOUT_S):
+                reply = await backend.request("GET", f"{RESPONSES_PATH}/{response_id}")
+        except (UpstreamError, TimeoutError):
+            return False  # that backend cannot say: the others may
+        reply.release()
+        return reply.status == 200
 
     def _record_body(self, body: bytes | None, backend: str) -> None:
         try:
