@@ -11,8 +11,17 @@ import aiohttp
 import orjson
 
 TIMEOUT = aiohttp.ClientTimeout(total=90, sock_connect=10)
-# Fields that differ between two calls by design: ids minted per response, and times.
-_VOLATILE = frozenset({"id", "created_at", "signature", "item_id", "completed_at"})
+# Fields that differ between two calls by design: ids minted per response, times, stream sequence
+# numbers (how many delta events a stream has varies, below), and prefix-cache hits, which depend on
+# the replica's history and on the images' identifiers (the gateway's uuid or vLLM's own hash).
+_VOLATILE = frozenset({"id", "created_at", "signature", "item_id", "completed_at", "sequence_number",
+                       "cached_tokens"})
+# How a streamed delta is merged with the next one of the same block: vLLM sends whatever tokens
+# are ready when the client reads, so one text can come as one delta or as several.
+_MERGEABLE = {"content_block_delta": ("delta", ("text", "partial_json", "thinking")),
+              "response.output_text.delta": (None, ("delta",)),
+              "response.function_call_arguments.delta": (None, ("delta",)),
+              "response.reasoning_text.delta": (None, ("delta",))}
 
 
 @dataclass
@@ -31,8 +40,26 @@ class Reply:
     def normalised(self) -> Any:
         """Status and body (or event names and payloads) with the volatile fields blanked."""
         if self.events:
-            return self.status, [(name, _blank(data)) for name, data in self.events]
+            return self.status, [(name, _blank(data)) for name, data in _merged(self.events)]
         return self.status, _blank(self.json)
+
+
+def _merged(events: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """Consecutive deltas of the same block as one event (see ``_MERGEABLE``)."""
+    out: list[tuple[str, Any]] = []
+    for name, data in events:
+        rule = _MERGEABLE.get(name)
+        if rule is not None and out and out[-1][0] == name and isinstance(data, dict):
+            inner, fields = rule
+            prev = out[-1][1]
+            a, b = (prev[inner], data[inner]) if inner else (prev, data)
+            same_block = all(prev.get(k) == data.get(k) for k in ("index", "output_index", "content_index"))
+            if same_block and a.get("type") == b.get("type"):
+                merged = {**a, **{f: a[f] + b[f] for f in fields if isinstance(a.get(f), str) and f in b}}
+                out[-1] = (name, {**prev, inner: merged} if inner else merged)
+                continue
+        out.append((name, data))
+    return out
 
 
 def _blank(node: Any) -> Any:

@@ -110,8 +110,8 @@ def to_chat_body(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
         _convert_message(message, messages, params, f"messages[{i}]")
     chat: dict[str, Any] = {"model": body["model"], "messages": messages,
                             "max_tokens": body["max_tokens"], "max_completion_tokens": body["max_tokens"]}
-    if body.get("stop_sequences") is not None:
-        chat["stop"] = body["stop_sequences"]
+    # Explicit, as vLLM sets them: null is not the chat defaults ([] and "none").
+    chat["stop"] = body.get("stop_sequences")
     for name in _COPIED:
         if body.get(name) is not None:
             chat[name] = body[name]
@@ -119,6 +119,7 @@ def to_chat_body(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
         chat["stream"] = True
         chat["stream_options"] = dict(STREAM_OPTIONS)
     choice = body.get("tool_choice")
+    chat["tool_choice"] = None
     if choice is not None:
         chat["parallel_tool_calls"] = not choice.get("disable_parallel_tool_use")
         kind = choice["type"]
@@ -129,7 +130,8 @@ def to_chat_body(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     tools = body.get("tools")
     if tools is not None:
         chat["tools"] = [_chat_tool(tool) for tool in tools]
-        chat.setdefault("tool_choice", "auto")
+        if chat["tool_choice"] is None:
+            chat["tool_choice"] = "auto"
     return chat, params
 
 
