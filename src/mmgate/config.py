@@ -259,6 +259,14 @@ class GatewaySettings(Frozen):
         help="secret (16+ characters) keying the tenant tags of backend uuids (HMAC); prefer the "
         "MMGATE_TENANT_SECRET variable. Unset: random per process, so gateways that share a Redis "
         "must set the same one")
+    backend_keys_file: str | None = setting(
+        None, flag="--backend-keys-file", group="server",
+        help="API keys the gateway sends to its backends: a JSON object or 'BACKEND KEY' lines, BACKEND "
+        "a backend's URL as given to --backend (or its name); each key goes to that backend only")
+    admin_key_file: str | None = setting(
+        None, flag="--admin-key-file", group="server",
+        help="file holding the operator's key: with it, requests carrying it in X-Mmgate-Admin-Key may use "
+        "vLLM's operator endpoints (sleep, wake_up, reset caches, LoRA, profiling, ...); unset: refused (403)")
     health_interval_s: float = setting(5.0, flag="--health-interval", group=HEALTH_GROUP, gt=0,
                                        help="seconds between backend health probes")
     health_timeout_s: float = setting(2.0, flag="--health-timeout", group=HEALTH_GROUP, gt=0,

@@ -20,7 +20,9 @@ never escape it.
     │   ├── UnknownUUIDError          400: cache-only reference nobody holds
     │   ├── BodyTooLargeError         413: request body over --max-body-bytes
     │   ├── BodyTimeoutError          408: request body not received within --body-timeout
-    │   └── BusyError                 429: the decode queue is full (Retry-After)
+    │   ├── BusyError                 429: the decode queue is full (Retry-After)
+    │   ├── ForbiddenError            403: an operator endpoint without the admin key
+    │   └── EndpointNotFoundError     404/405: a path or method the gateway does not serve
     ├── ShuttingDownError             503: the gateway stopped before the request finished
     ├── UpstreamError                 backend trouble → 5xx (or the backend's own 4xx)
     │   ├── BackendStatusError        the backend's own status and message, passed through
@@ -43,9 +45,9 @@ from mmgate._settings import ConfigError
 __all__ = [
     "AuthenticationError", "BackendConnectError", "BackendProtocolError", "BackendStatusError",
     "BackendTimeoutError", "BodyTimeoutError", "BodyTooLargeError", "BusyError", "CacheError", "ConfigError",
-    "ForbiddenURLError", "ImageTooLargeError", "InvalidRequestError", "MediaError", "MmgateError",
-    "ModelNotFoundError", "OriginError", "OriginTimeoutError", "RequestError", "ResponseNotFoundError",
-    "ShuttingDownError", "UnknownUUIDError", "UnsupportedImageError", "UpstreamError",
+    "EndpointNotFoundError", "ForbiddenError", "ForbiddenURLError", "ImageTooLargeError", "InvalidRequestError",
+    "MediaError", "MmgateError", "ModelNotFoundError", "OriginError", "OriginTimeoutError", "RequestError",
+    "ResponseNotFoundError", "ShuttingDownError", "UnknownUUIDError", "UnsupportedImageError", "UpstreamError",
 ]
 
 
@@ -154,6 +156,21 @@ class BusyError(RequestError):
     error_type = "rate_limit_error"
     code = "gateway_busy"
     retry_after_s = 1
+
+
+class ForbiddenError(RequestError):
+    """An operator endpoint asked for without the operator's admin key."""
+
+    status = 403
+    error_type = "permission_error"
+    code = "admin_key_required"
+
+
+class EndpointNotFoundError(RequestError):
+    """A path (or a method on it) the gateway does not serve."""
+
+    status = 404
+    code = "unknown_endpoint"
 
 
 class ShuttingDownError(MmgateError):

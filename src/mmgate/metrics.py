@@ -12,6 +12,10 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 CHAT_ROUTE = "/v1/chat/completions"
+# The ``route`` label of requests outside the route table (answered 404/405), and of every
+# operator endpoint: bounded whatever paths clients send.
+UNMATCHED_ROUTE = "unmatched"
+OPERATOR_ROUTE = "operator"
 
 _LATENCY_BUCKETS = (
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
@@ -114,6 +118,7 @@ class GatewayMetrics:
         # are on every request. Keys are bounded (HTTP statuses, configured backend names).
         self._chat_seconds = self.request_seconds.labels(CHAT_ROUTE)
         self._chat_status: dict[int, Any] = {}
+        self._route_children: dict[tuple[str, int], tuple[Any, Any]] = {}
         self._backend_ok: dict[str, Any] = {}
         self.forwarded_data = self.images_forwarded.labels("data")
         self.forwarded_reference = self.images_forwarded.labels("reference")
@@ -126,6 +131,16 @@ class GatewayMetrics:
             child = self._chat_status[status] = self.requests.labels(CHAT_ROUTE, str(status))
         child.inc()
         self._chat_seconds.observe(seconds)
+
+    def observe(self, route: str, status: int, seconds: float) -> None:
+        """Count one request of ``route`` (a route-table path, ``UNMATCHED_ROUTE`` or
+        ``OPERATOR_ROUTE``, never a client's raw path) and its latency."""
+        children = self._route_children.get((route, status))
+        if children is None:
+            children = self._route_children[(route, status)] = (
+                self.requests.labels(route, str(status)), self.request_seconds.labels(route))
+        children[0].inc()
+        children[1].observe(seconds)
 
     def backend_ok(self, backend: str) -> None:
         child = self._backend_ok.get(backend)

@@ -1,8 +1,14 @@
-"""The gateway's HTTP surface: request parsing (``parse``), the pipeline (``gateway``), the
-aiohttp handlers (``app``) and error responses (``responses``)."""
+"""The gateway's HTTP surface: request parsing (``parse``), the chat pipeline (``gateway``), the
+route table (``app``), vLLM's other endpoints (``endpoints``, media policed by ``police``), the
+forwarding seam they and other front ends share (``forward``), operator endpoints (``admin``) and
+error responses (``responses``)."""
 
 from mmgate.api.app import build_app
+from mmgate.api.forward import Forwarded, Forwarder, Upload, deliver
 from mmgate.api.gateway import ChatOutcome, Gateway
 from mmgate.api.parse import ChatRequest, parse_chat_request
 
-__all__ = ["ChatOutcome", "ChatRequest", "Gateway", "build_app", "parse_chat_request"]
+__all__ = [
+    "ChatOutcome", "ChatRequest", "Forwarded", "Forwarder", "Gateway", "Upload", "build_app", "deliver",
+    "parse_chat_request",
+]

@@ -1,4 +1,11 @@
-"""The gateway's HTTP surface (aiohttp): /v1/chat/completions, /v1/models, /health, /metrics.
+"""The gateway's HTTP surface (aiohttp): the route table.
+
+Chat completions (the reuse pipeline), vLLM's other client-facing endpoints
+(``mmgate.api.endpoints``), its operator endpoints behind the admin key (``mmgate.api.admin``),
+and what the gateway answers itself: ``/v1/models`` (every backend's model cards, merged),
+``/health``, ``/ping``, ``/load``, ``/metrics``. Paths vLLM serves that the gateway will not
+forward (``NOT_SERVED``) and paths nobody serves get a JSON 404 naming them. docs/ENDPOINTS.md
+is the user's view of this table.
 
 ``build_app(gateway)`` wraps a built ``Gateway``; ``mmgate.serve.start_gateway`` builds one from
 settings and serves it.
@@ -7,27 +14,43 @@ settings and serves it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
 
+import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from mmgate.api import agents
+from mmgate.api.admin import add_operator_endpoints
 from mmgate.api.edge import read_body
-from mmgate.api.gateway import ChatOutcome, Gateway
-from mmgate.api.responses import error_frame, error_response, http_error_response
-from mmgate.errors import MmgateError, ShuttingDownError
-from mmgate.metrics import GatewayMetrics
+from mmgate.api.endpoints import CLIENT_CLOSED, add_client_endpoints
+from mmgate.api.forward import FORWARDER_KEY, GATEWAY_KEY, Forwarder, deliver
+from mmgate.api.gateway import Gateway
+from mmgate.api.responses import error_response, http_error_response
+from mmgate.backends import Backend, BackendReply
+from mmgate.errors import EndpointNotFoundError, MmgateError, ShuttingDownError
+from mmgate.metrics import UNMATCHED_ROUTE
 from mmgate.wire import json_response
 
+__all__ = ["CLIENT_CLOSED", "GATEWAY_KEY", "NOT_SERVED", "build_app"]
+
 log = logging.getLogger(__name__)
-# Status counted for a client that went away before its answer was complete (nginx's convention).
-CLIENT_CLOSED = 499
-GATEWAY_KEY = web.AppKey("gateway", Gateway)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+# Paths vLLM 0.32 serves that the gateway refuses for everyone, and why.
+NOT_SERVED: dict[str, str] = {
+    "/v1/chat/completions/batch": "batched chat requests are not served: send each conversation to "
+    "/v1/chat/completions",
+    "/invocations": "SageMaker's /invocations dispatches by body shape past the gateway's media policy: "
+    "call the endpoint itself",
+    "/cohere/v2/chat": "the Cohere chat API carries media the gateway does not police: use /v1/chat/completions",
+    "/v2/embed": "the Cohere embed API carries media the gateway does not police: use /v1/embeddings",
+    "/generative_scoring": "generative scoring is not served through the gateway",
+    "/v1/systemone": "structured decisions are not served through the gateway",
+    "/v1/realtime": "the realtime (WebSocket) API is not served through the gateway",
+}
+_MAX_SHOWN_PATH = 200
 
 
 @web.middleware
@@ -39,20 +62,47 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     except MmgateError as exc:
         return error_response(exc)
     except web.HTTPException as exc:
+        if exc.status in (404, 405):
+            # Outside the route table (no handler counted it): a JSON error naming the path.
+            request.app[GATEWAY_KEY].metrics.observe(UNMATCHED_ROUTE, exc.status, 0.0)
+            return error_response(_unknown(request, exc.status))
         return http_error_response(exc)
 
 
-def build_app(gateway: Gateway) -> web.Application:
-    """The aiohttp application around ``gateway``."""
+def _unknown(request: web.Request, status: int) -> EndpointNotFoundError:
+    shown = request.path if len(request.path) <= _MAX_SHOWN_PATH else request.path[:_MAX_SHOWN_PATH] + "…"
+    if status == 405:
+        error = EndpointNotFoundError(f"the gateway does not serve {request.method} {shown}", param="method")
+        error.status = 405
+        return error
+    return EndpointNotFoundError(f"the gateway does not serve {shown} (docs/ENDPOINTS.md lists what it serves)",
+                                 param="path")
+
+
+def build_app(gateway: Gateway, *, admin_key: str | None = None) -> web.Application:
+    """The aiohttp application around ``gateway``; ``admin_key`` opens the operator endpoints."""
     # The body cap is enforced by ``read_body`` (Content-Length up front, chunked bodies as they come).
     app = web.Application(middlewares=[_errors], client_max_size=gateway.settings.max_body_bytes + 1)
     app[GATEWAY_KEY] = gateway
+    app[FORWARDER_KEY] = Forwarder(gateway)
     app.router.add_post("/v1/chat/completions", _chat)
     app.router.add_get("/v1/models", _models)
     app.router.add_get("/health", _health)
+    app.router.add_get("/ping", _ping)
+    app.router.add_post("/ping", _ping)
+    app.router.add_get("/load", _load)
     app.router.add_get("/metrics", _metrics)
     agents.register(app, gateway)
+    add_client_endpoints(app)
+    add_operator_endpoints(app, admin_key)
+    for path in NOT_SERVED:
+        app.router.add_route("*", path, _not_served)
     return app
+
+
+async def _not_served(request: web.Request) -> web.StreamResponse:
+    request.app[GATEWAY_KEY].metrics.observe(UNMATCHED_ROUTE, EndpointNotFoundError.status, 0.0)
+    raise EndpointNotFoundError(f"{request.path}: {NOT_SERVED[request.path]}", param="path")
 
 
 async def _chat(request: web.Request) -> web.StreamResponse:
@@ -70,7 +120,9 @@ async def _chat(request: web.Request) -> web.StreamResponse:
         outcome = await gateway.chat(raw, request.headers, tenant=tenant)
         status = 200
         try:
-            response, complete = await _deliver(request, outcome, metrics, started, gateway)
+            response, complete = await deliver(
+                request, outcome.reply, outcome.headers, gateway,
+                on_first=lambda: metrics.ttft_seconds.observe(time.perf_counter() - started))
             if not complete:
                 status = CLIENT_CLOSED
             return response
@@ -97,63 +149,52 @@ async def _chat(request: web.Request) -> web.StreamResponse:
         metrics.observe_chat(status, time.perf_counter() - started)
 
 
-async def _deliver(
-    request: web.Request, outcome: ChatOutcome, metrics: GatewayMetrics, started: float, gateway: Gateway
-) -> tuple[web.StreamResponse, bool]:
-    """Send a successful backend reply to the client: whole, or relayed frame by frame. Returns the
-    response and whether it went out complete (False: the client went away mid-stream)."""
-    reply = outcome.reply
-    if reply.stream is None:
-        body = web.Response(body=reply.body, status=200, content_type="application/json", headers=outcome.headers)
-        return body, True
-    response = web.StreamResponse(
-        status=200,
-        headers={
-            "Content-Type": "text/event-stream",
-            "Cache-Control": "no-cache",
-            "X-Accel-Buffering": "no",
-            **outcome.headers,
-        },
-    )
-    await response.prepare(request)
-    first = True
-    try:
-        async for chunk in reply.stream:
-            if first:
-                metrics.ttft_seconds.observe(time.perf_counter() - started)
-                first = False
-            await response.write(chunk)
-    except MmgateError as exc:
-        # The stream has started: the status is sent, so the error travels as an SSE frame.
-        log.warning("backend stream failed: %s", exc.message)
-        with contextlib.suppress(ConnectionError):
-            await response.write(error_frame(exc))
-    except ConnectionError:
-        # The client went away; the caller closes the backend stream, which tells it to stop.
-        return response, False
-    except asyncio.CancelledError:
-        if gateway.stopping:
-            # Cut at shutdown after the drain time: say so in the stream, end it cleanly.
-            cut = ShuttingDownError("the gateway shut down before this stream finished; retry the request")
-            with contextlib.suppress(ConnectionError, RuntimeError):
-                await response.write(error_frame(cut))
-                await response.write_eof()
-        raise
-    try:
-        await response.write_eof()
-    except ConnectionError:
-        return response, False
-    return response, True
-
-
 async def _models(request: web.Request) -> web.StreamResponse:
+    """Every model the fleet serves, each with the model card of the first backend (healthy ones
+    first) that lists it: vLLM's fields (``max_model_len``, ``root``, ``parent``, ``permission``,
+    ...) kept; a model no backend describes right now gets a minimal card."""
     gateway = request.app[GATEWAY_KEY]
-    if not gateway.router.models:
-        await gateway.router.refresh_models()
-    data = [
-        {"id": model, "object": "model", "created": 0, "owned_by": "mmgate"} for model in gateway.router.models
-    ]
+    router = gateway.router
+    if not router.models:
+        await router.refresh_models()
+    backends = request.app[FORWARDER_KEY].anywhere()
+    answers = await asyncio.gather(*(_listing(b, gateway.settings.health_timeout_s) for b in backends))
+    cards: dict[str, dict[str, object]] = {}
+    for listing in answers:
+        for card in listing:
+            model = card.get("id")
+            if isinstance(model, str):
+                cards.setdefault(model, card)
+    data = [cards.get(m) or {"id": m, "object": "model", "created": 0, "owned_by": "mmgate"} for m in router.models]
     return json_response({"object": "list", "data": data})
+
+
+async def _listing(backend: Backend, timeout_s: float) -> list[dict[str, object]]:
+    """The model cards ``backend`` lists, or none when it does not answer within ``timeout_s``."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            reply: BackendReply = await backend.request("GET", "/v1/models", stream=False)
+    except (MmgateError, TimeoutError):
+        return []  # a backend that does not answer describes nothing; the others still do
+    if reply.status != 200 or not reply.body:
+        return []
+    try:
+        data = orjson.loads(reply.body).get("data")
+    except (orjson.JSONDecodeError, AttributeError):
+        return []
+    return [c for c in data if isinstance(c, dict)] if isinstance(data, list) else []
+
+
+async def _ping(request: web.Request) -> web.StreamResponse:
+    """vLLM's ``/ping`` (GET and POST): an empty 200 while a backend passes its health checks, else 503."""
+    router = request.app[GATEWAY_KEY].router
+    return web.Response(status=200 if any(router.is_healthy(b) for b in router.backends) else 503)
+
+
+async def _load(request: web.Request) -> web.StreamResponse:
+    """vLLM's ``/load`` for the gateway itself: its requests in flight to the backends."""
+    router = request.app[GATEWAY_KEY].router
+    return json_response({"server_load": sum(router.outstanding(b) for b in router.backends)})
 
 
 async def _health(request: web.Request) -> web.StreamResponse:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from mmgate.api.parse import ChatRequest, parse_chat_request, parse_chat_request_async
-from mmgate.backends import Backend, BackendReply
+from mmgate.backends import CHAT_PATH, Backend, BackendReply
 from mmgate.config import GatewaySettings
 from mmgate.errors import BackendConnectError, BackendTimeoutError, ImageTooLargeError, InvalidRequestError
 from mmgate.media import MediaLoader
@@ -35,7 +35,6 @@ from mmgate.routing import RoutedImage, Router, image_weight
 from mmgate.store import LoadedImage
 
 _AUTHENTICATE = object()
-CHAT_PATH = "/v1/chat/completions"
 
 
 def is_header_text(value: str) -> bool:
@@ -137,18 +136,21 @@ class Gateway:
         return self.tenants.tenant_for(headers.get("Authorization")) if self.tenants is not None else None
 
     async def chat(
-        self, raw: bytes | bytearray, headers: Mapping[str, str], *, tenant: str | object | None = _AUTHENTICATE
+        self, raw: bytes | bytearray, headers: Mapping[str, str], *, tenant: str | object | None = _AUTHENTICATE,
+        path: str = CHAT_PATH,
     ) -> ChatOutcome:
         """Run one chat request to a successful backend reply, or raise an ``MmgateError``.
 
         ``tenant``: what ``authenticate(headers)`` returned, when the caller already called it.
+        ``path``: the backend endpoint the rewritten body goes to (another that reads chat
+        ``messages`` and their uuids: ``/v1/embeddings``, ``/pooling``).
         """
         if tenant is _AUTHENTICATE:
             tenant = self.authenticate(headers)
         assert tenant is None or isinstance(tenant, str)
         self.session_id(headers)  # a hostile session header is a 400 before any work
         request = await self.parse_async(raw)
-        return await self.chat_parsed(request, headers, tenant)
+        return await self.chat_parsed(request, headers, tenant, path=path)
 
     async def chat_parsed(
         self, request: ChatRequest, headers: Mapping[str, str], tenant: str | None, *,
@@ -175,16 +177,16 @@ class Gateway:
         # the failover.
         ranked = [pin] if pin is not None else self.router.ranked(request.model, session_id, routed)
         try:
-            return await self._tracked_send(request, plans, ranked[0], routed, session_id, path=path)
+            return await self._tracked_send(request, plans, ranked[0], routed, session_id, path)
         except BackendConnectError:
             # Nothing reached that backend (whether or not it is ejected yet): try the next one once.
             if len(ranked) < 2:
                 raise
-            return await self._tracked_send(request, plans, ranked[1], routed, session_id, path=path)
+            return await self._tracked_send(request, plans, ranked[1], routed, session_id, path)
 
     async def _tracked_send(
         self, request: ChatRequest, plans: list[SlotPlan], backend: Backend, routed: list[RoutedImage],
-        session_id: str | None, *, path: str = CHAT_PATH,
+        session_id: str | None, path: str = CHAT_PATH,
     ) -> ChatOutcome:
         """One send with the router's outstanding-request count and passive health reports."""
         router = self.router

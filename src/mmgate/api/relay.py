@@ -2,8 +2,7 @@
 
 ``tracked`` counts a request as the chat handler does (in-flight set drained at shutdown, status
 and latency metrics, 499 for a client that went away); ``deliver`` sends a whole body or relays an
-SSE stream, ending a broken stream with an error frame in the API's own shape; ``send_routed``
-POSTs a body as it is to a routed backend (what cannot be mapped onto chat completions).
+SSE stream, ending a broken stream with an error frame in the API's own shape.
 """
 
 from __future__ import annotations
@@ -17,14 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from aiohttp import web
 
 from mmgate.api.gateway import Gateway
-from mmgate.backends import Backend, BackendReply, status_error
-from mmgate.errors import (
-    BackendConnectError,
-    BackendProtocolError,
-    BackendTimeoutError,
-    MmgateError,
-    ShuttingDownError,
-)
+from mmgate.errors import MmgateError, ShuttingDownError
 
 log = logging.getLogger(__name__)
 CLIENT_CLOSED = 499
@@ -32,9 +24,12 @@ ErrorFrame = Callable[[MmgateError], bytes]
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
-async def tracked(gateway: Gateway, work: Callable[[], Awaitable[tuple[web.StreamResponse, bool]]]) -> web.StreamResponse:
-    """Run ``work`` (which returns the response and whether it went out complete) as one counted
-    request; errors propagate to the caller's error shaping."""
+async def tracked(
+    gateway: Gateway, route: str, work: Callable[[], Awaitable[tuple[web.StreamResponse, bool]]]
+) -> web.StreamResponse:
+    """Run ``work`` (which returns the response and whether it went out complete) as one request
+    of ``route`` (its route-table path, the metrics label); errors propagate to the caller's error
+    shaping."""
     started = time.perf_counter()
     status = 500
     task = asyncio.current_task()
@@ -58,7 +53,7 @@ async def tracked(gateway: Gateway, work: Callable[[], Awaitable[tuple[web.Strea
         raise
     finally:
         gateway.inflight.discard(task)
-        gateway.metrics.observe_chat(status, time.perf_counter() - started)
+        gateway.metrics.observe(route, status, time.perf_counter() - started)
 
 
 async def deliver(
@@ -99,35 +94,3 @@ async def deliver(
         return response, False
     return response, True
 
-
-async def send_routed(
-    gateway: Gateway, model: str, session_id: str | None, path: str, body: bytes, *, stream: bool,
-) -> tuple[BackendReply, Backend]:
-    """POST ``body`` as it is to ``path`` on the backend the router picks for ``model`` (its
-    failover once when nothing reached the first); a backend error status raises its
-    ``MmgateError``. The caller releases the reply and calls ``router.end(backend)``."""
-    router = gateway.router
-    ranked = router.ranked(model, session_id)
-    for attempt, backend in enumerate(ranked[:2]):
-        router.begin(backend)
-        try:
-            reply = await backend.request("POST", path, body, stream=stream)
-        except BackendConnectError:
-            router.end(backend)
-            router.report_failure(backend)
-            if attempt + 1 < min(2, len(ranked)):
-                continue  # nothing reached that backend: the failover takes it
-            raise
-        except (BackendTimeoutError, BackendProtocolError):
-            router.end(backend)
-            router.report_failure(backend)
-            raise
-        except BaseException:
-            router.end(backend)
-            raise
-        router.report_success(backend)
-        if reply.status != 200:
-            router.end(backend)
-            raise status_error(backend.name, reply.status, reply.body or b"")
-        return reply, backend
-    raise AssertionError("the router ranks at least one backend")

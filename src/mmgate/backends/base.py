@@ -1,5 +1,7 @@
-"""The backend seam, like httpx's transport: ``chat`` carries every request; ``models``,
-``healthy``, ``load`` and ``close`` serve routing and shutdown.
+"""The backend seam, like httpx's transport: ``chat`` carries every chat-style request (the body
+the reuse pipeline rewrote, to ``/v1/chat/completions`` or another path that reads the same
+messages), ``request`` any other request as it came (any method and path, a whole or streamed body);
+``models``, ``healthy``, ``load`` and ``close`` serve routing and shutdown.
 
 A backend takes the rewritten request body (already in the form its kind understands) and returns a
 ``BackendReply``: its status and headers, and either the whole body or a stream of raw SSE bytes.
@@ -9,13 +11,15 @@ inspect them (cache-miss healing) before anything reached the client.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from mmgate.wire import error_message
 
-__all__ = ["Backend", "BackendKind", "BackendReply", "error_message"]
+__all__ = ["CHAT_PATH", "Backend", "BackendKind", "BackendReply", "error_message"]
+
+CHAT_PATH = "/v1/chat/completions"
 
 BackendKind = Literal["vllm", "openai"]
 
@@ -44,11 +48,17 @@ class Backend(Protocol):
     kind: BackendKind
     url: str
 
-    async def chat(self, body: bytes, *, stream: bool, path: str = "/v1/chat/completions") -> BackendReply:
-        """POST ``path`` (chat completions unless told) with an already serialised body."""
+    async def chat(self, body: bytes, *, stream: bool, path: str = CHAT_PATH) -> BackendReply:
+        """POST ``path`` (chat completions unless told) with an already serialised JSON body."""
 
-    async def request(self, method: str, path: str, body: bytes = b"", *, stream: bool = False) -> BackendReply:
-        """Any other endpoint of the backend: ``method path`` with a JSON body, answered as ``chat``."""
+    async def request(
+        self, method: str, path: str, *, body: bytes | AsyncIterable[bytes] | None = None,
+        headers: Mapping[str, str] | None = None, stream: bool = False,
+    ) -> BackendReply:
+        """Any request: ``method`` ``path`` (with its query string), ``body`` whole or as chunks
+        sent as they come (an upload), ``headers`` the caller passes on (``Content-Type``,
+        ``Accept``; the backend's own ``Authorization`` replaces any given). The reply is whole
+        unless ``stream`` and the backend answers 200 with an event stream; errors as for ``chat``."""
 
     async def models(self) -> list[str]:
         """The model ids the backend serves (GET /v1/models)."""

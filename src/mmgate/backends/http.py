@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Iterator, Mapping
 from typing import cast
 
 import aiohttp
 import orjson
+from multidict import CIMultiDict
 
-from mmgate.backends.base import BackendKind, BackendReply, error_message
+from mmgate.backends.base import CHAT_PATH, BackendKind, BackendReply, error_message
 from mmgate.errors import (
     BackendConnectError,
     BackendProtocolError,
@@ -44,13 +45,14 @@ class HTTPBackend:
         self.name = name
         self.kind: BackendKind = kind
         self.url = url.rstrip("/")
+        self._chat_url = self.url + CHAT_PATH
         self._timeout = aiohttp.ClientTimeout(
             total=None, connect=connect_timeout_s, sock_connect=connect_timeout_s, sock_read=read_timeout_s
         )
         self._probe_timeout = aiohttp.ClientTimeout(total=min(5.0, read_timeout_s), connect=connect_timeout_s)
-        self._headers = dict(_JSON_HEADERS)
-        if api_key:
-            self._headers["Authorization"] = f"Bearer {api_key}"
+        # The backend's own credentials, sent to it only; a client's Authorization never replaces them.
+        self._auth: dict[str, str] = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._headers = {**_JSON_HEADERS, **self._auth}
         self._max_connections = max_connections
         self._keepalive_s = keepalive_s
         self._session: aiohttp.ClientSession | None = None
@@ -94,11 +96,7 @@ class HTTPBackend:
         except aiohttp.ClientError as exc:
             raise BackendProtocolError(f"backend {self.name} failed {doing}: {exc}") from exc
 
-    async def chat(self, body: bytes, *, stream: bool, path: str = "/v1/chat/completions") -> BackendReply:
-        return await self.request("POST", path, body, stream=stream)
-
-    async def request(self, method: str, path: str, body: bytes = b"", *, stream: bool = False) -> BackendReply:
-        """``method path`` (the path may carry a query) with a JSON body; the reply as ``chat``'s."""
+    async def chat(self, body: bytes, *, stream: bool, path: str = CHAT_PATH) -> BackendReply:
         data: bytes | AsyncIterator[memoryview] = body
         headers = self._headers
         if len(body) > _PIECE_BYTES:
@@ -106,19 +104,41 @@ class HTTPBackend:
             # held the event loop ~140 ms while the transport buffered it.
             data = _pieces(body)
             headers = {**self._headers, "Content-Length": str(len(body))}
+        url = self._chat_url if path == CHAT_PATH else self.url + path
+        return await self._send("POST", url, data, headers, stream=stream)
+
+    async def request(
+        self, method: str, path: str, *, body: bytes | AsyncIterable[bytes] | None = None,
+        headers: Mapping[str, str] | None = None, stream: bool = False,
+    ) -> BackendReply:
+        sent = CIMultiDict(headers) if headers else CIMultiDict()
+        if self._auth:
+            sent.update(self._auth)  # replaces a client's Authorization the caller chose to pass
+        data: bytes | AsyncIterable[bytes] | AsyncIterator[memoryview] | None = body
+        if isinstance(body, bytes) and len(body) > _PIECE_BYTES:
+            data = _pieces(body)
+            sent["Content-Length"] = str(len(body))
+        return await self._send(method, self.url + path, data, sent, stream=stream)
+
+    async def _send(
+        self, method: str, url: str, data: bytes | AsyncIterable[bytes] | AsyncIterator[memoryview] | None,
+        headers: Mapping[str, str], *, stream: bool,
+    ) -> BackendReply:
+        """One request; the reply whole, or streamed when asked for and the backend streams (200,
+        an event stream). An error status is always read whole."""
         with self._translated("before answering", sent=False):
-            resp = await self._client().request(method, self.url + path, data=data, headers=headers)
+            resp = await self._client().request(method, url, data=data, headers=headers)
         content_type = resp.headers.get("Content-Type", "application/json")
         if resp.status != 200 or not stream or not content_type.startswith("text/event-stream"):
             try:
                 with self._translated("while answering", sent=True):
-                    data = await resp.read()
+                    body = await resp.read()
             except BaseException:
                 resp.close()  # a half-read connection must not go back to the pool
                 raise
             finally:
                 resp.release()
-            return BackendReply(status=resp.status, content_type=content_type, body=data)
+            return BackendReply(status=resp.status, content_type=content_type, body=body)
         return BackendReply(
             status=200, content_type=content_type, stream=self._relay(resp), _release=resp.close
         )
@@ -134,7 +154,8 @@ class HTTPBackend:
 
     async def models(self) -> list[str]:
         with self._translated("listing its models", sent=False):
-            async with self._client().get(self.url + "/v1/models", timeout=self._probe_timeout) as resp:
+            async with self._client().get(self.url + "/v1/models", timeout=self._probe_timeout,
+                                         headers=self._auth) as resp:
                 if resp.status != 200:
                     raise BackendStatusError(
                         f"backend {self.name} /v1/models answered {resp.status}", backend_status=resp.status
@@ -150,7 +171,7 @@ class HTTPBackend:
     async def healthy(self) -> bool:
         path = "/health" if self.kind == "vllm" else "/v1/models"
         try:
-            async with self._client().get(self.url + path, timeout=self._probe_timeout) as resp:
+            async with self._client().get(self.url + path, timeout=self._probe_timeout, headers=self._auth) as resp:
                 await resp.read()
                 return resp.status == 200
         except (TimeoutError, aiohttp.ClientError):
@@ -176,7 +197,7 @@ class HTTPBackend:
     async def _page(self, path: str, timeout: aiohttp.ClientTimeout) -> bytes | None:
         """The body of GET ``path``, None when the backend does not serve it (any status but 200)."""
         with self._translated(f"reading {path}", sent=False):
-            async with self._client().get(self.url + path, timeout=timeout) as resp:
+            async with self._client().get(self.url + path, timeout=timeout, headers=self._auth) as resp:
                 body = await resp.read()
                 return body if resp.status == 200 else None
 

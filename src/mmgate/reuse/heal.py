@@ -12,7 +12,7 @@ import asyncio
 
 import orjson
 
-from mmgate.backends import Backend, BackendReply, status_error
+from mmgate.backends import CHAT_PATH, Backend, BackendReply, status_error
 from mmgate.errors import UnknownUUIDError
 from mmgate.jsonbody import dumps_body
 from mmgate.metrics import GatewayMetrics
@@ -69,9 +69,11 @@ class ReuseSender:
 
     async def send(
         self, backend: Backend, body: dict[str, object], plans: list[SlotPlan], *, stream: bool,
-        path: str = "/v1/chat/completions",
+        path: str = CHAT_PATH,
     ) -> tuple[BackendReply, ReuseCounts]:
-        """The backend's successful reply and what reuse did; a backend error raises its ``MmgateError``."""
+        """The backend's successful reply and what reuse did; a backend error raises its ``MmgateError``.
+        ``path``: the backend endpoint that reads the body's messages (chat completions, embeddings,
+        pooling)."""
         with_uuid = backend.kind == "vllm"
         if not with_uuid:
             await resolve_from_store(self.store, plans, None)

@@ -24,6 +24,7 @@ from mmgate.metrics import GatewayMetrics
 from mmgate.reuse import KeySpace, TenantKeys, UUIDStore
 from mmgate.routing import build_router
 from mmgate.serve.engines import start_embedded_engines
+from mmgate.serve.secrets import read_admin_key, read_backend_keys
 from mmgate.sim import SimSettings
 from mmgate.store import build_shared_tier
 from mmgate.wire import server_logger
@@ -79,6 +80,8 @@ async def start_gateway(
     starts; a failure part-way through stops what was started.
     """
     tenants = TenantKeys.from_file(settings.api_keys_file) if settings.api_keys_file else None
+    backend_keys = read_backend_keys(settings.backend_keys_file, settings.backends) if settings.backend_keys_file else {}
+    admin_key = read_admin_key(settings.admin_key_file) if settings.admin_key_file else None
     registry = CollectorRegistry()
     shared = build_shared_tier(settings.cache, settings.media, registry)
     cleanups: list[Callable[[], Awaitable[None]]] = []
@@ -102,6 +105,7 @@ async def start_gateway(
                 read_timeout_s=settings.backend_read_timeout_s,
                 max_connections=settings.backend_max_connections,
                 keepalive_s=settings.backend_keepalive_s,
+                api_key=backend_keys.get(spec.url),
             )
             for i, spec in enumerate(specs)
         ]
@@ -119,7 +123,7 @@ async def start_gateway(
         await router.start()
         if shared is not None:
             await shared.start()  # a cluster's slot map, learnt once before the first request
-        runner, port = await _serve(gateway, settings)
+        runner, port = await _serve(gateway, settings, admin_key)
     except BaseException:
         if gateway is not None:
             await gateway.close()
@@ -130,13 +134,13 @@ async def start_gateway(
     return RunningGateway(gateway=gateway, runner=runner, port=port, host=settings.host, _cleanups=cleanups)
 
 
-async def _serve(gateway: Gateway, settings: GatewaySettings) -> tuple[web.AppRunner, int]:
+async def _serve(gateway: Gateway, settings: GatewaySettings, admin_key: str | None) -> tuple[web.AppRunner, int]:
     """Serve ``gateway`` behind the HTTP edge: header deadline, connection cap, drain time."""
     # handler_cancellation: a client that goes away cancels its handler, so the gateway closes the
     # backend stream and an engine stops generating for nobody (aiohttp's default is off).
     # keepalive_timeout also bounds the wait for a new connection's first request headers.
     runner = web.AppRunner(
-        build_app(gateway), access_log=None, handle_signals=False, handler_cancellation=True,
+        build_app(gateway, admin_key=admin_key), access_log=None, handle_signals=False, handler_cancellation=True,
         shutdown_timeout=CUT_GRACE_S, keepalive_timeout=settings.header_timeout_s, logger=server_logger(),
     )
     await runner.setup()

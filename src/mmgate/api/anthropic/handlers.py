@@ -29,13 +29,16 @@ from mmgate.api.anthropic.request import (
 )
 from mmgate.api.anthropic.stream import events
 from mmgate.api.edge import read_body
+from mmgate.api.forward import Forwarder
+from mmgate.api.forward import deliver as forward_deliver
 from mmgate.api.gateway import Gateway
 from mmgate.api.parse import check_depth, parse_chat_body
-from mmgate.api.relay import deliver, send_routed, tracked
+from mmgate.api.relay import deliver, tracked
 from mmgate.errors import BackendProtocolError, InvalidRequestError, MmgateError
 from mmgate.jsonbody import dumps_body, loads_body
 from mmgate.wire import json_response
 
+_JSON = {"Content-Type": "application/json"}
 MESSAGES_PATH = "/v1/messages"
 COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
 Work = Callable[[], Awaitable[tuple[web.StreamResponse, bool]]]
@@ -48,10 +51,10 @@ class MessagesService:
         self.gateway = gateway
 
     async def create(self, request: web.Request) -> web.StreamResponse:
-        return await tracked(self.gateway, _anthropic_errors(lambda: self._create(request)))
+        return await tracked(self.gateway, MESSAGES_PATH, _anthropic_errors(lambda: self._create(request)))
 
     async def count_tokens(self, request: web.Request) -> web.StreamResponse:
-        return await tracked(self.gateway, _anthropic_errors(lambda: self._count_tokens(request)))
+        return await tracked(self.gateway, COUNT_TOKENS_PATH, _anthropic_errors(lambda: self._count_tokens(request)))
 
     async def _body(self, request: web.Request) -> tuple[str | None, Any]:
         gateway = self.gateway
@@ -108,20 +111,20 @@ class MessagesService:
     async def _forward(
         self, request: web.Request, body: dict[str, Any], path: str, *, stream: bool
     ) -> tuple[web.StreamResponse, bool]:
-        """``body`` to the backend's own ``path``, its images policed and inlined first."""
+        """``body`` to the backend's own ``path``, its images policed and inlined first; the
+        backend's answer, any status, relayed as it is (vLLM's own Anthropic-shaped errors)."""
         gateway = self.gateway
         session_id = gateway.session_id(request.headers)
         gateway.router.candidates(body["model"])  # an unknown model is a 404 before any image is loaded
         await self._police(body, session_id)
-        reply, backend = await send_routed(gateway, body["model"], session_id, path, await dumps_body(body),
-                                           stream=stream)
+        forwarded = await Forwarder(gateway).send(
+            "POST", path, await dumps_body(body), model=body["model"], session_id=session_id,
+            headers=_JSON, stream=stream)
         try:
-            headers = {"x-mmgate-backend": backend.name, "x-mmgate-forwarded": "as-is"}
-            return await deliver(request, gateway, headers=headers, error_frame=error_event,
-                                 body=reply.body, stream=reply.stream)
+            headers = {**forwarded.headers, "x-mmgate-forwarded": "as-is"}
+            return await forward_deliver(request, forwarded.reply, headers, gateway)
         finally:
-            reply.release()
-            gateway.router.end(backend)
+            forwarded.close()
 
     async def _police(self, body: dict[str, Any], session_id: str | None) -> None:
         """Load every image under the gateway's policy and limits; its source becomes the

@@ -19,16 +19,19 @@ import orjson
 from aiohttp import web
 
 from mmgate.api.edge import read_body
+from mmgate.api.forward import Forwarder
+from mmgate.api.forward import deliver as forward_deliver
 from mmgate.api.gateway import Gateway
 from mmgate.api.openai_responses.homes import ResponseHomes
 from mmgate.api.openai_responses.parse import parse_responses_body
 from mmgate.api.relay import deliver, tracked
 from mmgate.api.responses import error_frame
-from mmgate.backends import Backend, status_error
+from mmgate.backends import Backend
 from mmgate.errors import InvalidRequestError, ResponseNotFoundError, UpstreamError
 from mmgate.jsonbody import loads_body
 
 RESPONSES_PATH = "/v1/responses"
+STORED_ROUTE = RESPONSES_PATH + "/{response_id}"
 # How far into a stream the response id is looked for (it is in the first event).
 _ID_SCAN_BYTES = 64 * 1024
 _STREAM_ID = re.compile(rb'"response":\s*\{"id":\s*"([^"]{1,200})"')
@@ -77,16 +80,16 @@ class ResponsesService:
                 outcome.reply.release()
                 outcome.finish()
 
-        return await tracked(gateway, work)
+        return await tracked(gateway, RESPONSES_PATH, work)
 
     async def retrieve(self, request: web.Request) -> web.StreamResponse:
         """``GET /v1/responses/{id}`` (query kept: ``stream``, ``starting_after``) from the response's home."""
-        return await self._stored(request, "GET", "")
+        return await tracked(self.gateway, STORED_ROUTE, lambda: self._stored(request, "GET", ""))
 
     async def cancel(self, request: web.Request) -> web.StreamResponse:
-        return await self._stored(request, "POST", "/cancel")
+        return await tracked(self.gateway, STORED_ROUTE + "/cancel", lambda: self._stored(request, "POST", "/cancel"))
 
-    async def _stored(self, request: web.Request, method: str, suffix: str) -> web.StreamResponse:
+    async def _stored(self, request: web.Request, method: str, suffix: str) -> tuple[web.StreamResponse, bool]:
         gateway = self.gateway
         gateway.authenticate(request.headers)
         response_id = request.match_info["response_id"]
@@ -97,16 +100,12 @@ class ResponsesService:
         path = f"{RESPONSES_PATH}/{response_id}{suffix}"
         if request.query_string:
             path += "?" + request.query_string
-        reply = await backend.request(method, path, b"", stream=stream)
-        try:
-            headers = {"x-mmgate-backend": backend.name}
-            if reply.status != 200:
-                raise status_error(backend.name, reply.status, reply.body or b"")
-            response, _ = await deliver(request, gateway, headers=headers, error_frame=error_frame,
-                                        body=reply.body, stream=reply.stream)
-            return response
+        forwarded = await Forwarder(gateway).send(method, path, None, model=None, session_id=None, stream=stream,
+                                                  backends=[backend])
+        try:  # any status relayed as vLLM wrote it (a cancel of a finished response: its 400)
+            return await forward_deliver(request, forwarded.reply, forwarded.headers, gateway)
         finally:
-            reply.release()
+            forwarded.close()
 
     async def locate(self, response_id: str, *, param: str) -> Backend:
         """The backend holding ``response_id``: the recorded one, else the one that answers for it."""
@@ -165,8 +164,8 @@ def register(app: web.Application, gateway: Gateway) -> None:
     service = ResponsesService(gateway)
     app[RESPONSES_KEY] = service
     app.router.add_post(RESPONSES_PATH, service.create)
-    app.router.add_get(RESPONSES_PATH + "/{response_id}", service.retrieve)
-    app.router.add_post(RESPONSES_PATH + "/{response_id}/cancel", service.cancel)
+    app.router.add_get(STORED_ROUTE, service.retrieve)
+    app.router.add_post(STORED_ROUTE + "/cancel", service.cancel)
 
 
 RESPONSES_KEY = web.AppKey("responses", ResponsesService)

@@ -1,0 +1,227 @@
+"""vLLM's client-facing endpoints besides chat completions, answered through the gateway.
+
+The route table (``CLIENT_ENDPOINTS``) says how each is treated (docs/ENDPOINTS.md is the user's
+view of it):
+
+* ``json``: a JSON body, parsed once (only ``model`` is read for routing), its media fields
+  policed (``mmgate.api.police``) and the body forwarded as it came — byte for byte when it carries
+  no media; the reply relayed whole, or as an event stream when the backend streams (completions
+  with ``stream: true``), without re-framing;
+* ``json`` with ``pipeline``: a request with one chat conversation in ``messages`` runs the chat
+  media pipeline (images loaded and namespaced by tenant, uuids, strips, heal) and its rewritten
+  body is posted to the endpoint's own path (vLLM reads the uuids there); other shapes as ``json``;
+* ``upload``: a multipart body (audio) streamed through under the body cap, never held whole;
+  ``model`` is read from the form fields within its first ``UPLOAD_PEEK_BYTES``;
+* ``get``: no body, about no model (``/version``): any backend, healthy first.
+
+All go through the gateway's authentication (tenant keys), the router (model, session; health,
+ejection, connect failover) and its body cap and deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import orjson
+from aiohttp import web
+
+from mmgate.api.edge import read_body
+from mmgate.api.forward import FORWARDER_KEY, GATEWAY_KEY, Upload, deliver
+from mmgate.api.gateway import Gateway
+from mmgate.api.police import may_carry_media, police
+from mmgate.errors import InvalidRequestError, MmgateError, ShuttingDownError
+
+# Status counted for a client that went away before its answer was complete (nginx's convention).
+CLIENT_CLOSED = 499
+# Bytes of a multipart upload read ahead for its ``model`` field (clients send fields before files).
+UPLOAD_PEEK_BYTES = 64 * 1024
+_FORM_MODEL = re.compile(
+    rb'content-disposition:[ \t]*form-data;[ \t]*name="model"[^\r\n]*\r\n(?:[^\r\n]+\r\n)*\r\n(.{1,512}?)\r\n--',
+    re.IGNORECASE | re.DOTALL,
+)
+_JSON = {"Content-Type": "application/json"}
+
+Treatment = Literal["json", "upload", "get"]
+Served = Callable[[web.Request, Gateway], Awaitable[tuple[web.StreamResponse, bool]]]
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """One client-facing vLLM endpoint and how the gateway treats it (module docstring)."""
+
+    path: str
+    method: str
+    treatment: Treatment
+    pipeline: bool = False
+
+
+CLIENT_ENDPOINTS: tuple[Endpoint, ...] = (
+    Endpoint("/v1/completions", "POST", "json"),
+    Endpoint("/tokenize", "POST", "json"),
+    Endpoint("/detokenize", "POST", "json"),
+    Endpoint("/v1/embeddings", "POST", "json", pipeline=True),
+    Endpoint("/pooling", "POST", "json", pipeline=True),
+    Endpoint("/classify", "POST", "json"),
+    Endpoint("/score", "POST", "json"),
+    Endpoint("/v1/score", "POST", "json"),
+    Endpoint("/rerank", "POST", "json"),
+    Endpoint("/v1/rerank", "POST", "json"),
+    Endpoint("/v2/rerank", "POST", "json"),
+    Endpoint("/v1/audio/transcriptions", "POST", "upload"),
+    Endpoint("/v1/audio/translations", "POST", "upload"),
+    Endpoint("/version", "GET", "get"),
+)
+
+
+def tracked(route: str, serve: Served) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """An aiohttp handler around ``serve``: the request counts as in flight for a graceful
+    shutdown, and its status and latency are recorded under ``route`` (a bounded label)."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        gateway = request.app[GATEWAY_KEY]
+        started = time.perf_counter()
+        status = 500
+        task = asyncio.current_task()
+        if task is not None:
+            gateway.inflight.add(task)
+        try:
+            response, complete = await serve(request, gateway)
+            status = response.status if complete else CLIENT_CLOSED
+            return response
+        except MmgateError as exc:
+            status = exc.status
+            raise
+        except web.HTTPException as exc:
+            status = exc.status
+            raise
+        except asyncio.CancelledError:
+            status = ShuttingDownError.status if gateway.stopping else CLIENT_CLOSED
+            raise
+        except ConnectionError:
+            status = CLIENT_CLOSED
+            raise
+        finally:
+            gateway.inflight.discard(task)
+            gateway.metrics.observe(route, status, time.perf_counter() - started)
+
+    return handler
+
+
+def add_client_endpoints(app: web.Application) -> None:
+    """Register every endpoint of ``CLIENT_ENDPOINTS`` on ``app``."""
+    for endpoint in CLIENT_ENDPOINTS:
+        serve = _SERVE[endpoint.treatment]
+
+        async def run(request: web.Request, gateway: Gateway, endpoint: Endpoint = endpoint,
+                      serve: Callable[..., Awaitable[tuple[web.StreamResponse, bool]]] = serve,
+                      ) -> tuple[web.StreamResponse, bool]:
+            return await serve(request, gateway, endpoint)
+
+        app.router.add_route(endpoint.method, endpoint.path, tracked(endpoint.path, run))
+
+
+def parse_json_object(raw: bytes) -> dict[str, Any]:
+    """The request body as a JSON object (400 otherwise)."""
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequestError(f"request body is not valid JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise InvalidRequestError("request body must be a JSON object")
+    return body
+
+
+def model_of(body: dict[str, Any]) -> str | None:
+    """The request's ``model``: None when absent or null (vLLM then serves its one model)."""
+    model = body.get("model")
+    if model is None:
+        return None
+    if not isinstance(model, str) or not model:
+        raise InvalidRequestError("'model' must be a non-empty string", param="model")
+    return model
+
+
+def is_conversation(messages: Any) -> bool:
+    """True for one chat conversation (a non-empty list of message objects), not a batch of them."""
+    return isinstance(messages, list) and bool(messages) and all(isinstance(m, dict) for m in messages)
+
+
+def form_model(head: bytes) -> str | None:
+    """The ``model`` field of a multipart form from the body's first bytes, or None."""
+    match = _FORM_MODEL.search(head)
+    if match is None:
+        return None
+    try:
+        return match.group(1).decode("utf-8").strip() or None
+    except UnicodeDecodeError as exc:
+        raise InvalidRequestError("the 'model' form field must be UTF-8 text", param="model") from exc
+
+
+async def _serve_json(request: web.Request, gateway: Gateway, endpoint: Endpoint) -> tuple[web.StreamResponse, bool]:
+    settings = gateway.settings
+    tenant = gateway.authenticate(request.headers)  # 401 before a byte of the body is read
+    session_id = gateway.session_id(request.headers)
+    raw = await read_body(request, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_s)
+    body = parse_json_object(raw)
+    model = model_of(body)
+    forwarder = request.app[FORWARDER_KEY]
+    if endpoint.pipeline and is_conversation(body.get("messages")):
+        if model is None:
+            # vLLM fills in its served model; the chat pipeline needs it named.
+            body["model"] = forwarder.single_model()
+            raw = orjson.dumps(body)
+        outcome = await gateway.chat(raw, request.headers, tenant=tenant, path=endpoint.path)
+        try:
+            return await deliver(request, outcome.reply, outcome.headers, gateway)
+        finally:
+            outcome.reply.release()
+            outcome.finish()
+    if may_carry_media(raw):
+        async def check(url: str, param: str, kind: str) -> str:
+            return await gateway.loader.check_passthrough(url, param=param, kind=kind)
+
+        if await police(body, check, max_uuid_length=settings.max_uuid_length, max_depth=settings.max_json_depth):
+            raw = orjson.dumps(body)
+    forwarded = await forwarder.send("POST", request.path_qs, raw, model=model, session_id=session_id, headers=_JSON)
+    try:
+        return await deliver(request, forwarded.reply, forwarded.headers, gateway)
+    finally:
+        forwarded.close()
+
+
+async def _serve_upload(request: web.Request, gateway: Gateway, endpoint: Endpoint) -> tuple[web.StreamResponse, bool]:
+    settings = gateway.settings
+    gateway.authenticate(request.headers)
+    session_id = gateway.session_id(request.headers)
+    upload = Upload(request, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_s)
+    model = form_model(await upload.peek(UPLOAD_PEEK_BYTES))
+    headers = {"Content-Type": request.headers.get("Content-Type", "application/octet-stream")}
+    if request.content_length is not None:
+        headers["Content-Length"] = str(request.content_length)
+    forwarded = await request.app[FORWARDER_KEY].send(
+        "POST", request.path_qs, upload, model=model, session_id=session_id, headers=headers)
+    try:
+        return await deliver(request, forwarded.reply, forwarded.headers, gateway)
+    finally:
+        forwarded.close()
+
+
+async def _serve_get(request: web.Request, gateway: Gateway, endpoint: Endpoint) -> tuple[web.StreamResponse, bool]:
+    gateway.authenticate(request.headers)
+    forwarder = request.app[FORWARDER_KEY]
+    forwarded = await forwarder.send("GET", request.path_qs, None, model=None, session_id=None,
+                                     backends=forwarder.anywhere())
+    try:
+        return await deliver(request, forwarded.reply, forwarded.headers, gateway)
+    finally:
+        forwarded.close()
+
+
+_SERVE: dict[Treatment, Callable[..., Awaitable[tuple[web.StreamResponse, bool]]]] = {
+    "json": _serve_json, "upload": _serve_upload, "get": _serve_get,
+}

@@ -1,0 +1,274 @@
+"""Forwarding a request to a backend as it came: the seam of every passthrough endpoint, and of any
+front end (Responses, Messages) for the requests it cannot map onto chat completions.
+
+How to call it, from an aiohttp handler that has authenticated the client, read (or chosen to
+stream) the body and policed every media field in it::
+
+    forwarder = Forwarder(gateway)            # cheap; or request.app[FORWARDER_KEY]
+    outcome = await forwarder.send(
+        "POST", request.path_qs, raw,         # body: bytes, or an ``Upload`` streamed as it arrives
+        model=model,                          # None: the fleet's one model (400 naming 'model' if several)
+        session_id=gateway.session_id(request.headers),
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        response, complete = await deliver(request, outcome.reply, outcome.headers, gateway)
+        return response
+    finally:
+        outcome.close()                       # frees the connection and the outstanding count
+
+``send`` routes as chat does (``Router.ranked`` by model and session: same health, ejection and
+outstanding counts; a model no backend lists goes to any backend, whose own answer the client
+gets), fails over once to the next backend when nothing reached the first (a connect
+failure; never after a streamed upload started), and returns the backend's reply with **any**
+status: a non-200 reply comes back whole, untouched, for the caller to relay or translate (a
+gateway that forwards answers the backend's own errors byte for byte). Its own failures raise
+``MmgateError`` (no model named while the fleet serves several 400, backend unreachable 502,
+silent 504). ``deliver`` relays a
+reply: whole, or an event stream chunk by chunk without re-framing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+
+from aiohttp import web
+from aiohttp.web_protocol import RequestPayloadError
+
+from mmgate.api.gateway import Gateway
+from mmgate.api.responses import error_frame
+from mmgate.backends import Backend, BackendReply
+from mmgate.errors import (
+    BackendConnectError,
+    BackendTimeoutError,
+    BodyTimeoutError,
+    BodyTooLargeError,
+    InvalidRequestError,
+    MmgateError,
+    ModelNotFoundError,
+    ShuttingDownError,
+    UpstreamError,
+)
+
+log = logging.getLogger(__name__)
+GATEWAY_KEY = web.AppKey("gateway", Gateway)
+
+
+@dataclass(slots=True)
+class Forwarded:
+    """A backend's reply to a forwarded request, and the backend that gave it."""
+
+    reply: BackendReply
+    backend: Backend
+    headers: dict[str, str] = field(default_factory=dict)
+    _on_close: Callable[[], None] | None = None
+
+    def close(self) -> None:
+        """The reply was delivered or abandoned: free its connection and end the backend's
+        outstanding request (idempotent)."""
+        self.reply.release()
+        if self._on_close is not None:
+            done, self._on_close = self._on_close, None
+            done()
+
+
+class Upload:
+    """A client's request body sent on to a backend as it arrives (an audio upload), never held
+    whole: at most ``max_bytes`` (413 at the first byte past it; a declared Content-Length over it
+    is refused before the first byte) within ``timeout_s`` for the whole body (408).
+
+    ``prefix``: bytes already read from the body (a peek), sent first. A failure of the client's
+    side is kept in ``error`` so the sender reports it instead of the broken backend request it
+    causes."""
+
+    def __init__(self, request: web.Request, *, max_bytes: int, timeout_s: float, prefix: bytes = b"") -> None:
+        declared = request.content_length
+        if declared is not None and declared > max_bytes:
+            raise BodyTooLargeError(f"request body of {declared} bytes is over the {max_bytes}-byte limit")
+        self._content = request.content
+        self._max_bytes = max_bytes
+        self._timeout_s = timeout_s
+        self._deadline = asyncio.get_running_loop().time() + timeout_s
+        self._prefix = prefix
+        self.received = len(prefix)
+        self.started = False
+        self.error: MmgateError | None = None
+
+    async def read_chunk(self) -> bytes:
+        """The next chunk of the body (b"" at its end), under the cap and the deadline."""
+        try:
+            async with asyncio.timeout_at(self._deadline):
+                chunk, _ = await self._content.readchunk()
+        except TimeoutError as exc:
+            raise BodyTimeoutError(f"request body not received within {self._timeout_s:g}s "
+                                   f"({self.received} bytes arrived)") from exc
+        except RequestPayloadError as exc:
+            raise InvalidRequestError(f"request body could not be read: {str(exc).strip()}") from exc
+        self.received += len(chunk)
+        if self.received > self._max_bytes:
+            raise BodyTooLargeError(f"request body is over the {self._max_bytes}-byte limit")
+        return chunk
+
+    async def peek(self, limit: int) -> bytes:
+        """Read ahead until at least ``limit`` bytes (or the whole body) are held; they are sent
+        first. Returns what is held."""
+        while len(self._prefix) < limit:
+            chunk = await self.read_chunk()
+            if not chunk:
+                break
+            self._prefix += chunk
+        return self._prefix
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self._chunks()
+
+    async def _chunks(self) -> AsyncIterator[bytes]:
+        self.started = True
+        try:
+            if self._prefix:
+                yield self._prefix
+            while chunk := await self.read_chunk():
+                yield chunk
+        except MmgateError as exc:
+            self.error = exc
+            raise
+
+
+class Forwarder:
+    """Sends requests to the backends of one gateway as they came (module docstring)."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+
+    def single_model(self) -> str | None:
+        """The model a request without one is for: the fleet's one model, as vLLM fills in its
+        served model (None while no backend has named one); 400 naming ``model`` when the fleet
+        serves several."""
+        models = self.gateway.router.models
+        if len(models) > 1:
+            raise InvalidRequestError(
+                f"'model' is required: the gateway's backends serve {len(models)} models "
+                "(GET /v1/models lists them)", param="model")
+        return models[0] if models else None
+
+    def route(self, model: str | None, session_id: str | None) -> list[Backend]:
+        """The backends to try, in order, for ``model`` (None: ``single_model``). A model no
+        backend lists goes to any backend, which answers as vLLM does: its own 404 naming its
+        served models, or a LoRA adapter it resolves by name."""
+        if model is None:
+            model = self.single_model()
+            if model is None:
+                return self.anywhere()
+        try:
+            return self.gateway.router.ranked(model, session_id)
+        except ModelNotFoundError:
+            return self.anywhere()
+
+    def anywhere(self) -> list[Backend]:
+        """Every backend, healthy ones first, least outstanding first: for requests about no model
+        (``/version``)."""
+        router = self.gateway.router
+        return sorted(router.backends, key=lambda b: (not router.is_healthy(b), router.outstanding(b)))
+
+    async def send(
+        self, method: str, path: str, body: bytes | Upload | None, *, model: str | None,
+        session_id: str | None, headers: Mapping[str, str] | None = None, stream: bool = True,
+        backends: list[Backend] | None = None,
+    ) -> Forwarded:
+        """Forward one request; see the module docstring. ``backends``: the order to try instead
+        of the router's (``route``)."""
+        ranked = backends if backends is not None else self.route(model, session_id)
+        try:
+            return await self._tracked(ranked[0], method, path, body, headers, stream)
+        except BackendConnectError:
+            # Nothing reached that backend: try the next one once, unless the upload has started
+            # (its bytes cannot be read again).
+            if len(ranked) < 2 or (isinstance(body, Upload) and body.started):
+                raise
+            return await self._tracked(ranked[1], method, path, body, headers, stream)
+
+    async def _tracked(
+        self, backend: Backend, method: str, path: str, body: bytes | Upload | None,
+        headers: Mapping[str, str] | None, stream: bool,
+    ) -> Forwarded:
+        """One send with the router's outstanding count and passive health reports."""
+        router = self.gateway.router
+        metrics = self.gateway.metrics
+        router.begin(backend)
+        try:
+            reply = await backend.request(method, path, body=body, headers=headers, stream=stream)
+        except UpstreamError as exc:
+            router.end(backend)
+            if isinstance(body, Upload) and body.error is not None:
+                # The client's side failed (too large, too slow): its error, not the backend's.
+                raise body.error from exc
+            if isinstance(exc, BackendConnectError | BackendTimeoutError):
+                router.report_failure(backend)
+            raise
+        except BaseException:
+            router.end(backend)
+            raise
+        router.report_success(backend)
+        if reply.status == 200:
+            metrics.backend_ok(backend.name)
+        else:
+            metrics.backend_requests.labels(backend.name, f"http_{reply.status}").inc()
+        return Forwarded(reply=reply, backend=backend, headers={"x-mmgate-backend": backend.name},
+                         _on_close=lambda: router.end(backend))
+
+
+FORWARDER_KEY = web.AppKey("forwarder", Forwarder)
+
+
+async def deliver(
+    request: web.Request, reply: BackendReply, headers: Mapping[str, str], gateway: Gateway,
+    *, on_first: Callable[[], None] | None = None,
+) -> tuple[web.StreamResponse, bool]:
+    """Send a backend reply to the client: whole (its status and content type), or an event stream
+    relayed chunk by chunk (``on_first`` at its first chunk). Returns the response and whether it
+    went out complete (False: the client went away mid-stream)."""
+    if reply.stream is None:
+        return web.Response(body=reply.body, status=reply.status,
+                            headers={**headers, "Content-Type": reply.content_type}), True
+    response = web.StreamResponse(
+        status=reply.status,
+        headers={
+            "Content-Type": reply.content_type,
+            "Cache-Control": "no-cache",
+            "X-Accel-Buffering": "no",
+            **headers,
+        },
+    )
+    await response.prepare(request)
+    first = True
+    try:
+        async for chunk in reply.stream:
+            if first and on_first is not None:
+                on_first()
+            first = False
+            await response.write(chunk)
+    except MmgateError as exc:
+        # The stream has started: the status is sent, so the error travels as an SSE frame.
+        log.warning("backend stream failed: %s", exc.message)
+        with contextlib.suppress(ConnectionError):
+            await response.write(error_frame(exc))
+    except ConnectionError:
+        # The client went away; the caller closes the backend stream, which tells it to stop.
+        return response, False
+    except asyncio.CancelledError:
+        if gateway.stopping:
+            # Cut at shutdown after the drain time: say so in the stream, end it cleanly.
+            cut = ShuttingDownError("the gateway shut down before this stream finished; retry the request")
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                await response.write(error_frame(cut))
+                await response.write_eof()
+        raise
+    try:
+        await response.write_eof()
+    except ConnectionError:
+        return response, False
+    return response, True
