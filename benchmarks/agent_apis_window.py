@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import sys
 import tempfile
@@ -29,8 +30,15 @@ import aiohttp
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from tests.support.images import data_url, make_image  # noqa: E402
 from tests.support.vllm import SERVED_MODEL, VllmReplica, VllmSetup, cache_counters, running_gateway_process  # noqa: E402
-from tests.vllm.helpers import fresh_jpeg  # noqa: E402
+
+_SEEDS = itertools.count(time.time_ns() % 1_000_000_007)
+
+
+def fresh_jpeg() -> str:
+    """A 224x224 JPEG (64 image tokens) no run has sent before: the replica's caches never hold it."""
+    return data_url(make_image("JPEG", 224, 224, seed=next(_SEEDS), noise=0.5), "image/jpeg")
 
 
 def messages_body(shots: list[str]) -> tuple[str, dict[str, Any]]:
@@ -48,7 +56,13 @@ def responses_body(shots: list[str]) -> tuple[str, dict[str, Any]]:
                              "store": False, "input": [{"role": "user", "content": content}]}
 
 
-async def session(http: aiohttp.ClientSession, url: str, api: str, sid: str, args: argparse.Namespace) -> list[float]:
+# The first generated text of each API's stream (its earlier events come before the prefill).
+FIRST_TEXT = {"messages": b"text_delta", "responses": b"output_text.delta"}
+
+
+async def session(
+    http: aiohttp.ClientSession, url: str, api: str, sid: str, args: argparse.Namespace, reuse: dict[str, int]
+) -> list[float]:
     shots: list[str] = []
     ttfts = []
     build = messages_body if api == "messages" else responses_body
@@ -58,11 +72,18 @@ async def session(http: aiohttp.ClientSession, url: str, api: str, sid: str, arg
         started = time.perf_counter()
         async with http.post(url + path, json=body, headers={"x-session-id": sid}) as resp:
             assert resp.status == 200, await resp.text()
+            for part in resp.headers.get("x-mmgate-reuse", "").split(";"):
+                key, _, value = part.strip().partition("=")
+                if key:
+                    reuse[key] = reuse.get(key, 0) + int(value)
             first = None
-            async for _chunk in resp.content.iter_any():
+            seen = b""
+            async for chunk in resp.content.iter_any():
                 if first is None:
-                    first = time.perf_counter() - started
-            ttfts.append(first or 0.0)
+                    seen = seen[-64:] + chunk
+                    if FIRST_TEXT[api] in seen:
+                        first = time.perf_counter() - started
+            ttfts.append(first if first is not None else time.perf_counter() - started)
     return ttfts
 
 
@@ -73,16 +94,30 @@ def pct(values: list[float], q: float) -> float:
 
 async def run(url: str, replica_url: str, api: str, route: str, args: argparse.Namespace) -> dict[str, Any]:
     queries0, hits0 = cache_counters(replica_url)
+    reuse: dict[str, int] = {}
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300)) as http:
         ttfts = []
         for s in range(args.sessions):
-            ttfts += await session(http, url, api, f"{api}-{route}-{s}", args)
+            ttfts += await session(http, url, api, f"{api}-{route}-{s}-{time.time_ns()}", args, reuse)
     queries1, hits1 = cache_counters(replica_url)
     processed = (queries1 - queries0) - (hits1 - hits0)
     unique = args.sessions * args.turns
     return {"api": api, "route": route, "requests": len(ttfts), "ttft_p50_s": pct(ttfts, 0.5),
             "ttft_p90_s": pct(ttfts, 0.9), "images_processed": processed, "unique_images": unique,
-            "processed_per_unique": processed / unique}
+            "processed_per_unique": processed / unique, "gateway_sent": reuse.get("sent"),
+            "gateway_stripped": reuse.get("stripped")}
+
+
+def measure(vllm_url: str, gateway_url: str, args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
+    for api in ("messages", "responses"):
+        for route, url in (("direct", vllm_url), ("gateway", gateway_url)):
+            rows.append(asyncio.run(run(url, vllm_url, api, route, args)))
+            r = rows[-1]
+            print(f"{api:10} {route:8} ttft p50 {r['ttft_p50_s'] * 1000:7.1f} ms  p90 "
+                  f"{r['ttft_p90_s'] * 1000:7.1f} ms  images processed {r['images_processed']:4.0f} / "
+                  f"unique {r['unique_images']} = {r['processed_per_unique']:.2f}  images sent with bytes "
+                  f"{r['gateway_sent'] if r['gateway_sent'] is not None else r['requests'] * args.window}",
+                  flush=True)
 
 
 def main() -> int:
@@ -90,23 +125,22 @@ def main() -> int:
     parser.add_argument("--turns", type=int, default=8)
     parser.add_argument("--window", type=int, default=4)
     parser.add_argument("--sessions", type=int, default=2)
+    parser.add_argument("--vllm-url", help="a running replica to use (with --gateway-url) instead of starting one")
+    parser.add_argument("--gateway-url", help="a running mmgate serve --reuse auto in front of --vllm-url")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix="agent-apis-"))
-    replica = VllmReplica(VllmSetup.locate(), tmp / "vllm.log")
-    replica.start()
-    rows = []
-    try:
-        with running_gateway_process([replica.url], tmp / "gw.log", "--reuse", "auto") as gw:
-            for api in ("messages", "responses"):
-                for route, url in (("direct", replica.url), ("gateway", gw.url)):
-                    rows.append(asyncio.run(run(url, replica.url, api, route, args)))
-                    r = rows[-1]
-                    print(f"{api:10} {route:8} ttft p50 {r['ttft_p50_s'] * 1000:7.1f} ms  p90 "
-                          f"{r['ttft_p90_s'] * 1000:7.1f} ms  images processed {r['images_processed']:4.0f} / "
-                          f"unique {r['unique_images']} = {r['processed_per_unique']:.2f}", flush=True)
-    finally:
-        replica.stop()
+    rows: list[dict[str, Any]] = []
+    if args.vllm_url and args.gateway_url:
+        measure(args.vllm_url, args.gateway_url, args, rows)
+    else:
+        tmp = Path(tempfile.mkdtemp(prefix="agent-apis-"))
+        replica = VllmReplica(VllmSetup.locate(), tmp / "vllm.log")
+        replica.start()
+        try:
+            with running_gateway_process([replica.url], tmp / "gw.log", "--reuse", "auto") as gw:
+                measure(replica.url, gw.url, args, rows)
+        finally:
+            replica.stop()
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"args": vars(args) | {"out": str(args.out)}, "rows": rows}, indent=2))

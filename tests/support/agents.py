@@ -15,7 +15,7 @@ TIMEOUT = aiohttp.ClientTimeout(total=90, sock_connect=10)
 # numbers (how many delta events a stream has varies, below), and prefix-cache hits, which depend on
 # the replica's history and on the images' identifiers (the gateway's uuid or vLLM's own hash).
 _VOLATILE = frozenset({"id", "created_at", "signature", "item_id", "completed_at", "sequence_number",
-                       "cached_tokens"})
+                       "cached_tokens", "cache_write_tokens"})
 # How a streamed delta is merged with the next one of the same block: vLLM sends whatever tokens
 # are ready when the client reads, so one text can come as one delta or as several.
 _MERGEABLE = {"content_block_delta": ("delta", ("text", "partial_json", "thinking")),
