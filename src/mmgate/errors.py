@@ -10,6 +10,7 @@ never escape it.
     │   ├── InvalidRequestError       400: malformed body, bad part shape, bad uuid, too many images
     │   ├── AuthenticationError       401: missing or unknown API key
     │   ├── ModelNotFoundError        404: model no backend serves
+    │   ├── ResponseNotFoundError     404: a stored response no backend holds
     │   ├── MediaError                the image the client pointed at is unusable
     │   │   ├── ForbiddenURLError     400: URL policy (SSRF) refused the destination
     │   │   ├── ImageTooLargeError    400: over the byte or pixel limit
@@ -47,7 +48,8 @@ __all__ = [
     "BackendTimeoutError", "BodyTimeoutError", "BodyTooLargeError", "BusyError", "CacheError", "ConfigError",
     "EndpointNotFoundError", "ForbiddenError", "ForbiddenURLError", "ImageTooLargeError", "InvalidRequestError",
     "MediaError", "MmgateError", "ModelNotFoundError", "OriginError", "OriginTimeoutError", "RequestError",
-    "ShuttingDownError", "UnknownUUIDError", "UnsupportedEncodingError", "UnsupportedImageError", "UpstreamError",
+    "ResponseNotFoundError", "ShuttingDownError", "UnknownUUIDError", "UnsupportedEncodingError",
+    "UnsupportedImageError", "UpstreamError",
 ]
 
 
@@ -96,6 +98,13 @@ class ModelNotFoundError(RequestError):
     status = 404
     error_type = "invalid_request_error"
     code = "model_not_found"
+
+
+class ResponseNotFoundError(RequestError):
+    """A Responses API id (``GET``/``cancel``, ``previous_response_id``) that no backend holds."""
+
+    status = 404
+    code = "response_not_found"
 
 
 class MediaError(RequestError):

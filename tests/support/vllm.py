@@ -50,7 +50,9 @@ SERVED_MODEL = "tiny-qwen2vl"
 # workload halves in float32 (docs/PERFORMANCE.md, "Sim fidelity").
 VLLM_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
             "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1",
-            "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+            "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+            # Stored responses (GET/cancel /v1/responses/{id}, previous_response_id, background).
+            "VLLM_ENABLE_RESPONSES_API_STORE": "1"}
 VLLM_ARGS = ("--load-format", "dummy", "--enforce-eager", "--dtype", "float32", "--max-model-len", "4096",
              "--limit-mm-per-prompt", '{"image": 8}', "--disable-uvicorn-access-log")
 _COUNTER = re.compile(r'^(vllm:mm_cache_(?:queries|hits)_total)\{[^}]*\} ([0-9.e+]+)$', re.M)

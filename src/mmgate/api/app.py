@@ -22,6 +22,7 @@ import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from mmgate.api import agents
 from mmgate.api.admin import add_operator_endpoints
 from mmgate.api.edge import read_body
 from mmgate.api.endpoints import CLIENT_CLOSED, add_client_endpoints
@@ -91,6 +92,7 @@ def build_app(gateway: Gateway, *, admin_key: str | None = None) -> web.Applicat
     app.router.add_post("/ping", _ping)
     app.router.add_get("/load", _load)
     app.router.add_get("/metrics", _metrics)
+    agents.register(app, gateway)
     add_client_endpoints(app)
     add_operator_endpoints(app, admin_key)
     for path in NOT_SERVED:

@@ -248,10 +248,20 @@ async def deliver(
         },
     )
     await response.prepare(request)
+    return response, await relay_stream(request, response, reply.stream, gateway, on_first=on_first)
+
+
+async def relay_stream(
+    request: web.Request, response: web.StreamResponse, chunks: AsyncIterator[bytes], gateway: Gateway, *,
+    on_first: Callable[[], None] | None = None, error_frame: Callable[[MmgateError], bytes] = error_frame,
+) -> bool:
+    """Relay ``chunks`` into the prepared ``response``; True when it went out complete. A backend
+    error mid-stream ends it with ``error_frame`` (the API's own shape: the status is sent); a client
+    that reads nothing for ``--stream-stall-timeout`` is cut, freeing the backend's connection."""
     first = True
     stall_s = gateway.settings.stream_stall_timeout_s
     try:
-        async for chunk in reply.stream:
+        async for chunk in chunks:
             if first and on_first is not None:
                 on_first()
             first = False
@@ -264,7 +274,7 @@ async def deliver(
         log.info("cut a stream whose client read nothing for %gs (--stream-stall-timeout)", stall_s)
         if request.transport is not None:
             request.transport.abort()
-        return response, False
+        return False
     except MmgateError as exc:
         # The stream has started: the status is sent, so the error travels as an SSE frame.
         log.warning("backend stream failed: %s", exc.message)
@@ -272,7 +282,7 @@ async def deliver(
             await response.write(error_frame(exc))
     except ConnectionError:
         # The client went away; the caller closes the backend stream, which tells it to stop.
-        return response, False
+        return False
     except asyncio.CancelledError:
         if gateway.stopping:
             # Cut at shutdown after the drain time: say so in the stream, end it cleanly.
@@ -284,5 +294,5 @@ async def deliver(
     try:
         await response.write_eof()
     except ConnectionError:
-        return response, False
-    return response, True
+        return False
+    return True

@@ -148,8 +148,21 @@ class Gateway:
         if tenant is _AUTHENTICATE:
             tenant = self.authenticate(headers)
         assert tenant is None or isinstance(tenant, str)
-        session_id = self.session_id(headers)  # a hostile session header is a 400 before any work
+        self.session_id(headers)  # a hostile session header is a 400 before any work
         request = await self.parse_async(raw)
+        return await self.chat_parsed(request, headers, tenant, path=path)
+
+    async def chat_parsed(
+        self, request: ChatRequest, headers: Mapping[str, str], tenant: str | None, *,
+        path: str = CHAT_PATH, pin: Backend | None = None,
+    ) -> ChatOutcome:
+        """The pipeline after parsing (policy, load, plan, route, send/heal) for a request the
+        caller already holds parsed: the mapped Messages API and the Responses API come in here.
+
+        ``path``: the backend endpoint the rewritten body is POSTed to. ``pin``: the one backend
+        that must answer (a stored response lives on one replica): no other is tried.
+        """
+        session_id = self.session_id(headers)
         self.router.candidates(request.model)  # an unknown model is a 404 before any image is loaded
         for p in request.passthrough:  # audio/video URLs the backend fetches: policed first
             p.part[p.kind]["url"] = await self.loader.check_passthrough(p.url, param=p.param, kind=p.kind)
@@ -162,7 +175,7 @@ class Gateway:
         routed = routed_images(self.store, plans)
         # The router's order of preference, by the images' keys: the first is its pick, the second
         # the failover.
-        ranked = self.router.ranked(request.model, session_id, routed)
+        ranked = [pin] if pin is not None else self.router.ranked(request.model, session_id, routed)
         try:
             return await self._tracked_send(request, plans, ranked[0], routed, session_id, path)
         except BackendConnectError:

@@ -130,11 +130,11 @@ def render(
             else:
                 counts.references += 1
             continue
-        image_url: dict[str, Any] = {"url": image.data_url()}
-        original = part.get("image_url")
-        if isinstance(original, dict) and "detail" in original:
-            image_url["detail"] = original["detail"]
-        part["image_url"] = image_url
+        if part.get("type") == "input_image":
+            # The Responses API's part: its image_url is the URL string, its detail a sibling key.
+            part["image_url"] = image.data_url()
+        else:
+            part["image_url"] = _chat_image_url(part, image)
         if with_uuid:
             part["uuid"] = plan.key
         else:
@@ -142,3 +142,12 @@ def render(
         plan.sent_data = True
         counts.sent += 1
     return counts
+
+
+def _chat_image_url(part: dict[str, Any], image: LoadedImage) -> dict[str, Any]:
+    """A chat ``image_url`` object carrying ``image``'s data URL and the part's ``detail``."""
+    image_url: dict[str, Any] = {"url": image.data_url()}
+    original = part.get("image_url")
+    if isinstance(original, dict) and "detail" in original:
+        image_url["detail"] = original["detail"]
+    return image_url

@@ -1,0 +1,160 @@
+"""The Anthropic Messages API through the gateway: ``POST /v1/messages`` and
+``POST /v1/messages/count_tokens``, answered in Anthropic's shapes (errors included).
+
+A create is mapped onto chat completions (``mmgate.api.anthropic.request``), runs the gateway's
+chat pipeline — every image loaded under the URL policy and limits, given its content uuid,
+stripped to a cache-only reference on repeats, healed on a miss — and its reply is mapped back
+(``reply``, ``stream``). vLLM's own ``/v1/messages`` cannot take a reference (it builds its image
+parts without a uuid), hence the mapping. A request the mapping cannot carry faithfully, and
+count_tokens (which generates nothing), go to the backend's own endpoint as they are, each image
+first loaded under the same policy and re-sent as the validated bytes (``_police``).
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from mmgate.api.anthropic.reply import error_body, error_event, message_from_chat
+from mmgate.api.anthropic.request import (
+    check_messages_body,
+    forward_reason,
+    image_sources,
+    source_url,
+    to_chat_body,
+)
+from mmgate.api.anthropic.stream import events
+from mmgate.api.edge import read_body
+from mmgate.api.forward import Forwarder
+from mmgate.api.forward import deliver as forward_deliver
+from mmgate.api.gateway import Gateway
+from mmgate.api.parse import check_depth, parse_chat_body
+from mmgate.api.relay import deliver, tracked
+from mmgate.errors import BackendProtocolError, InvalidRequestError, MmgateError
+from mmgate.jsonbody import dumps_body, loads_body
+from mmgate.serving import json_response
+
+_JSON = {"Content-Type": "application/json"}
+MESSAGES_PATH = "/v1/messages"
+COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
+Work = Callable[[], Awaitable[tuple[web.StreamResponse, bool]]]
+
+
+class MessagesService:
+    """One gateway's Anthropic Messages endpoints."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+
+    async def create(self, request: web.Request) -> web.StreamResponse:
+        return await tracked(self.gateway, MESSAGES_PATH, _anthropic_errors(lambda: self._create(request)))
+
+    async def count_tokens(self, request: web.Request) -> web.StreamResponse:
+        return await tracked(self.gateway, COUNT_TOKENS_PATH, _anthropic_errors(lambda: self._count_tokens(request)))
+
+    async def _body(self, request: web.Request) -> tuple[str | None, Any]:
+        gateway = self.gateway
+        settings = gateway.settings
+        tenant = gateway.authenticate(request.headers)
+        gateway.session_id(request.headers)
+        raw = await read_body(request, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_s,
+                              max_inflation_ratio=settings.max_inflation_ratio)
+        try:
+            body = await loads_body(raw)
+        except orjson.JSONDecodeError as exc:
+            raise InvalidRequestError(f"request body is not valid JSON: {exc}") from exc
+        check_depth(body, settings.max_json_depth)
+        return tenant, body
+
+    async def _create(self, request: web.Request) -> tuple[web.StreamResponse, bool]:
+        gateway = self.gateway
+        settings = gateway.settings
+        tenant, body = await self._body(request)
+        body = check_messages_body(body)
+        gateway.router.candidates(body["model"])  # an unknown model is a 404 first, as on vLLM
+        if forward_reason(body) is not None:
+            return await self._forward(request, body, MESSAGES_PATH, stream=bool(body.get("stream")))
+        chat_body, params = to_chat_body(body)
+        try:
+            parsed = parse_chat_body(chat_body, max_images=settings.max_images_per_request,
+                                     max_uuid_length=settings.max_uuid_length, max_depth=settings.max_json_depth)
+        except MmgateError as exc:
+            exc.param = params.get(exc.param or "", exc.param)
+            raise
+        for slot in parsed.slots:
+            slot.param = params.get(slot.param, slot.param)
+        outcome = await gateway.chat_parsed(parsed, request.headers, tenant)
+        try:
+            reply = outcome.reply
+            if reply.stream is not None:
+                return await deliver(request, gateway, headers=outcome.headers, error_frame=error_event,
+                                     stream=events(reply.stream))
+            try:
+                message = message_from_chat(orjson.loads(reply.body or b""))
+            except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
+                raise BackendProtocolError(f"backend {outcome.backend.name} sent a chat reply that is not "
+                                           f"a chat completion: {exc}") from exc
+            return await deliver(request, gateway, headers=outcome.headers, error_frame=error_event,
+                                 body=orjson.dumps(message))
+        finally:
+            outcome.reply.release()
+            outcome.finish()
+
+    async def _count_tokens(self, request: web.Request) -> tuple[web.StreamResponse, bool]:
+        _, body = await self._body(request)
+        body = check_messages_body(body, count_tokens=True)
+        return await self._forward(request, body, COUNT_TOKENS_PATH, stream=False)
+
+    async def _forward(
+        self, request: web.Request, body: dict[str, Any], path: str, *, stream: bool
+    ) -> tuple[web.StreamResponse, bool]:
+        """``body`` to the backend's own ``path``, its images policed and inlined first; the
+        backend's answer, any status, relayed as it is (vLLM's own Anthropic-shaped errors)."""
+        gateway = self.gateway
+        session_id = gateway.session_id(request.headers)
+        gateway.router.candidates(body["model"])  # an unknown model is a 404 before any image is loaded
+        await self._police(body, session_id)
+        forwarded = await Forwarder(gateway).send(
+            "POST", path, await dumps_body(body), model=body["model"], session_id=session_id,
+            headers=_JSON, stream=stream)
+        try:
+            headers = {**forwarded.headers, "x-mmgate-forwarded": "as-is"}
+            return await forward_deliver(request, forwarded.reply, headers, gateway)
+        finally:
+            forwarded.close()
+
+    async def _police(self, body: dict[str, Any], session_id: str | None) -> None:
+        """Load every image under the gateway's policy and limits; its source becomes the
+        validated bytes (base64), so the backend fetches nothing the client named."""
+        sources = list(image_sources(body))
+        limit = self.gateway.settings.max_images_per_request
+        if len(sources) > limit:
+            raise InvalidRequestError(f"too many images: at most {limit} per request", param=sources[limit][0])
+        for where, source in sources:
+            image = await self.gateway.loader.load(source_url(source), session_id=session_id, param=where)
+            source.clear()
+            source.update({"type": "base64", "media_type": image.mime,
+                           "data": base64.b64encode(image.data).decode("ascii")})
+
+
+def _anthropic_errors(work: Work) -> Work:
+    """``work`` with every ``MmgateError`` answered in Anthropic's error shape."""
+    async def run() -> tuple[web.StreamResponse, bool]:
+        try:
+            return await work()
+        except MmgateError as exc:
+            retry_after = getattr(exc, "retry_after_s", None)
+            headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
+            return json_response(error_body(exc), status=exc.status, headers=headers), True
+    return run
+
+
+def register(app: web.Application, gateway: Gateway) -> None:
+    """Add the Messages routes to ``app``."""
+    service = MessagesService(gateway)
+    app.router.add_post(MESSAGES_PATH, service.create)
+    app.router.add_post(COUNT_TOKENS_PATH, service.count_tokens)

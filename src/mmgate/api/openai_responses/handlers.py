@@ -1,0 +1,172 @@
+"""The OpenAI Responses API through the gateway: ``POST /v1/responses``, ``GET`` and ``POST …/cancel``
+``/v1/responses/{id}``.
+
+A create runs the chat pipeline (policy, load, uuids, strip repeats, route, heal) with its body
+POSTed to the backend's own ``/v1/responses`` (``mmgate.api.openai_responses.parse`` says why
+that keeps reuse); the reply — body or event stream — comes back unchanged. The response's id is
+recorded with the backend that made it (``ResponseHomes``) so stored-response requests reach it;
+a follow-up (``previous_response_id``) is pinned to that backend: no other one is tried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import AsyncIterator
+
+import orjson
+from aiohttp import web
+
+from mmgate.api.edge import read_body
+from mmgate.api.forward import Forwarder
+from mmgate.api.forward import deliver as forward_deliver
+from mmgate.api.gateway import Gateway
+from mmgate.api.openai_responses.homes import ResponseHomes
+from mmgate.api.openai_responses.parse import parse_responses_body
+from mmgate.api.relay import deliver, tracked
+from mmgate.api.responses import error_frame
+from mmgate.backends import Backend
+from mmgate.errors import InvalidRequestError, ResponseNotFoundError, UpstreamError
+from mmgate.jsonbody import loads_body
+
+RESPONSES_PATH = "/v1/responses"
+STORED_ROUTE = RESPONSES_PATH + "/{response_id}"
+# How far into a stream the response id is looked for (it is in the first event).
+_ID_SCAN_BYTES = 64 * 1024
+_STREAM_ID = re.compile(rb'"response":\s*\{"id":\s*"([^"]{1,200})"')
+# How long the lookup of an unrecorded id waits for each backend (they are asked together).
+PROBE_TIMEOUT_S = 5.0
+_RESPONSE_ID = re.compile(r"[A-Za-z0-9_\-]{1,200}")
+
+
+class ResponsesService:
+    """One gateway's Responses endpoints and its response-id → backend map."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+        self.homes = ResponseHomes()
+
+    async def create(self, request: web.Request) -> web.StreamResponse:
+        gateway = self.gateway
+        settings = gateway.settings
+
+        async def work() -> tuple[web.StreamResponse, bool]:
+            tenant = gateway.authenticate(request.headers)
+            raw = await read_body(request, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_s,
+                              max_inflation_ratio=settings.max_inflation_ratio)
+            try:
+                body = await loads_body(raw)
+            except orjson.JSONDecodeError as exc:
+                raise InvalidRequestError(f"request body is not valid JSON: {exc}") from exc
+            models = gateway.router.models
+            parsed = parse_responses_body(
+                body, max_images=settings.max_images_per_request, max_uuid_length=settings.max_uuid_length,
+                max_depth=settings.max_json_depth, default_model=models[0] if len(models) == 1 else None,
+            )
+            pin = None
+            if parsed.previous_response_id is not None:
+                pin = await self.locate(parsed.previous_response_id, param="previous_response_id")
+            outcome = await gateway.chat_parsed(parsed.chat, request.headers, tenant, path=RESPONSES_PATH, pin=pin)
+            name = outcome.backend.name
+            try:
+                reply = outcome.reply
+                if reply.stream is None:
+                    self._record_body(reply.body, name)
+                    return await deliver(request, gateway, headers=outcome.headers, error_frame=error_frame,
+                                         body=reply.body)
+                stream = self._recording(reply.stream, name)
+                return await deliver(request, gateway, headers=outcome.headers, error_frame=error_frame, stream=stream)
+            finally:
+                outcome.reply.release()
+                outcome.finish()
+
+        return await tracked(gateway, RESPONSES_PATH, work)
+
+    async def retrieve(self, request: web.Request) -> web.StreamResponse:
+        """``GET /v1/responses/{id}`` (query kept: ``stream``, ``starting_after``) from the response's home."""
+        return await tracked(self.gateway, STORED_ROUTE, lambda: self._stored(request, "GET", ""))
+
+    async def cancel(self, request: web.Request) -> web.StreamResponse:
+        return await tracked(self.gateway, STORED_ROUTE + "/cancel", lambda: self._stored(request, "POST", "/cancel"))
+
+    async def _stored(self, request: web.Request, method: str, suffix: str) -> tuple[web.StreamResponse, bool]:
+        gateway = self.gateway
+        gateway.authenticate(request.headers)
+        response_id = request.match_info["response_id"]
+        if not _RESPONSE_ID.fullmatch(response_id):
+            raise InvalidRequestError("the response id must be 1-200 letters, digits, '_' or '-'", param="response_id")
+        backend = await self.locate(response_id, param="response_id")
+        stream = request.query.get("stream", "").lower() == "true"
+        path = f"{RESPONSES_PATH}/{response_id}{suffix}"
+        if request.query_string:
+            path += "?" + request.query_string
+        forwarded = await Forwarder(gateway).send(method, path, None, model=None, session_id=None, stream=stream,
+                                                  backends=[backend])
+        try:  # any status relayed as vLLM wrote it (a cancel of a finished response: its 400)
+            return await forward_deliver(request, forwarded.reply, forwarded.headers, gateway)
+        finally:
+            forwarded.close()
+
+    async def locate(self, response_id: str, *, param: str) -> Backend:
+        """The backend holding ``response_id``: the recorded one, else the one that answers for it."""
+        router = self.gateway.router
+        name = self.homes.home(response_id, time.monotonic())
+        if name is not None:
+            for backend in router.backends:
+                if backend.name == name:
+                    return backend
+        healthy = [b for b in router.backends if router.is_healthy(b)]
+        found = await asyncio.gather(*(self._holds(b, response_id) for b in healthy))
+        for backend, holds in zip(healthy, found, strict=True):
+            if holds:
+                self.homes.record(response_id, backend.name, time.monotonic())
+                return backend
+        raise ResponseNotFoundError(
+            f"Response with id '{response_id}' not found: no backend holds it (vLLM keeps a response only "
+            "in the replica that made it, and only when started with VLLM_ENABLE_RESPONSES_API_STORE=1)",
+            param=param,
+        )
+
+    async def _holds(self, backend: Backend, response_id: str) -> bool:
+        """Whether ``backend`` answers ``GET /v1/responses/{id}`` with 200, within ``PROBE_TIMEOUT_S``."""
+        try:
+            async with asyncio.timeout(PROBE_TIMEOUT_S):
+                reply = await backend.request("GET", f"{RESPONSES_PATH}/{response_id}")
+        except (UpstreamError, TimeoutError):
+            return False  # that backend cannot say: the others may
+        reply.release()
+        return reply.status == 200
+
+    def _record_body(self, body: bytes | None, backend: str) -> None:
+        try:
+            response_id = orjson.loads(body or b"").get("id")
+        except (orjson.JSONDecodeError, AttributeError):  # not a response object: nothing to record
+            return
+        if isinstance(response_id, str):
+            self.homes.record(response_id, backend, time.monotonic())
+
+    async def _recording(self, stream: AsyncIterator[bytes], backend: str) -> AsyncIterator[bytes]:
+        """``stream`` unchanged, its response id recorded from the first event."""
+        head = b""
+        scanning = True
+        async for chunk in stream:
+            if scanning:
+                head += chunk
+                found = _STREAM_ID.search(head)
+                if found is not None:
+                    self.homes.record(found.group(1).decode(), backend, time.monotonic())
+                scanning = found is None and len(head) <= _ID_SCAN_BYTES
+            yield chunk
+
+
+def register(app: web.Application, gateway: Gateway) -> None:
+    """Add the Responses routes to ``app``."""
+    service = ResponsesService(gateway)
+    app[RESPONSES_KEY] = service
+    app.router.add_post(RESPONSES_PATH, service.create)
+    app.router.add_get(STORED_ROUTE, service.retrieve)
+    app.router.add_post(STORED_ROUTE + "/cancel", service.cancel)
+
+
+RESPONSES_KEY = web.AppKey("responses", ResponsesService)

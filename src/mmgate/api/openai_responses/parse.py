@@ -1,0 +1,123 @@
+"""Find every image of an OpenAI Responses request, so it runs through the gateway's media pipeline.
+
+vLLM 0.32 serves ``/v1/responses`` by turning ``input`` items into chat messages and handing them
+to its chat parser (``vllm/entrypoints/openai/responses/utils.py``, ``construct_input_messages``):
+a message item's ``input_image`` parts, and the ``input_image`` parts of a ``function_call_output``
+whose ``output`` is a list, reach that parser as they are — and it reads their ``uuid``. So the
+gateway keeps the request as it is and only rewrites those parts (``image_url`` the checked data
+URL, ``uuid`` the content uuid, or ``image_url: null`` + uuid for a repeat): the engine's own
+endpoint answers, with reuse.
+
+Refused here, with a 400 naming the field (vLLM cannot serve them either, and the gateway never
+forwards a URL or an id it has not checked):
+
+* ``file_id`` on an image, ``input_file`` parts: vLLM 0.32 has no Files API to resolve them;
+* ``computer_call_output`` items: vLLM 0.32 answers "Unsupported input item type".
+
+Pure logic: no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from mmgate.api.parse import ChatRequest, check_depth
+from mmgate.api.parts import ImageSpec, parse_part
+from mmgate.errors import InvalidRequestError
+from mmgate.reuse import ImageSlot
+
+# Item types whose ``output`` vLLM renders as a tool message (a list output keeps its parts).
+_TOOL_OUTPUT_TYPES = frozenset({"function_call_output", "custom_tool_call_output"})
+
+
+@dataclass(slots=True)
+class ResponsesRequest:
+    """A Responses request with its image slots; ``chat`` is what the gateway pipeline runs."""
+
+    chat: ChatRequest
+    previous_response_id: str | None
+
+
+def parse_responses_body(
+    body: Any, *, max_images: int, max_uuid_length: int, max_depth: int, default_model: str | None = None
+) -> ResponsesRequest:
+    """Validate what the gateway relies on and collect the image slots (see the module docstring).
+
+    ``default_model``: the fleet's one model, used when the request names none (as vLLM does).
+    """
+    if not isinstance(body, dict):
+        raise InvalidRequestError("request body must be a JSON object")
+    check_depth(body, max_depth)
+    model = body.get("model")
+    if model is None and default_model is not None:
+        model = body["model"] = default_model
+    if not isinstance(model, str) or not model:
+        raise InvalidRequestError("'model' is required and must be a non-empty string", param="model")
+    stream = body.get("stream", False)
+    if stream is None:
+        stream = False
+    if not isinstance(stream, bool):
+        raise InvalidRequestError("'stream' must be a boolean", param="stream")
+    previous = body.get("previous_response_id")
+    if previous is not None and (not isinstance(previous, str) or not previous):
+        raise InvalidRequestError("'previous_response_id' must be a non-empty string", param="previous_response_id")
+    items = body.get("input")
+    slots: list[ImageSlot] = []
+    if isinstance(items, list):
+        for i, item in enumerate(items):
+            _item_images(item, f"input[{i}]", slots, max_images=max_images, max_uuid_length=max_uuid_length)
+    elif not isinstance(items, str):
+        raise InvalidRequestError("'input' must be a string or an array of items", param="input")
+    chat = ChatRequest(body=body, model=model, stream=stream, slots=slots)
+    return ResponsesRequest(chat=chat, previous_response_id=previous)
+
+
+def _item_images(item: Any, where: str, slots: list[ImageSlot], *, max_images: int, max_uuid_length: int) -> None:
+    if not isinstance(item, dict):
+        raise InvalidRequestError("each input item must be an object", param=where)
+    kind = item.get("type")
+    if kind == "computer_call_output":
+        raise InvalidRequestError(
+            "'computer_call_output' items are not supported: vLLM has no computer-use tool; return the "
+            "screenshot as a function_call_output (an input_image in its output list) or a user message",
+            param=f"{where}.type",
+        )
+    if "role" in item and kind in (None, "message"):
+        parts, at = item.get("content"), f"{where}.content"
+    elif kind in _TOOL_OUTPUT_TYPES:
+        parts, at = item.get("output"), f"{where}.output"
+    else:
+        return
+    if not isinstance(parts, list):
+        return
+    for j, part in enumerate(parts):
+        if not isinstance(part, dict):
+            continue
+        param = f"{at}[{j}]"
+        ptype = part.get("type")
+        if ptype == "input_file":
+            raise InvalidRequestError(
+                "'input_file' parts are not supported: vLLM has no Files API; send text or images",
+                param=param,
+            )
+        if ptype != "input_image":
+            continue
+        if part.get("file_id") is not None:
+            raise InvalidRequestError(
+                "'file_id' image inputs are not supported: vLLM has no Files API to resolve them; "
+                "send image_url (an http(s) or data: URL)", param=f"{param}.file_id",
+            )
+        try:
+            spec = parse_part(part, max_uuid_length=max_uuid_length)
+        except InvalidRequestError as exc:
+            exc.param = param
+            raise
+        assert isinstance(spec, ImageSpec)
+        if spec.url is not None and not isinstance(part.get("image_url"), str):
+            raise InvalidRequestError("an input_image's 'image_url' must be a URL string", param=f"{param}.image_url")
+        # Rewritten in place for the backend: ``render`` fills image_url and uuid.
+        part.pop("uuid", None)
+        slots.append(ImageSlot(index=len(slots), param=param, part=part, url=spec.url, uuid=spec.uuid))
+        if len(slots) > max_images:
+            raise InvalidRequestError(f"too many images: at most {max_images} per request", param=param)

@@ -1,0 +1,73 @@
+"""Handler plumbing shared by the APIs served beside chat completions (Messages, Responses).
+
+``tracked`` counts a request as the chat handler does (in-flight set drained at shutdown, status
+and latency metrics, 499 for a client that went away); ``deliver`` sends a whole body or relays an
+SSE stream, ending a broken stream with an error frame in the API's own shape.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+from aiohttp import web
+
+from mmgate.api.forward import relay_stream
+from mmgate.api.gateway import Gateway
+from mmgate.errors import MmgateError, ShuttingDownError
+
+log = logging.getLogger(__name__)
+CLIENT_CLOSED = 499
+ErrorFrame = Callable[[MmgateError], bytes]
+SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+async def tracked(
+    gateway: Gateway, route: str, work: Callable[[], Awaitable[tuple[web.StreamResponse, bool]]]
+) -> web.StreamResponse:
+    """Run ``work`` (which returns the response and whether it went out complete) as one request
+    of ``route`` (its route-table path, the metrics label); errors propagate to the caller's error
+    shaping."""
+    started = time.perf_counter()
+    status = 500
+    task = asyncio.current_task()
+    if task is not None:
+        gateway.inflight.add(task)
+    try:
+        response, complete = await work()
+        status = response.status if complete else CLIENT_CLOSED
+        return response
+    except MmgateError as exc:
+        status = exc.status
+        raise
+    except web.HTTPException as exc:
+        status = exc.status
+        raise
+    except asyncio.CancelledError:
+        status = ShuttingDownError.status if gateway.stopping else CLIENT_CLOSED
+        raise
+    except ConnectionError:
+        status = CLIENT_CLOSED
+        raise
+    finally:
+        gateway.inflight.discard(task)
+        gateway.metrics.observe(route, status, time.perf_counter() - started)
+
+
+async def deliver(
+    request: web.Request, gateway: Gateway, *, headers: dict[str, str], error_frame: ErrorFrame,
+    body: bytes | None = None, stream: AsyncIterator[bytes] | None = None, status: int = 200,
+) -> tuple[web.StreamResponse, bool]:
+    """Send ``body`` whole, or relay ``stream`` frame by frame (``relay_stream``); returns the
+    response and whether it went out complete (False: the client went away or stalled mid-stream)."""
+    if stream is None:
+        return web.Response(body=body, status=status, content_type="application/json", headers=headers), True
+    started = time.perf_counter()
+    response = web.StreamResponse(status=status, headers={**SSE_HEADERS, **headers})
+    await response.prepare(request)
+    complete = await relay_stream(
+        request, response, stream, gateway, error_frame=error_frame,
+        on_first=lambda: gateway.metrics.ttft_seconds.observe(time.perf_counter() - started))
+    return response, complete
