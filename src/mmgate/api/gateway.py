@@ -164,12 +164,18 @@ class Gateway:
         """
         session_id = self.session_id(headers)
         self.router.candidates(request.model)  # an unknown model is a 404 before any image is loaded
+        salt = request.body.get("cache_salt")
+        if salt is not None and not isinstance(salt, str):
+            raise InvalidRequestError("'cache_salt' must be a string", param="cache_salt")
+        if tenant is not None:  # vLLM's prefix cache, partitioned per tenant (reuse.namespace)
+            request.body["cache_salt"] = self.keys.cache_salt(tenant, salt)
         for p in request.passthrough:  # audio/video URLs the backend fetches: policed first
             p.part[p.kind]["url"] = await self.loader.check_passthrough(p.url, param=p.param, kind=p.kind)
         # Session scoping promises that nothing crosses sessions: no reuse of known uuids then.
         scoped = self.settings.cache.session_scoping
         images = {} if scoped else known_by_uuid(self.store, request.slots, self.keys, tenant)
-        images.update(await self._load_images([s for s in request.slots if s.index not in images], session_id))
+        tag = self.keys.tenant_tag(tenant) if tenant is not None else None
+        images.update(await self._load_images([s for s in request.slots if s.index not in images], session_id, tag))
         self._check_request_pixels(request.slots, images)
         plans = plan_slots(self.store, request.slots, images, self.keys, tenant)
         routed = routed_images(self.store, plans)
@@ -220,8 +226,11 @@ class Gateway:
                         f"the request's images add up to more than {limit} pixels "
                         "(--max-request-pixels): send fewer or smaller images", param=slot.param)
 
-    async def _load_images(self, slots: list[ImageSlot], session_id: str | None) -> dict[int, LoadedImage]:
-        """Load every URL-backed slot concurrently; the first failure cancels the rest."""
+    async def _load_images(
+        self, slots: list[ImageSlot], session_id: str | None, tenant_tag: str | None = None
+    ) -> dict[int, LoadedImage]:
+        """Load every URL-backed slot concurrently, in the tenant's key space; the first failure
+        cancels the rest."""
         to_load = [(s, s.url) for s in slots if s.url is not None]
         if not to_load:
             return {}
@@ -229,9 +238,11 @@ class Gateway:
         budget = self.loader.pixel_budget(loads=len(to_load))
         if len(to_load) == 1:
             slot, url = to_load[0]
-            return {slot.index: await self.loader.load(url, session_id=session_id, param=slot.param, budget=budget)}
+            return {slot.index: await self.loader.load(url, session_id=session_id, param=slot.param, budget=budget,
+                                                       tenant_tag=tenant_tag)}
         tasks = [
-            asyncio.create_task(self.loader.load(url, session_id=session_id, param=slot.param, budget=budget))
+            asyncio.create_task(self.loader.load(url, session_id=session_id, param=slot.param, budget=budget,
+                                                 tenant_tag=tenant_tag))
             for slot, url in to_load
         ]
         try:

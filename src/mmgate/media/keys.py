@@ -8,7 +8,9 @@
   form. It is found without decoding (one hash over the text, cheaper than base64-decoding
   and hashing the bytes), and since decoding is a function, one key always
   means one content. ``LoadedImage.digest`` stays the hash of the decoded bytes.
-* Session scoping: ``s:<hash of the session id>:<key>``; see ``scope_key``.
+* Session scoping: ``s:<hash of the session id>:<key>``; tenant scoping (with API keys):
+  ``t:<tenant tag>:<key>``, so one tenant never hits (and cannot time) an image another tenant
+  loaded; see ``scope_key``.
 
 The shared tier adds ``CacheSettings.key_prefix`` itself.
 """
@@ -56,9 +58,14 @@ def session_scope_key(session_id: str) -> str:
     return "s:" + hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()[:32] + ":"
 
 
-def scope_key(key: str, *, session_scoping: bool, session_id: str | None) -> str | None:
-    """The tier key for ``key``: scoped by session when scoping is on; None means "bypass every
-    tier" (scoping on and no session id: fetch from the origin, store nothing)."""
+def scope_key(
+    key: str, *, session_scoping: bool, session_id: str | None, tenant_tag: str | None = None
+) -> str | None:
+    """The tier key for ``key``: in its tenant's space (``tenant_tag``, with API keys), and scoped
+    by session when scoping is on; None means "bypass every tier" (scoping on and no session id:
+    fetch from the origin, store nothing)."""
+    if tenant_tag is not None:
+        key = f"t:{tenant_tag}:{key}"
     if not session_scoping:
         return key
     if not session_id:

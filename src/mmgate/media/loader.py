@@ -99,25 +99,28 @@ class MediaLoader:
 
     async def load(
         self, url: str, *, session_id: str | None = None, param: str | None = None,
-        budget: PixelBudget | None = None,
+        budget: PixelBudget | None = None, tenant_tag: str | None = None,
     ) -> LoadedImage:
         """The validated image ``url`` points at (http(s), ``data:`` or allowed ``file:``).
 
         Raises a ``MediaError`` subclass carrying ``param`` (the client's part path). ``budget``:
         the request's pixel budget, charged for the images this load decodes (not for cache hits).
+        ``tenant_tag``: the tenant's tag (with API keys): its images live in its own key space in
+        every tier, in-flight dedup included.
         """
-        image, _ = await self.load_with_outcome(url, session_id=session_id, param=param, budget=budget)
+        image, _ = await self.load_with_outcome(url, session_id=session_id, param=param, budget=budget,
+                                                tenant_tag=tenant_tag)
         return image
 
     async def load_with_outcome(
         self, url: str, *, session_id: str | None = None, param: str | None = None,
-        budget: PixelBudget | None = None,
+        budget: PixelBudget | None = None, tenant_tag: str | None = None,
     ) -> tuple[LoadedImage, Outcome]:
         """``load``, and where the image came from: the outcome ``mmgate_image_loads_total``
         counts for this one load (a tier, an in-flight join or the origin)."""
         ticket = _Ticket(budget) if budget is not None else None
         try:
-            image, outcome = await self._load(url, session_id, ticket)
+            image, outcome = await self._load(url, session_id, ticket, tenant_tag)
         except MediaError as exc:
             self.metrics.load("error")
             raise _with_param(exc, param) from exc.__cause__
@@ -147,14 +150,14 @@ class MediaLoader:
     # -- the pipeline ----------------------------------------------------------------------
 
     async def _load(
-        self, url: str, session_id: str | None, ticket: _Ticket | None
+        self, url: str, session_id: str | None, ticket: _Ticket | None, tenant_tag: str | None = None
     ) -> tuple[LoadedImage, Outcome]:
         if self._closed:
             raise OriginError("the media loader is shutting down; retry the request")
         if not isinstance(url, str) or not url:
             raise ForbiddenURLError("the image URL is empty")
         if is_data_url(url):
-            return await self._load_data_url(url, session_id, ticket)
+            return await self._load_data_url(url, session_id, ticket, tenant_tag)
         is_file = url[:5].lower() == "file:"
         if not is_file:
             # Pure and cheap: runs before any tier, so a hit never bypasses the policy.
@@ -167,10 +170,10 @@ class MediaLoader:
         async def produce() -> LoadedImage:
             return await self._validated(await self._fetcher.fetch(url), ticket)
 
-        return await self._through_tiers(key, session_id, produce, ticket)
+        return await self._through_tiers(key, session_id, produce, ticket, tenant_tag)
 
     async def _load_data_url(
-        self, url: str, session_id: str | None, ticket: _Ticket | None
+        self, url: str, session_id: str | None, ticket: _Ticket | None, tenant_tag: str | None
     ) -> tuple[LoadedImage, Outcome]:
         if len(url) >= _INLINE_HASH_BYTES:  # slicing out a big payload is a copy: not on the loop
             parsed = await self._in_pool(functools.partial(parse_data_url, max_bytes=self._media.max_image_bytes), url)
@@ -184,13 +187,14 @@ class MediaLoader:
         async def produce() -> LoadedImage:
             return await self._validated(parsed, ticket)
 
-        return await self._through_tiers(key, session_id, produce, ticket)
+        return await self._through_tiers(key, session_id, produce, ticket, tenant_tag)
 
     async def _through_tiers(
-        self, key: str, session_id: str | None, produce: Produce, ticket: _Ticket | None
+        self, key: str, session_id: str | None, produce: Produce, ticket: _Ticket | None,
+        tenant_tag: str | None,
     ) -> tuple[LoadedImage, Outcome]:
         tier_key = scope_key(
-            key, session_scoping=self._cache.session_scoping, session_id=session_id
+            key, session_scoping=self._cache.session_scoping, session_id=session_id, tenant_tag=tenant_tag
         )
         if tier_key is None:  # scoping on, no session: no tier may see or keep this image
             return await produce(), "origin"

@@ -10,6 +10,11 @@ vLLM uses a uuid verbatim as a global processor-cache key. So:
   starts with ``~s``, so no client uuid can stand for someone else's bytes;
 * without tenants, every other client uuid passes verbatim (clients keep vLLM's semantics).
 
+With tenants, the gateway also sets vLLM's ``cache_salt`` (which salts the prefix cache's block
+hashes) to ``tenant tag/client salt``: requests of one tenant share prefix-cache blocks as they did,
+a tenant's own salt still partitions its requests, and no tenant can reach (or time) another's
+cached prefixes.
+
 The secret is ``--tenant-secret`` / ``MMGATE_TENANT_SECRET``; unset, each process draws a random
 one. Gateways that share a Redis (the uuid store is keyed by ``K``) must share the secret.
 """
@@ -45,3 +50,9 @@ class KeySpace:
         """The backend key of an image the client sent without a uuid (``digest``: its SHA-256)."""
         key = CONTENT_PREFIX + digest
         return key if tenant is None else f"{self.tenant_tag(tenant)}/{key}"
+
+    def cache_salt(self, tenant: str, client_salt: object) -> str:
+        """vLLM's ``cache_salt`` for a request of ``tenant`` (``client_salt``: the client's own, or
+        None). The tenant's tag always leads, so salts never collide across tenants."""
+        tag = self.tenant_tag(tenant)
+        return tag if client_salt is None or client_salt == "" else f"{tag}/{client_salt}"
