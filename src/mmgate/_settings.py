@@ -7,11 +7,18 @@
 under the nested model's ``title``); ``from_args(args, Model)`` reads them back — the flag when
 given, else ``MMGATE_<FLAG>``, else the field's default — and validates. A bad value raises
 ``ConfigError`` naming the flag. Shared by the three programs (gateway, ``sim``, ``bench``).
+
+A TOML file (``values_from_file``) is the layer below the environment: a flag wins over its
+variable, which wins over the file, which wins over the default. The file names a flagged
+setting by its flag (``max-image-bytes = 1048576``, in the flag's units) and any setting, flagged
+or not, by its field in its model's table (``[media] decode_workers = 2``): settings an operator
+rarely changes have no flag, only a field the file can set.
 """
 
 from __future__ import annotations
 
 import argparse
+import tomllib
 import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -244,8 +251,11 @@ def validate(model: type[M], values: Mapping[str, Any], *, prefix: str = "", fal
         return model.model_validate(values)
     except ValidationError as exc:
         err = exc.errors()[0]
-        name = flag_for(model, tuple(err.get("loc", ())), prefix=prefix, fallback=fallback)
-        raise ConfigError(name, str(err.get("msg", exc))) from exc
+        loc = tuple(err.get("loc", ()))
+        name = flag_for(model, loc, prefix=prefix, fallback=fallback)
+        where = ".".join(str(part) for part in loc)
+        message = str(err.get("msg", exc))
+        raise ConfigError(name, f"{where}: {message}" if where and not name.startswith("--") else message) from exc
 
 
 def build(model: type[M], **values: Any) -> M:
@@ -259,3 +269,53 @@ def from_args(args: argparse.Namespace, model: type[M], flags: list[Flag], *, pr
     values = values_from_args(args, flags)
     values.update(extra)
     return validate(model, values, prefix=prefix, fallback=fallback)
+
+
+def values_from_file(
+    path: str, model: type[BaseModel], flags: list[Flag], *, source: str = "--config",
+    others: frozenset[str] | None = frozenset(),
+) -> dict[str, Any]:
+    """The values a TOML file gives, nested like the model; ``ConfigError`` naming ``source``
+    (and the file) for a file that cannot be read or a key that is no setting. ``others``: keys
+    another model of the same program reads from the file (skipped); None: skip every key that is
+    not one of ``flags``."""
+    try:
+        with open(path, "rb") as file:
+            data = tomllib.load(file)
+    except OSError as exc:
+        raise ConfigError(source, f"cannot read {path}: {exc.strerror or exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(source, f"{path} is not valid TOML: {exc}") from exc
+    by_flag = {f.flag.removeprefix("--"): f for f in flags}
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        f = by_flag.get(key)
+        if f is not None:
+            if f.kind == "list":
+                value = tuple(value) if isinstance(value, list) else (value,)
+            elif f.negated and isinstance(value, bool):
+                value = not value
+            elif f.scale is not None and isinstance(value, int | float) and not isinstance(value, bool):
+                value = int(value * f.scale)
+            node = values
+            for part in f.path[:-1]:
+                node = node.setdefault(part, {})
+            node[f.path[-1]] = value
+        elif others is None or key in others:
+            continue
+        elif key in model.model_fields:
+            values[key] = merged(values.get(key), value) if isinstance(value, dict) else value
+        else:
+            raise ConfigError(source, f"{path}: {key!r} is not a setting (a flag without its dashes, "
+                                       "or a field of a settings table)")
+    return values
+
+
+def merged(base: Any, top: Any) -> Any:
+    """``top`` over ``base``, tables merged key by key (the later layer wins)."""
+    if isinstance(base, dict) and isinstance(top, dict):
+        out = dict(base)
+        for key, value in top.items():
+            out[key] = merged(out.get(key), value)
+        return out
+    return top

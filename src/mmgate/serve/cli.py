@@ -13,7 +13,16 @@ import sys
 from collections.abc import Awaitable, Callable
 
 from mmgate._env import env_value
-from mmgate._settings import ConfigError, Flag, add_flags, from_args
+from mmgate._settings import (
+    ConfigError,
+    Flag,
+    add_flags,
+    from_args,
+    merged,
+    validate,
+    values_from_args,
+    values_from_file,
+)
 from mmgate.config import GatewaySettings
 from mmgate.serving import install_uvloop, serve_forever
 from mmgate.sim import SimSettings
@@ -28,6 +37,9 @@ SIM_FIELDS = ("speedup", "mm_processor_cache_gb")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The gateway's flags (each also read from MMGATE_<FLAG>)."""
     parser.epilog = "Every flag also reads MMGATE_<FLAG> from the environment."
+    parser.add_argument("--config", default=None, metavar="FILE",
+                        help="TOML file of settings, below flags and MMGATE_* variables: a flag's name without its "
+                             "dashes, or a field of a settings table (docs/CONFIG.md) (env MMGATE_CONFIG)")
     flags = add_flags(parser, GatewaySettings)
     # default None: MMGATE_LOG_LEVEL is checked in ``run`` (argparse never checks a default).
     parser.add_argument("--log-level", default=None, choices=LOG_LEVELS,
@@ -40,13 +52,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def settings_from_args(args: argparse.Namespace) -> GatewaySettings:
     """Validated settings; a bad value raises ConfigError naming the flag."""
     flags: list[Flag] = args._serve_flags
-    return from_args(args, GatewaySettings, flags)
+    config = _config_file(args)
+    if not config:
+        return from_args(args, GatewaySettings, flags)
+    sim_keys = frozenset(f.flag.removeprefix("--") for f in args._sim_flags)
+    return validate(GatewaySettings, merged(values_from_file(config, GatewaySettings, flags, others=sim_keys),
+                                            values_from_args(args, flags)))
+
+
+def _config_file(args: argparse.Namespace) -> str | None:
+    return str(args.config) if args.config is not None else env_value("--config")
 
 
 def sim_settings_from_args(args: argparse.Namespace) -> SimSettings:
     """The embedded engines' settings (``--sim-*``); a bad value raises ConfigError naming the flag."""
     flags: list[Flag] = args._sim_flags
-    return from_args(args, SimSettings, flags, prefix=SIM_PREFIX)
+    config = _config_file(args)
+    if not config:
+        return from_args(args, SimSettings, flags, prefix=SIM_PREFIX)
+    return validate(SimSettings, merged(values_from_file(config, SimSettings, flags, others=None),
+                                        values_from_args(args, flags)), prefix=SIM_PREFIX)
 
 
 def log_level(args: argparse.Namespace) -> str:
