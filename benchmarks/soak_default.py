@@ -134,9 +134,11 @@ def main() -> int:
                   f"RSS {rss_mib(proc.pid):.0f} MiB", file=sys.stderr)
             chunk += 1
     finally:
-        sampler.stop()  # its last sample reads the gateway, so before the gateway stops
-        stop(proc)
-        shutil.rmtree(work, ignore_errors=True)
+        try:
+            sampler.stop()  # its last sample reads the gateway, so before the gateway stops
+        finally:
+            stop(proc)
+            shutil.rmtree(work, ignore_errors=True)
     samples = sampler.samples
     warm = [s for s in samples if s[1] >= min(10_000, args.requests // 10)]
     result: dict[str, Any] = {
