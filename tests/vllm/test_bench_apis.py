@@ -33,3 +33,23 @@ async def test_bench_drives_vllm_as_a_messages_or_responses_client(
     assert totals["output_tokens"] == 6 * 4  # usage read from the API's own reply (dummy weights: max_tokens)
     if stream:
         assert out.summary["metrics"]["ttft_ms"]["p50"] > 0
+
+
+async def test_a_stripping_responses_client_gets_real_cache_hits(
+    vllm_replicas: list[VllmReplica], tmp_path: Path
+) -> None:
+    """vLLM's /v1/responses reads an ``input_image``'s uuid: the bench's repeats go as cache-only
+    references and are processor-cache hits on the replica."""
+    replica = vllm_replicas[1]
+    dataset = generate_sliding_window(SlidingWindowSpec(sessions=1, turns=3, window=2, image_size=64, seed=9),
+                                      tmp_path).path
+    queries, hits = replica.cache_counters()
+    settings = BenchSettings(url=replica.url, dataset=str(dataset), api="responses", uuid_and_strip=True,
+                             output_length=2, model=replica.model)
+    out = await run_benchmark(settings, load_dataset(dataset, "single_turn"), None,
+                              console=Console(file=io.StringIO()), plots=False)
+    totals = out.summary["totals"]
+    assert (totals["requests"], totals["errors"]) == (3, 0), out.summary
+    assert totals["cache_only_refs"] == totals["logical_images"] - totals["images_with_data"] > 0
+    after_queries, after_hits = replica.cache_counters()
+    assert after_hits - hits >= totals["cache_only_refs"]

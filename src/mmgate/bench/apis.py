@@ -2,9 +2,11 @@
 (``responses``) and Anthropic Messages (``messages``).
 
 Each lays a session's turns (texts, planned images, earlier replies) out in its API's request shape
-and reads its API's whole reply. Only ``chat`` can carry vLLM's ``uuid`` and cache-only references;
-a Responses or Messages client sends every image with its data, as an unmodified client of that API
-does (``mmgate serve --reuse auto`` then strips the repeats on the engine side). Pure: no I/O.
+and reads its API's whole reply. ``chat`` and ``responses`` carry vLLM's ``uuid`` and cache-only
+references (vLLM's Responses endpoint hands ``input_image`` parts to its chat parser, which reads
+them); Anthropic Messages has no place for one, so a Messages client sends every image with its
+data, as an unmodified client of that API does (``mmgate serve --reuse auto`` then strips the
+repeats on the engine side). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -57,6 +59,14 @@ def _whole_image(image: PlannedImage, api: str) -> str:
     return image.url
 
 
+def _input_image(image: PlannedImage) -> dict[str, Any]:
+    """A Responses ``input_image`` part: with data (and its uuid), or a cache-only reference."""
+    part: dict[str, Any] = {"type": "input_image", "image_url": image.url, "detail": "auto"}
+    if image.uuid is not None:
+        part["uuid"] = image.uuid
+    return part
+
+
 def responses_input(
     history: Sequence[Exchange], turn: Turn, plan: Sequence[PlannedImage]
 ) -> list[dict[str, Any]]:
@@ -65,8 +75,7 @@ def responses_input(
     items: list[dict[str, Any]] = []
     for t, images, reply in _split(history, turn, plan):
         content: list[dict[str, Any]] = [{"type": "input_text", "text": x} for x in t.texts]
-        content.extend({"type": "input_image", "image_url": _whole_image(i, "responses"), "detail": "auto"}
-                       for i in images)
+        content.extend(_input_image(i) for i in images)
         items.append({"role": t.role, "content": content})
         if reply is not None:
             items.append({"role": "assistant", "content": reply})

@@ -107,9 +107,9 @@ class BenchSettings(Frozen):
 
     @model_validator(mode="after")
     def _strip_needs_chat(self) -> BenchSettings:
-        if self.uuid_and_strip and self.api != "chat":
+        if self.uuid_and_strip and self.api == "messages":
             raise ConfigError(
-                "--uuid-and-strip", f"needs --api chat: the {self.api} API carries no image uuids "
+                "--uuid-and-strip", "needs --api chat or responses: Anthropic Messages carries no image uuids "
                 "(through mmgate, --reuse auto strips the repeats on the engine side)")
         return self
 
