@@ -43,7 +43,7 @@ async def test_a_stripping_responses_client_gets_real_cache_hits(
     replica = vllm_replicas[1]
     dataset = generate_sliding_window(SlidingWindowSpec(sessions=1, turns=3, window=2, image_size=64, seed=9),
                                       tmp_path).path
-    queries, hits = replica.cache_counters()
+    _, hits = replica.cache_counters()
     settings = BenchSettings(url=replica.url, dataset=str(dataset), api="responses", uuid_and_strip=True,
                              output_length=2, model=replica.model)
     out = await run_benchmark(settings, load_dataset(dataset, "single_turn"), None,
@@ -51,5 +51,5 @@ async def test_a_stripping_responses_client_gets_real_cache_hits(
     totals = out.summary["totals"]
     assert (totals["requests"], totals["errors"]) == (3, 0), out.summary
     assert totals["cache_only_refs"] == totals["logical_images"] - totals["images_with_data"] > 0
-    after_queries, after_hits = replica.cache_counters()
+    _, after_hits = replica.cache_counters()
     assert after_hits - hits >= totals["cache_only_refs"]
