@@ -51,15 +51,17 @@ class Frozen(BaseModel):
 
 def setting(
     default: Any = ..., *, flag: str | None = None, help: str = "", metavar: str | None = None,
-    scale: int | None = None, group: str | None = None, **constraints: Any,
+    scale: int | None = None, group: str | None = None, advanced: bool = False, **constraints: Any,
 ) -> Any:
     """A settings field; with ``flag`` also a command-line flag and an ``MMGATE_*`` variable.
 
     ``scale``: the flag is in larger units than the field (``--image-cache-mb`` → bytes).
     ``group``: the ``--help`` section (default: the model's ``title``).
+    ``advanced``: a bound or tuning an operator rarely changes: its flag works and has its
+    variable, but ``--help`` leaves it to ``--help-all`` (vLLM's ``--help=all`` pattern).
     """
-    extra = {k: v for k, v in (("flag", flag), ("metavar", metavar), ("scale", scale), ("group", group))
-             if v is not None}
+    extra = {k: v for k, v in (("flag", flag), ("metavar", metavar), ("scale", scale), ("group", group),
+                               ("advanced", advanced or None)) if v is not None}
     if "default_factory" in constraints:
         return Field(description=help or None, json_schema_extra=cast(Any, extra), **constraints)
     return Field(default, description=help or None, json_schema_extra=cast(Any, extra), **constraints)
@@ -89,6 +91,7 @@ class Flag:
     metavar: str | None = None
     scale: int | None = None
     group: str | None = None
+    advanced: bool = False
 
     @property
     def dest(self) -> str:
@@ -139,7 +142,7 @@ def flags_of(model: type[BaseModel], *, prefix: str = "", only: tuple[str, ...] 
             path=(*path, name), flag=flag, kind=cast(Any, kind), help=info.description or "", default=default,
             required=info.is_required(), negated=negated, convert=convert, choices=choices,
             metavar=cast(str | None, extra.get("metavar")), scale=scale,
-            group=cast(str | None, extra.get("group")) or group,
+            group=cast(str | None, extra.get("group")) or group, advanced=bool(extra.get("advanced")),
         ))
     return out
 
@@ -164,26 +167,29 @@ def help_text(f: Flag) -> str:
 
 
 def add_flags(parser: Any, model: type[BaseModel], *, prefix: str = "",
-              only: tuple[str, ...] | None = None) -> list[Flag]:
-    """Add a model's flags to ``parser``; returns them (for ``from_args``)."""
+              only: tuple[str, ...] | None = None, show_advanced: bool = True) -> list[Flag]:
+    """Add a model's flags to ``parser``; returns them (for ``from_args``). ``show_advanced``
+    False: advanced flags, and the undo twin of every ``--no-`` switch, work but are not listed."""
     flags = flags_of(model, prefix=prefix, only=only)
     groups: dict[str, Any] = {}
     for f in flags:
+        hidden = not show_advanced and f.advanced
         target: Any = parser
         if f.group is not None:
             if f.group not in groups:
                 groups[f.group] = parser.add_argument_group(f.group)
             target = groups[f.group]
+        shown = argparse.SUPPRESS if hidden else help_text(f)
         if f.kind == "switch" and f.negated:
             target.add_argument("--" + f.flag.removeprefix("--no-"), dest=f.dest, action="store_true",
-                                default=None, help=f"undo {f.flag}")
-            target.add_argument(f.flag, dest=f.dest, action="store_false", default=None, help=help_text(f))
+                                default=None, help=argparse.SUPPRESS if not show_advanced else f"undo {f.flag}")
+            target.add_argument(f.flag, dest=f.dest, action="store_false", default=None, help=shown)
         elif f.kind == "switch":
-            target.add_argument(f.flag, dest=f.dest, action="store_true", default=None, help=help_text(f))
+            target.add_argument(f.flag, dest=f.dest, action="store_true", default=None, help=shown)
         else:
             target.add_argument(
                 f.flag, dest=f.dest, action="append" if f.kind == "list" else "store", default=None,
-                type=f.convert, choices=f.choices, help=help_text(f),
+                type=f.convert, choices=f.choices, help=shown,
                 metavar=f.metavar or (None if f.choices else f.flag.removeprefix("--").replace("-", "_").upper()),
                 required=f.required and env_value(f.flag) is None,
             )

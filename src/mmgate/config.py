@@ -45,15 +45,15 @@ class MediaSettings(Frozen):
     max_image_pixels: int = setting(40_000_000, flag="--max-image-pixels", gt=0,
                                     help="largest decoded image accepted, pixels")
     allowed_formats: tuple[str, ...] = setting(
-        ("JPEG", "PNG", "WEBP", "GIF", "BMP"), flag="--allowed-format", metavar="FORMAT",
+        ("JPEG", "PNG", "WEBP", "GIF", "BMP"), flag="--allowed-format", advanced=True, metavar="FORMAT",
         help="image format accepted (Pillow's name), repeatable")
-    connect_timeout_s: float = setting(3.0, flag="--fetch-connect-timeout", gt=0,
+    connect_timeout_s: float = setting(3.0, flag="--fetch-connect-timeout", advanced=True, gt=0,
                                        help="seconds to connect to an image origin")
-    read_timeout_s: float = setting(10.0, flag="--fetch-read-timeout", gt=0,
+    read_timeout_s: float = setting(10.0, flag="--fetch-read-timeout", advanced=True, gt=0,
                                     help="longest silence of an image origin, seconds")
     total_timeout_s: float = setting(30.0, flag="--fetch-timeout", gt=0,
                                      help="total seconds for one image download (408 past it)")
-    max_redirects: int = setting(3, flag="--max-redirects", ge=0, le=10, help="redirects followed per image")
+    max_redirects: int = setting(3, flag="--max-redirects", advanced=True, ge=0, le=10, help="redirects followed per image")
     allowed_private: tuple[str, ...] = setting(
         (), flag="--allowed-private", metavar="HOST|IP|CIDR",
         help="open a private/loopback destination for image URLs (refused by default), repeatable")
@@ -64,13 +64,13 @@ class MediaSettings(Frozen):
         160_000_000, flag="--max-request-pixels", gt=0,
         help="most pixels decoded for one request's images (400 past it; cached images are free)")
     large_image_pixels: int = setting(
-        4_000_000, flag="--large-image-pixels", gt=0,
+        4_000_000, flag="--large-image-pixels", advanced=True, gt=0,
         help="images over this many pixels decode in a lane of their own (one thread), apart from the rest")
     max_decode_queue_pixels: int = setting(
-        160_000_000, flag="--max-decode-queue-pixels", gt=0,
+        160_000_000, flag="--max-decode-queue-pixels", advanced=True, gt=0,
         help="most pixels of large images queued or decoding at once; a request is admitted with all "
         "its large images or refused (429 with Retry-After) before any is decoded")
-    decode_workers: int = setting(2, flag="--decode-workers", ge=1, le=64,
+    decode_workers: int = setting(2, flag="--decode-workers", advanced=True, ge=1, le=64,
                                   help="threads validating (decoding) images")
 
     @field_validator("allowed_private")
@@ -121,23 +121,23 @@ class CacheSettings(Frozen):
     local_cache_bytes: int = setting(512 * MiB, flag="--local-cache-bytes", ge=0,
                                      help="byte budget of the in-process image cache (0 disables it)")
     local_max_entry_fraction: float = setting(
-        0.25, flag="--local-max-entry-fraction", gt=0, le=1,
+        0.25, flag="--local-max-entry-fraction", advanced=True, gt=0, le=1,
         help="entries larger than this share of --local-cache-bytes are not cached locally")
     redis_url: str | None = setting(None, flag="--redis-url",
                                     help="shared cache: redis://, rediss:// (TLS) URL; unset: no shared tier")
     redis_cluster: bool = setting(False, flag="--redis-cluster", help="the --redis-url points at a Redis Cluster")
-    redis_connect_timeout_s: float = setting(0.5, flag="--redis-connect-timeout", gt=0,
+    redis_connect_timeout_s: float = setting(0.5, flag="--redis-connect-timeout", advanced=True, gt=0,
                                              help="seconds to connect to a Redis node")
-    redis_io_timeout_s: float = setting(0.5, flag="--redis-io-timeout", gt=0,
+    redis_io_timeout_s: float = setting(0.5, flag="--redis-io-timeout", advanced=True, gt=0,
                                         help="seconds for one Redis operation")
     fill_wait_s: float = setting(
-        1.0, flag="--fill-wait", gt=0, le=60,
+        1.0, flag="--fill-wait", advanced=True, gt=0, le=60,
         help="seconds a request waits for another gateway's fill of the same image before "
              "fetching it itself (also the fill lease's lifetime)")
     cache_ttl_s: int = setting(3600, flag="--cache-ttl", gt=0, help="shared entry TTL, seconds")
     session_scoping: bool = setting(False, flag="--session-scoping",
                                     help="scope image caches by session id (no session id: caches bypassed)")
-    key_prefix: str = setting("mmgate:", flag="--key-prefix", help="prefix of every shared-cache key")
+    key_prefix: str = setting("mmgate:", flag="--key-prefix", advanced=True, help="prefix of every shared-cache key")
 
     @field_validator("redis_cluster")
     @classmethod
@@ -195,12 +195,12 @@ class GatewaySettings(Frozen):
         help="session header names, first present wins")
     max_images_per_request: int = setting(64, flag="--max-images-per-request", group="server", ge=1,
                                           help="most images in one request")
-    max_uuid_length: int = setting(256, flag="--max-uuid-length", group="server", ge=1,
+    max_uuid_length: int = setting(256, flag="--max-uuid-length", advanced=True, group="server", ge=1,
                                    help="longest image uuid accepted, characters")
     max_body_bytes: int = setting(256 * MiB, flag="--max-body-bytes", group="server", gt=0,
                                   help="largest request body accepted, bytes")
     max_json_depth: int = setting(
-        64, flag="--max-json-depth", group="http edge", ge=2, le=254,
+        64, flag="--max-json-depth", advanced=True, group="http edge", ge=2, le=254,
         help="deepest JSON nesting accepted in a request body (400 past it); at most 254, the "
         "deepest the gateway can write back out for the backend")
     header_timeout_s: float = setting(
@@ -210,11 +210,11 @@ class GatewaySettings(Frozen):
     body_timeout_s: float = setting(60.0, flag="--body-timeout", group="http edge", gt=0,
                                     help="seconds a client may take to send a whole request body (408 past it)")
     stream_stall_timeout_s: float = setting(
-        30.0, flag="--stream-stall-timeout", group="http edge", gt=0,
+        30.0, flag="--stream-stall-timeout", advanced=True, group="http edge", gt=0,
         help="seconds a streamed answer may wait for its client to read before the stream is cut "
              "(frees the backend connection a client that stopped reading holds)")
     max_inflation_ratio: int = setting(
-        0, flag="--max-inflation-ratio", group="http edge", ge=0, le=1000,
+        0, flag="--max-inflation-ratio", advanced=True, group="http edge", ge=0, le=1000,
         help="accept gzip/deflate request bodies that inflate to at most this many times their size "
              "(and --max-body-bytes); 0 refuses compressed bodies (415)")
     max_connections: int = setting(
@@ -223,13 +223,13 @@ class GatewaySettings(Frozen):
         "and, apart, after it; at the cap a new one displaces the oldest connection not inside a "
         "request, else gets 503 (lowered to what ulimit -n allows)")
     front_door: bool = setting(
-        True, flag="--no-front-door", group="http edge",
+        True, flag="--no-front-door", advanced=True, group="http edge",
         help="hold connections in this process until their first request head is complete, instead of "
         "in a front-door process of their own (the default: slow clients never cost the gateway's loop)")
     drain_timeout_s: float = setting(30.0, flag="--drain-timeout", group="http edge", ge=0,
                                      help="seconds requests in flight may finish at shutdown before "
                                      "they are cut (a cut stream ends with an SSE error frame)")
-    backend_connect_timeout_s: float = setting(5.0, flag="--backend-connect-timeout", group="server", gt=0,
+    backend_connect_timeout_s: float = setting(5.0, flag="--backend-connect-timeout", advanced=True, group="server", gt=0,
                                                help="seconds to connect to a backend (502 past it)")
     backend_read_timeout_s: float = setting(
         300.0, flag="--backend-read-timeout", group="server", gt=0,
@@ -239,7 +239,7 @@ class GatewaySettings(Frozen):
     # Below vLLM's own keep-alive (uvicorn's, VLLM_HTTP_TIMEOUT_KEEP_ALIVE, 5 s): a pooled connection
     # the backend is closing must never be the one a request is written on (a reset: 502).
     backend_keepalive_s: float = setting(
-        4.0, flag="--backend-keepalive", group="server", gt=0,
+        4.0, flag="--backend-keepalive", advanced=True, group="server", gt=0,
         help="seconds an idle pooled backend connection is kept; keep it below the backend's own "
         "keep-alive (vLLM: 5 s)")
     media: MediaSettings = MediaSettings()
@@ -253,7 +253,7 @@ class GatewaySettings(Frozen):
         4.0, flag="--reuse-backend-cache-gb", group=REUSE_GROUP, ge=0,
         help="processor-cache size assumed per vllm backend (vLLM's --mm-processor-cache-gb)")
     reuse_tracked_uuids: int = setting(
-        65536, flag="--reuse-tracked-uuids", group=REUSE_GROUP, ge=1,
+        65536, flag="--reuse-tracked-uuids", advanced=True, group=REUSE_GROUP, ge=1,
         help="uuids remembered per vllm backend as sent (about 250 bytes of gateway memory each)")
     uuid_store_bytes: int = setting(256 * MiB, flag="--uuid-store-bytes", group=REUSE_GROUP,
                                     ge=0, help="local byte budget of the uuid -> image store used for healing")
@@ -277,12 +277,12 @@ class GatewaySettings(Frozen):
         "vLLM's operator endpoints (sleep, wake_up, reset caches, LoRA, profiling, ...); unset: refused (403)")
     health_interval_s: float = setting(5.0, flag="--health-interval", group=HEALTH_GROUP, gt=0,
                                        help="seconds between backend health probes")
-    health_timeout_s: float = setting(2.0, flag="--health-timeout", group=HEALTH_GROUP, gt=0,
+    health_timeout_s: float = setting(2.0, flag="--health-timeout", advanced=True, group=HEALTH_GROUP, gt=0,
                                       help="seconds one health probe may take")
-    eject_after_failures: int = setting(1, flag="--eject-after-failures", group=HEALTH_GROUP,
+    eject_after_failures: int = setting(1, flag="--eject-after-failures", advanced=True, group=HEALTH_GROUP,
                                         ge=1, help="consecutive connect failures/timeouts that eject a backend")
     readmit_after_s: float = setting(
-        5.0, flag="--readmit-after", group=HEALTH_GROUP, ge=0,
+        5.0, flag="--readmit-after", advanced=True, group=HEALTH_GROUP, ge=0,
         help="minimum seconds an ejected backend stays out before a passing probe re-admits it")
 
     @field_validator("backends", mode="before")

@@ -34,13 +34,21 @@ SIM_PREFIX = "--sim-"
 SIM_FIELDS = ("speedup", "mm_processor_cache_gb")
 
 
+HELP_ALL = "--help-all"
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The gateway's flags (each also read from MMGATE_<FLAG>)."""
-    parser.epilog = "Every flag also reads MMGATE_<FLAG> from the environment."
+    """The gateway's flags (each also read from MMGATE_<FLAG>); ``--help`` lists what an operator
+    decides, ``--help-all`` every flag."""
+    show_all = HELP_ALL in sys.argv[1:]
+    parser.epilog = ("Every flag also reads MMGATE_<FLAG> from the environment, and every setting can come "
+                     "from a TOML file (--config). " + ("" if show_all else
+                     "Advanced flags (internal bounds, timeouts, health and cache tuning) work too: --help-all lists them."))
+    parser.add_argument(HELP_ALL, action="help", help="show every flag, the advanced ones too, and exit")
     parser.add_argument("--config", default=None, metavar="FILE",
                         help="TOML file of settings, below flags and MMGATE_* variables: a flag's name without its "
                              "dashes, or a field of a settings table (docs/CONFIG.md) (env MMGATE_CONFIG)")
-    flags = add_flags(parser, GatewaySettings)
+    flags = add_flags(parser, GatewaySettings, show_advanced=show_all)
     # default None: MMGATE_LOG_LEVEL is checked in ``run`` (argparse never checks a default).
     parser.add_argument("--log-level", default=None, choices=LOG_LEVELS,
                         help="log level (default info; env MMGATE_LOG_LEVEL)")
