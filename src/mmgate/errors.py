@@ -28,6 +28,7 @@ never escape it.
     ├── UpstreamError                 backend trouble → 5xx (or the backend's own 4xx)
     │   ├── BackendStatusError        the backend's own status and message, passed through
     │   ├── BackendConnectError       502
+    │   ├── BackendBusyError          503: every pool connection to it in use (not a failure)
     │   ├── BackendProtocolError      502
     │   └── BackendTimeoutError       504
     └── CacheError                    shared-cache trouble: always swallowed (fail-open)
@@ -44,7 +45,7 @@ from typing import Any
 from mmgate._settings import ConfigError
 
 __all__ = [
-    "AuthenticationError", "BackendConnectError", "BackendProtocolError", "BackendStatusError",
+    "AuthenticationError", "BackendBusyError", "BackendConnectError", "BackendProtocolError", "BackendStatusError",
     "BackendTimeoutError", "BodyTimeoutError", "BodyTooLargeError", "BusyError", "CacheError", "ConfigError",
     "EndpointNotFoundError", "ForbiddenError", "ForbiddenURLError", "ImageTooLargeError", "InvalidRequestError",
     "MediaError", "MmgateError", "ModelNotFoundError", "OriginError", "OriginTimeoutError", "RequestError",
@@ -223,6 +224,16 @@ class BackendStatusError(UpstreamError):
 class BackendConnectError(UpstreamError):
     status = 502
     code = "backend_unreachable"
+
+
+class BackendBusyError(UpstreamError):
+    """Every connection the gateway may open to the backend is in use (``--backend-max-connections``)
+    and none came free within the connect timeout: the backend is busy, not failing — never a
+    reason to eject it. Answered 503 with ``Retry-After``."""
+
+    status = 503
+    code = "backend_busy"
+    retry_after_s = 1
 
 
 class BackendProtocolError(UpstreamError):

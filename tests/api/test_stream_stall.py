@@ -88,3 +88,40 @@ async def test_streams_that_fill_the_backend_pool_do_not_fail_its_health_probes(
                     sock.close()
     finally:
         sim.stop()
+
+
+async def test_a_full_backend_pool_is_a_503_not_a_failure(tmp_path: Path) -> None:
+    """Waiting for a pool connection that never comes free is the backend being busy: 503 with
+    Retry-After, and the backend is not ejected (one failure would eject it here)."""
+    sim = SimProcess(tmp_path / "sim.log")
+    sim.start(["--speedup", "100000", "--max-model-len", "1000000"])
+    try:
+        with serve_process(tmp_path, "--backend", f"vllm={sim.url}", "--backend-max-connections", "1",
+                           "--backend-connect-timeout", "0.5", "--stream-stall-timeout", "60",
+                           "--eject-after-failures", "1") as gw:
+            sock = stalled_stream(gw.port)  # holds the one connection
+            try:
+                deadline = time.monotonic() + 5
+                while await load(gw.url) < 1:
+                    assert time.monotonic() < deadline
+                    await asyncio.sleep(0.05)
+                async with aiohttp.ClientSession() as s:
+                    async with s.post(gw.url + "/v1/chat/completions", json={
+                            "model": "tiny-qwen2vl", "max_tokens": 2,
+                            "messages": [{"role": "user", "content": "hi"}]}) as r:
+                        body = await r.json()
+                        assert r.status == 503 and body["error"]["code"] == "backend_busy", body
+                        assert r.headers["Retry-After"] == "1"
+                assert metric_value(gw.metrics(), "mmgate_backend_healthy", backend="vllm-0") == 1
+            finally:
+                sock.close()
+            deadline = time.monotonic() + 10
+            while True:  # the stream's end frees the connection: served again
+                async with aiohttp.ClientSession() as s, s.post(gw.url + "/v1/chat/completions", json={
+                        "model": "tiny-qwen2vl", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}) as r:
+                    if r.status == 200:
+                        break
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.2)
+    finally:
+        sim.stop()

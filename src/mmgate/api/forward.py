@@ -44,6 +44,7 @@ from mmgate.api.gateway import Gateway
 from mmgate.api.responses import error_frame
 from mmgate.backends import Backend, BackendReply
 from mmgate.errors import (
+    BackendBusyError,
     BackendConnectError,
     BackendTimeoutError,
     BodyTimeoutError,
@@ -187,8 +188,9 @@ class Forwarder:
         ranked = backends if backends is not None else self.route(model, session_id)
         try:
             return await self._tracked(ranked[0], method, path, body, headers, stream)
-        except BackendConnectError:
-            # Nothing reached that backend: try the next one once, unless the upload has started
+        except (BackendConnectError, BackendBusyError):
+            # Nothing reached that backend (unreachable, or every connection to it in use): try
+            # the next one once, unless the upload has started
             # (its bytes cannot be read again).
             if len(ranked) < 2 or (isinstance(body, Upload) and body.started):
                 raise

@@ -17,7 +17,13 @@ from dataclasses import dataclass, field
 from mmgate.api.parse import ChatRequest, parse_chat_request, parse_chat_request_async
 from mmgate.backends import CHAT_PATH, Backend, BackendReply
 from mmgate.config import GatewaySettings
-from mmgate.errors import BackendConnectError, BackendTimeoutError, ImageTooLargeError, InvalidRequestError
+from mmgate.errors import (
+    BackendBusyError,
+    BackendConnectError,
+    BackendTimeoutError,
+    ImageTooLargeError,
+    InvalidRequestError,
+)
 from mmgate.media import MediaLoader
 from mmgate.metrics import GatewayMetrics
 from mmgate.reuse import (
@@ -184,8 +190,9 @@ class Gateway:
         ranked = [pin] if pin is not None else self.router.ranked(request.model, session_id, routed)
         try:
             return await self._tracked_send(request, plans, ranked[0], routed, session_id, path)
-        except BackendConnectError:
-            # Nothing reached that backend (whether or not it is ejected yet): try the next one once.
+        except (BackendConnectError, BackendBusyError):
+            # Nothing reached that backend (unreachable, whether or not it is ejected yet, or every
+            # connection to it in use): try the next one once.
             if len(ranked) < 2:
                 raise
             return await self._tracked_send(request, plans, ranked[1], routed, session_id, path)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterable, AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator, Mapping
 from typing import cast
 
 import aiohttp
@@ -17,6 +17,7 @@ from multidict import CIMultiDict
 
 from mmgate.backends.base import CHAT_PATH, BackendKind, BackendReply, error_message
 from mmgate.errors import (
+    BackendBusyError,
     BackendConnectError,
     BackendProtocolError,
     BackendStatusError,
@@ -57,6 +58,9 @@ class HTTPBackend:
         self._max_connections = max_connections
         self._keepalive_s = keepalive_s
         self._session: aiohttp.ClientSession | None = None
+        # Requests that hold (or wait for) a pool connection: past the pool's size, a connect
+        # timeout is the wait for a free connection, not a backend that fails to accept one.
+        self._in_use = 0
         # Health, model and load probes have a small pool of their own: requests that fill the
         # request pool (streams a client reads slowly) must not make a healthy backend fail its
         # probes and be ejected.
@@ -137,22 +141,48 @@ class HTTPBackend:
     ) -> BackendReply:
         """One request; the reply whole, or streamed when asked for and the backend streams (200,
         an event stream). An error status is always read whole."""
-        with self._translated("before answering", sent=False):
-            resp = await self._client().request(method, url, data=data, headers=headers)
-        content_type = resp.headers.get("Content-Type", "application/json")
-        if resp.status != 200 or not stream or not content_type.startswith("text/event-stream"):
-            try:
-                with self._translated("while answering", sent=True):
-                    body = await resp.read()
-            except BaseException:
-                resp.close()  # a half-read connection must not go back to the pool
-                raise
-            finally:
-                resp.release()
-            return BackendReply(status=resp.status, content_type=content_type, body=body)
-        return BackendReply(
-            status=200, content_type=content_type, stream=self._relay(resp), _release=resp.close
-        )
+        self._in_use += 1
+        streaming = False
+        try:
+            with self._translated("before answering", sent=False):
+                try:
+                    resp = await self._client().request(method, url, data=data, headers=headers)
+                except aiohttp.ConnectionTimeoutError as exc:
+                    if self._in_use > self._max_connections:
+                        raise BackendBusyError(
+                            f"backend {self.name} has all its {self._max_connections} connections in use "
+                            "(--backend-max-connections); retry shortly") from exc
+                    raise
+            content_type = resp.headers.get("Content-Type", "application/json")
+            if resp.status != 200 or not stream or not content_type.startswith("text/event-stream"):
+                try:
+                    with self._translated("while answering", sent=True):
+                        body = await resp.read()
+                except BaseException:
+                    resp.close()  # a half-read connection must not go back to the pool
+                    raise
+                finally:
+                    resp.release()
+                return BackendReply(status=resp.status, content_type=content_type, body=body)
+            streaming = True  # the stream holds its connection until it is released
+            return BackendReply(status=200, content_type=content_type, stream=self._relay(resp),
+                                _release=self._releaser(resp))
+        finally:
+            if not streaming:
+                self._in_use -= 1
+
+    def _releaser(self, resp: aiohttp.ClientResponse) -> Callable[[], None]:
+        """Close a streamed response and give its pool slot back (once)."""
+        held = True
+
+        def release() -> None:
+            nonlocal held
+            resp.close()
+            if held:
+                held = False
+                self._in_use -= 1
+
+        return release
 
     async def _relay(self, resp: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
         """Yield the SSE bytes as they arrive (no re-framing: frames pass through unchanged)."""
