@@ -119,7 +119,8 @@ class CacheSettings(Frozen):
     model_config = ConfigDict(title="image caches")
 
     local_cache_bytes: int = setting(512 * MiB, flag="--local-cache-bytes", ge=0,
-                                     help="byte budget of the in-process image cache (0 disables it)")
+                                     help="byte budget of the in-process image cache (0 disables it; 128 MiB when the gateway runs "
+                                          "embedded engines)")
     local_max_entry_fraction: float = setting(
         0.25, flag="--local-max-entry-fraction", advanced=True, gt=0, le=1,
         help="entries larger than this share of --local-cache-bytes are not cached locally")
@@ -256,7 +257,8 @@ class GatewaySettings(Frozen):
         65536, flag="--reuse-tracked-uuids", advanced=True, group=REUSE_GROUP, ge=1,
         help="uuids remembered per vllm backend as sent (about 250 bytes of gateway memory each)")
     uuid_store_bytes: int = setting(256 * MiB, flag="--uuid-store-bytes", group=REUSE_GROUP,
-                                    ge=0, help="local byte budget of the uuid -> image store used for healing")
+                                    ge=0, help="local byte budget of the uuid -> image store used for healing (64 MiB when the "
+                                    "gateway runs embedded engines)")
     uuid_ttl_s: int = setting(3600, flag="--uuid-ttl", group=REUSE_GROUP, gt=0,
                               help="uuid store TTL, seconds")
     api_keys_file: str | None = setting(

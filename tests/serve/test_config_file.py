@@ -77,3 +77,14 @@ def test_a_real_gateway_serves_with_the_files_settings(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def test_embedded_runs_get_laptop_sized_caches_unless_set() -> None:
+    from mmgate.serve.engines import EMBEDDED_LOCAL_CACHE_BYTES, EMBEDDED_UUID_STORE_BYTES, embedded_defaults
+
+    small = embedded_defaults(settings([]))
+    assert (small.cache.local_cache_bytes, small.uuid_store_bytes) == (EMBEDDED_LOCAL_CACHE_BYTES,
+                                                                       EMBEDDED_UUID_STORE_BYTES)
+    chosen = embedded_defaults(settings(["--local-cache-bytes", "1000", "--uuid-store-bytes", "2000"]))
+    assert (chosen.cache.local_cache_bytes, chosen.uuid_store_bytes) == (1000, 2000)
+    assert settings([]).cache.local_cache_bytes == 512 * 1024 * 1024  # with backends: the default

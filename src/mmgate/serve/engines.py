@@ -7,8 +7,27 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from mmgate.config import BackendSpec
+from mmgate._settings import MiB
+from mmgate.config import BackendSpec, GatewaySettings
 from mmgate.sim import SimSettings, start_sim
+
+# The gateway's own caches when it runs with embedded engines (``make run`` on a laptop), unless set
+# explicitly: the production defaults (512 MiB of images, 256 MiB of uuids) would hold most of a
+# laptop's memory budget for a demo. The embedded engines keep vLLM's processor-cache budget: their
+# entries are records of processed images, not the pixels.
+EMBEDDED_LOCAL_CACHE_BYTES = 128 * MiB
+EMBEDDED_UUID_STORE_BYTES = 64 * MiB
+
+
+def embedded_defaults(settings: GatewaySettings) -> GatewaySettings:
+    """``settings`` with the laptop-sized cache budgets of an embedded run, where not set."""
+    cache = settings.cache
+    if "local_cache_bytes" not in cache.model_fields_set:
+        cache = cache.model_copy(update={"local_cache_bytes": EMBEDDED_LOCAL_CACHE_BYTES})
+    update: dict[str, object] = {"cache": cache}
+    if "uuid_store_bytes" not in settings.model_fields_set:
+        update["uuid_store_bytes"] = EMBEDDED_UUID_STORE_BYTES
+    return settings.model_copy(update=update)
 
 
 async def start_embedded_engines(

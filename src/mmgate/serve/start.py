@@ -23,7 +23,7 @@ from mmgate.media import MediaLoader
 from mmgate.metrics import GatewayMetrics
 from mmgate.reuse import KeySpace, TenantKeys, UUIDStore
 from mmgate.routing import build_router
-from mmgate.serve.engines import start_embedded_engines
+from mmgate.serve.engines import embedded_defaults, start_embedded_engines
 from mmgate.serve.secrets import read_admin_key, read_backend_keys
 from mmgate.serving import server_logger
 from mmgate.sim import SimSettings
@@ -77,8 +77,11 @@ async def start_gateway(
     """Build and start a gateway from settings (embedded sim engines when no backend is set).
 
     Everything that can reject a setting (API keys file, Redis URL) is checked before anything
-    starts; a failure part-way through stops what was started.
+    starts; a failure part-way through stops what was started. With embedded engines, the caches'
+    budgets not set explicitly are laptop-sized (``embedded_defaults``).
     """
+    if not settings.backends:
+        settings = embedded_defaults(settings)
     tenants = TenantKeys.from_file(settings.api_keys_file) if settings.api_keys_file else None
     backend_keys = read_backend_keys(settings.backend_keys_file, settings.backends) if settings.backend_keys_file else {}
     admin_key = read_admin_key(settings.admin_key_file) if settings.admin_key_file else None
