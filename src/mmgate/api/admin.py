@@ -70,6 +70,16 @@ def add_operator_endpoints(app: web.Application, admin_key: str | None) -> None:
         app.router.add_route(method, path, handler)
 
 
+def is_admin(request: web.Request) -> bool:
+    """True when the gateway has an admin key and the request carries it (``X-Mmgate-Admin-Key``,
+    or ``Authorization: Bearer <admin key>``, which is what a Prometheus scrape config sends)."""
+    key = request.app.get(ADMIN_KEY)
+    if key is None:
+        return False
+    given = request.headers.get(ADMIN_HEADER) or request.headers.get("Authorization", "").removeprefix("Bearer ")
+    return bool(given) and hmac.compare_digest(given.encode("utf-8", "replace"), key.encode())
+
+
 def check_admin(request: web.Request) -> None:
     """403 unless the request carries the configured admin key."""
     key = request.app.get(ADMIN_KEY)

@@ -23,14 +23,14 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from mmgate.api import agents
-from mmgate.api.admin import add_operator_endpoints
+from mmgate.api.admin import ADMIN_HEADER, ADMIN_KEY, add_operator_endpoints, is_admin
 from mmgate.api.edge import read_body
 from mmgate.api.endpoints import CLIENT_CLOSED, add_client_endpoints
 from mmgate.api.forward import FORWARDER_KEY, GATEWAY_KEY, Forwarder, deliver
 from mmgate.api.gateway import Gateway
 from mmgate.api.responses import error_response, http_error_response
 from mmgate.backends import Backend, BackendReply
-from mmgate.errors import EndpointNotFoundError, MmgateError, ShuttingDownError
+from mmgate.errors import EndpointNotFoundError, ForbiddenError, MmgateError, ShuttingDownError
 from mmgate.metrics import UNMATCHED_ROUTE
 from mmgate.serving import json_response
 
@@ -199,18 +199,29 @@ async def _load(request: web.Request) -> web.StreamResponse:
 
 
 async def _health(request: web.Request) -> web.StreamResponse:
-    """200 while at least one backend passes its health checks, else 503; lists each backend."""
-    router = request.app[GATEWAY_KEY].router
-    backends = [
-        {"name": b.name, "kind": b.kind, "url": b.url, "healthy": router.is_healthy(b),
-         "outstanding": router.outstanding(b)}
-        for b in router.backends
-    ]
-    healthy = any(b["healthy"] for b in backends)
-    return json_response({"status": "ok" if healthy else "degraded", "backends": backends},
-                         status=200 if healthy else 503)
+    """200 while at least one backend passes its health checks, else 503. Lists each backend (name,
+    URL, in-flight count) to the operator: to anyone on a gateway without API keys, else only to a
+    request with the admin key; everyone else gets the counts, which is all a probe needs."""
+    gateway = request.app[GATEWAY_KEY]
+    router = gateway.router
+    healthy = sum(1 for b in router.backends if router.is_healthy(b))
+    body: dict[str, object] = {"status": "ok" if healthy else "degraded"}
+    if gateway.tenants is None or is_admin(request):
+        body["backends"] = [
+            {"name": b.name, "kind": b.kind, "url": b.url, "healthy": router.is_healthy(b),
+             "outstanding": router.outstanding(b)}
+            for b in router.backends
+        ]
+    else:
+        body["backends_healthy"], body["backends_total"] = healthy, len(router.backends)
+    return json_response(body, status=200 if healthy else 503)
 
 
 async def _metrics(request: web.Request) -> web.StreamResponse:
+    """The Prometheus page; with an admin key configured, only for a request that carries it
+    (per-backend and per-route counts say what other clients do)."""
     gateway = request.app[GATEWAY_KEY]
+    if request.app.get(ADMIN_KEY) is not None and not is_admin(request):
+        raise ForbiddenError("/metrics needs the gateway's admin key (X-Mmgate-Admin-Key, or "
+                             "Authorization: Bearer <admin key> in the scrape config)", param=ADMIN_HEADER)
     return web.Response(body=generate_latest(gateway.metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
