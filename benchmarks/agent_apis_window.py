@@ -7,7 +7,7 @@ route) pair runs on fresh images, streamed, at concurrency 1. Reported: TTFT p50
 the engine processed (``vllm:mm_cache_queries_total`` less hits: what it decoded and hashed),
 unique images, and their ratio.
 
-    .venv/bin/python benchmarks/agent_apis_window.py --turns 8 --window 4 --sessions 2 \\
+    .venv/bin/python benchmarks/agent_apis_window.py --turns 8 --window 4 --sessions 2 --rounds 4 \\
         --out results/agent_apis_window.json
 
 Needs the vLLM venv (``make vllm``); the replica starts in 60-90 s.
@@ -109,15 +109,23 @@ async def run(url: str, replica_url: str, api: str, route: str, args: argparse.N
 
 
 def measure(vllm_url: str, gateway_url: str, args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
+    """Each round runs every (API, route) pair, the routes' order swapped every other round, so
+    that a busy machine's noise and a replica's warm-up fall on both."""
+    routes = [("direct", vllm_url), ("gateway", gateway_url)]
+    for n in range(args.rounds):
+        for api in ("messages", "responses"):
+            for route, url in routes if n % 2 == 0 else routes[::-1]:
+                rows.append({"round": n, **asyncio.run(run(url, vllm_url, api, route, args))})
+                r = rows[-1]
+                print(f"round {n} {api:10} {route:8} ttft p50 {r['ttft_p50_s'] * 1000:7.1f} ms  p90 "
+                      f"{r['ttft_p90_s'] * 1000:7.1f} ms  images processed {r['images_processed']:4.0f} / "
+                      f"unique {r['unique_images']} = {r['processed_per_unique']:.2f}  images sent with bytes "
+                      f"{r['gateway_sent'] if r['gateway_sent'] is not None else r['requests'] * args.window}",
+                      flush=True)
     for api in ("messages", "responses"):
-        for route, url in (("direct", vllm_url), ("gateway", gateway_url)):
-            rows.append(asyncio.run(run(url, vllm_url, api, route, args)))
-            r = rows[-1]
-            print(f"{api:10} {route:8} ttft p50 {r['ttft_p50_s'] * 1000:7.1f} ms  p90 "
-                  f"{r['ttft_p90_s'] * 1000:7.1f} ms  images processed {r['images_processed']:4.0f} / "
-                  f"unique {r['unique_images']} = {r['processed_per_unique']:.2f}  images sent with bytes "
-                  f"{r['gateway_sent'] if r['gateway_sent'] is not None else r['requests'] * args.window}",
-                  flush=True)
+        p50 = {route: pct([r["ttft_p50_s"] for r in rows if r["api"] == api and r["route"] == route], 0.5)
+               for route, _ in routes}
+        print(f"{api:10} TTFT p50 (median of rounds) gateway / direct = {p50['gateway'] / p50['direct']:.2f}")
 
 
 def main() -> int:
@@ -125,6 +133,7 @@ def main() -> int:
     parser.add_argument("--turns", type=int, default=8)
     parser.add_argument("--window", type=int, default=4)
     parser.add_argument("--sessions", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--vllm-url", help="a running replica to use (with --gateway-url) instead of starting one")
     parser.add_argument("--gateway-url", help="a running mmgate serve --reuse auto in front of --vllm-url")
     parser.add_argument("--out", type=Path)

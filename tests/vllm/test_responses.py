@@ -175,3 +175,27 @@ async def test_bad_input_is_a_4xx_in_openais_shape(gateway: GatewayProcess, name
     reply = await call(gateway.url, "/v1/responses", None if raw else case, raw=raw)
     assert 400 <= reply.status < 500, (reply.status, reply.json)
     assert is_openai_error(reply), reply.json
+
+
+async def test_a_miss_on_the_pinned_replica_is_healed(gateway: GatewayProcess) -> None:
+    """A follow-up pinned to the replica holding its previous response references an image only
+    the other replica saw: vLLM's real "Cache miss" on /v1/responses, healed from the gateway's
+    uuid store, and the client gets its answer."""
+    seeded = await call(gateway.url, "/v1/responses", req([{"role": "user", "content": [
+        image(fresh_jpeg(), uuid="heal-1")]}], store=False), headers={"x-session-id": "heal-seed"})
+    assert seeded.status == 200 and seeded.reuse()["sent"] == 1
+    home = seeded.headers["x-mmgate-backend"]
+    other = None
+    for n in range(40):  # a stored response on the other replica (sessions spread over both)
+        made = await call(gateway.url, "/v1/responses", {**req("Hi", store=True), "max_output_tokens": 1},
+                          headers={"x-session-id": f"heal-other-{n}"})
+        if made.headers["x-mmgate-backend"] != home:
+            other = made
+            break
+    assert other is not None, "no session was routed to the other replica"
+    follow = await call(gateway.url, "/v1/responses", req(
+        [{"role": "user", "content": [{"type": "input_image", "image_url": None, "uuid": "heal-1"}]}],
+        previous_response_id=other.json["id"]))
+    assert follow.status == 200, follow.json
+    assert follow.headers["x-mmgate-backend"] == other.headers["x-mmgate-backend"]
+    assert follow.reuse()["healed"] == 1
