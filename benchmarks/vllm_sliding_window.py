@@ -12,10 +12,6 @@ caches), the same two replicas for all:
 * ``gw-auto``        client → ``mmgate serve --reuse auto`` → vLLM, the same unmodified client
 * ``gw-strip``       client → ``mmgate serve --reuse auto`` → vLLM, the stripping client
 
-``--api responses`` / ``--api messages`` send the same turns as an unmodified OpenAI Responses or
-Anthropic Messages client (to ``/v1/responses`` / ``/v1/messages``; the strip modes need uuids, so
-chat only). TTFT is the first generated text of each API's stream (``mmgate.bench.streams``).
-
 Every mode runs ``--rounds`` times, the order of the modes rotated each round, so that the noise
 of a shared machine falls on all of them. Reported per mode: TTFT and request latency p50/p90 of
 all its rounds' requests, each round's TTFT p50, client bytes, images the client sent with bytes,
@@ -47,9 +43,6 @@ from typing import Any
 
 import aiohttp
 
-from mmgate.bench.apis import API_PATHS
-from mmgate.bench.streams import STREAM_PARSERS
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -76,31 +69,11 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))] if ordered else float("nan")
 
 
-def api_body(api: str, texts: str, images: list[dict[str, Any]], max_tokens: int) -> dict[str, Any]:
-    """One turn's body in the shape of ``api``: chat parts as built, or the same images as Responses
-    ``input_image`` parts / Anthropic ``image`` blocks (those APIs carry no uuid)."""
-    if api == "chat":
-        return {"model": "tiny-qwen2vl", "stream": True, "max_tokens": max_tokens, "ignore_eos": True,
-                "messages": [{"role": "user", "content": [{"type": "text", "text": texts}, *images]}]}
-    urls = [p["image_url"]["url"] for p in images]
-    if api == "responses":
-        content = [{"type": "input_text", "text": texts},
-                   *({"type": "input_image", "image_url": u, "detail": "auto"} for u in urls)]
-        return {"model": "tiny-qwen2vl", "stream": True, "max_output_tokens": max_tokens, "ignore_eos": True,
-                "input": [{"role": "user", "content": content}]}
-    blocks: list[dict[str, Any]] = []
-    for u in urls:
-        head, _, data = u.partition(",")
-        blocks.append({"type": "image", "source": {"type": "base64", "media_type": head[5:-7], "data": data}})
-    return {"model": "tiny-qwen2vl", "stream": True, "max_tokens": max_tokens, "ignore_eos": True,
-            "messages": [{"role": "user", "content": [*blocks, {"type": "text", "text": texts}]}]}
-
-
 async def run_session(http: aiohttp.ClientSession, url: str, sid: str, strip: bool, images: list[str],
                       args: argparse.Namespace, out: dict[str, list[float]]) -> None:
     sent: set[str] = set()
     for t in range(args.turns):
-        parts: list[dict[str, Any]] = []
+        parts: list[dict[str, Any]] = [{"type": "text", "text": f"turn {t} of {sid}: what changed?"}]
         for i in range(max(0, t - args.window + 1), t + 1):
             uuid = f"{sid}-img{i}"
             if strip and uuid in sent:
@@ -112,26 +85,22 @@ async def run_session(http: aiohttp.ClientSession, url: str, sid: str, strip: bo
                 sent.add(uuid)
             out["client_images"].append(1)
             parts.append(part)
-        body = json.dumps(api_body(args.api, f"turn {t} of {sid}: what changed?", parts, args.max_tokens)).encode()
+        body = json.dumps({"model": "tiny-qwen2vl", "stream": True, "max_tokens": args.max_tokens,
+                           "ignore_eos": True, "messages": [{"role": "user", "content": parts}]}).encode()
         out["client_bytes"].append(len(body))
-        t0 = time.perf_counter_ns()
-        state = STREAM_PARSERS[args.api]()
-        async with http.post(url + API_PATHS[args.api], data=body,
+        t0 = time.perf_counter()
+        ttft = None
+        async with http.post(url + "/v1/chat/completions", data=body,
                              headers={"Content-Type": "application/json", "x-session-id": sid}) as r:
             if r.status != 200:
                 out["errors"].append(r.status)
                 print(f"  {sid} turn {t}: HTTP {r.status} {(await r.read())[:200]!r}", file=sys.stderr)
                 continue
-            async for chunk in r.content.iter_any():
-                state.feed(chunk, time.perf_counter_ns())
-        end = time.perf_counter_ns()
-        if state.error is not None:
-            out["errors"].append(0)
-            print(f"  {sid} turn {t}: {state.error}", file=sys.stderr)
-            continue
-        first = state.first_token_ns if state.first_token_ns >= 0 else end
-        out["ttft_ms"].append((first - t0) / 1e6)
-        out["latency_ms"].append((end - t0) / 1e6)
+            async for line in r.content:
+                if ttft is None and line.startswith(b"data: {"):
+                    ttft = time.perf_counter() - t0
+        out["ttft_ms"].append(1000 * (ttft if ttft is not None else time.perf_counter() - t0))
+        out["latency_ms"].append(1000 * (time.perf_counter() - t0))
 
 
 async def drive(urls: list[str], mode: str, args: argparse.Namespace, concurrency: int, run: int
@@ -188,9 +157,6 @@ def run_mode(mode: str, replicas: list[VllmReplica] | list[SimProcess], args: ar
         "gw_images_reference": total(gw, 'mmgate_images_forwarded_total{mode="reference"}')
         + total(gw, 'mmgate_images_forwarded_total{mode="stripped"}'),
         "gw_heals": total(gw, "mmgate_reuse_heals_total"),
-        # Images that reached an engine with their bytes, over the workload's distinct images.
-        "engine_images_per_unique": (total(gw, 'mmgate_images_forwarded_total{mode="data"}') if gateway is not None
-                                     else len(out["client_images"])) / (args.sessions * args.turns),
         "wall_s": wall, "ttft_ms": out["ttft_ms"], "latency_ms": out["latency_ms"],
     }
 
@@ -213,8 +179,7 @@ def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "latency_p50_ms": pct(latency, 50), "latency_p90_ms": pct(latency, 90),
             **{k: sum(r[k] for r in group) / n for k in (
                 "client_bytes", "client_images_with_data", "vllm_cache_queries", "vllm_cache_hits",
-                "vllm_prompt_tokens", "gw_images_data", "gw_images_reference", "gw_heals",
-                "engine_images_per_unique")},
+                "vllm_prompt_tokens", "gw_images_data", "gw_images_reference", "gw_heals")},
         })
     return out
 
@@ -239,7 +204,7 @@ def ratios(summary: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
 def print_rows(label: str, summary: list[dict[str, Any]]) -> None:
     print(f"\n== {label} ==")
     print(f"{'mode':<14}{'c':>2}{'n':>4}{'err':>4}{'TTFT p50':>10}{'p90':>9}{'lat p50':>9}{'client MB':>10}"
-          f"{'img sent':>9}{'cache q/hit':>12}{'gw data/ref/heal':>17}{'eng/uniq':>9}  TTFT p50 of rounds")
+          f"{'img sent':>9}{'cache q/hit':>12}{'gw data/ref/heal':>17}  TTFT p50 of rounds")
     for r in summary:
         gw = f"{r['gw_images_data']:.0f}/{r['gw_images_reference']:.0f}/{r['gw_heals']:.0f}" \
             if r["mode"].startswith("gw-") else "-"
@@ -247,7 +212,7 @@ def print_rows(label: str, summary: list[dict[str, Any]]) -> None:
         print(f"{r['mode']:<14}{r['concurrency']:>2}{r['requests']:>4}{r['errors']:>4}{r['ttft_p50_ms']:>8.0f}ms"
               f"{r['ttft_p90_ms']:>7.0f}ms{r['latency_p50_ms']:>7.0f}ms{r['client_bytes'] / 1e6:>10.2f}"
               f"{r['client_images_with_data']:>9.0f}{r['vllm_cache_queries']:>6.0f}/{r['vllm_cache_hits']:<5.0f}"
-              f"{gw:>17}{r['engine_images_per_unique']:>9.2f}  {rounds}")
+              f"{gw:>17}  {rounds}")
     for c, entry in ratios(summary).items():
         text = "; ".join(f"{name} {v['pooled']:.2f} (rounds {', '.join(f'{x:.2f}' for x in v['rounds'])})"
                          for name, v in entry.items())
@@ -282,10 +247,7 @@ def main() -> int:
     p.add_argument("--concurrency", default="1,4", help="comma-separated session concurrencies")
     p.add_argument("--rounds", type=int, default=3,
                    help="run every mode this many times, the order rotated each round (noise falls on all)")
-    p.add_argument("--modes", default=",".join(MODES),
-                   help="the *-strip modes need --api chat (the other APIs carry no uuid)")
-    p.add_argument("--api", choices=tuple(API_PATHS), default="chat",
-                   help="the client API: chat completions, Responses or Anthropic Messages")
+    p.add_argument("--modes", default=",".join(MODES))
     p.add_argument("--models", default="tiny,small-lm", help=f"comma-separated, of {', '.join(MODELS)}")
     p.add_argument("--engines", default="vllm,sim",
                    help="comma-separated: 'vllm' (real replicas) and/or 'sim' (two `mmgate sim` "
@@ -298,8 +260,6 @@ def main() -> int:
     p.add_argument("--out", type=Path, default=ROOT / "results" / "vllm_sliding_window.json")
     p.add_argument("--log-dir", type=Path, default=ROOT / "build" / "vllm-sliding-window")
     args = p.parse_args()
-    if args.api != "chat" and any(m.endswith("strip") for m in args.modes.split(",")):
-        p.error(f"--api {args.api} has no uuid: leave the *-strip modes out of --modes")
     base = VllmSetup.locate() if "vllm" in args.engines.split(",") else None
     results: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}, "runs": {}}
     modes = args.modes.split(",")
@@ -308,7 +268,7 @@ def main() -> int:
         for model in args.models.split(","):
             if engine == "sim" and model != "tiny":
                 continue
-            label = f"{engine} {model}" + ("" if args.api == "chat" else f" {args.api}")
+            label = f"{engine} {model}"
             backends = start_backends(engine, model, args, base)
             rows = []
             try:
