@@ -1,7 +1,8 @@
 """The container image (Dockerfile), built and run with the real docker: from a clean checkout, on a
 base image made from Debian's packages (no registry is reachable here) and a wheelhouse (pip in the
 build reaches no index), it stays under its size budget, runs as a non-root user configured by
-MMGATE_* variables, answers the README's two quickstart requests, turns healthy, and exits 0 on SIGTERM.
+MMGATE_* variables, answers the README's two quickstart requests, turns healthy, and on SIGTERM lets a
+stream in flight finish before it exits 0.
 
 Skipped, with the reason, where docker cannot run (no docker, no daemon, or no base image and no way
 to build it). The first run here builds the base image (debootstrap, minutes) and fills the wheelhouse
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import re
 import socket
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -43,6 +45,10 @@ BASE_TIMEOUT_S = 900
 BUILD_TIMEOUT_S = 600
 DRAIN_S = 5
 REQUEST_TIMEOUT_S = 30
+# The embedded engines run this many times slower than their model, so that a stream of STREAM_TOKENS
+# is still going when SIGTERM comes (about 3 s here).
+SIM_SPEEDUP = 0.1
+STREAM_TOKENS = 40
 
 
 def readme_requests() -> tuple[str, list[dict[str, Any]]]:
@@ -69,6 +75,18 @@ def post(url: str, body: dict[str, Any], session: str) -> tuple[int, dict[str, s
         "Content-Type": "application/json", "x-session-id": session})
     with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S) as response:
         return response.status, dict(response.headers), json.loads(response.read())
+
+
+def stream_lines(url: str, first_line: threading.Event, lines: list[str]) -> None:
+    """A streamed chat completion read line by line into ``lines``; ``first_line`` set at its first."""
+    body = {"model": "mmgate-sim-vl", "stream": True, "max_tokens": STREAM_TOKENS,
+            "messages": [{"role": "user", "content": "count"}]}
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S) as response:
+        for raw in response:
+            lines.append(raw.decode().strip())
+            first_line.set()
 
 
 def health(url: str) -> dict[str, Any] | None:
@@ -118,7 +136,8 @@ def test_container_serves_the_readme_and_drains_on_sigterm(image: str) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     run = docker("run", "--detach", "--publish", f"127.0.0.1:{port}:8000",
-                 "--env", "MMGATE_EMBEDDED_ENGINES=3", "--env", f"MMGATE_DRAIN_TIMEOUT={DRAIN_S}", image)
+                 "--env", "MMGATE_EMBEDDED_ENGINES=3", "--env", f"MMGATE_DRAIN_TIMEOUT={DRAIN_S}",
+                 "--env", f"MMGATE_SIM_SPEEDUP={SIM_SPEEDUP}", image)
     name = run.stdout.strip()
     try:
         assert wait_for(lambda: health(url) is not None, 60), docker("logs", name).stderr[-2000:]
@@ -143,6 +162,11 @@ def test_container_serves_the_readme_and_drains_on_sigterm(image: str) -> None:
 
         assert wait_for(healthy, 40, interval=1.0)
 
+        # SIGTERM while a stream is in flight: the stream finishes (drain), then the gateway exits 0.
+        first_line, lines = threading.Event(), []
+        reader = threading.Thread(target=stream_lines, args=(chat, first_line, lines), daemon=True)
+        reader.start()
+        assert first_line.wait(REQUEST_TIMEOUT_S)
         started = time.monotonic()
         docker("stop", "--time", str(DRAIN_S + 20), name, timeout=DRAIN_S + 40)  # SIGTERM, then SIGKILL
         stopped_in = time.monotonic() - started
@@ -150,6 +174,10 @@ def test_container_serves_the_readme_and_drains_on_sigterm(image: str) -> None:
         logs = docker("logs", name)
         assert state["ExitCode"] == 0 and not state["OOMKilled"], logs.stderr[-2000:]
         assert stopped_in < DRAIN_S + 10  # not the SIGKILL after --time
+        reader.join(REQUEST_TIMEOUT_S)
+        data = [line for line in lines if line.startswith("data:")]
+        assert data[-1] == "data: [DONE]" and not any('"error"' in line for line in data), data[-3:]
+        assert len(data) > STREAM_TOKENS // 2  # it was still streaming when SIGTERM came
         assert "Traceback" not in logs.stdout + logs.stderr
     finally:
         docker("rm", "--force", name, check=False)
