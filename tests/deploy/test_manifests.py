@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import math
 import re
 from pathlib import Path
@@ -166,6 +167,8 @@ def test_fleet_is_wired(rendered: list[Resource]) -> None:
     args = container(vllm, "vllm")["args"]
     assert float(arg_value(args, "--mm-processor-cache-gb") or "nan") == float(env["MMGATE_REUSE_BACKEND_CACHE_GB"])
     assert "--enable-server-load-tracking" in args
+    limits = json.loads(arg_value(args, "--limit-mm-per-prompt") or "{}")
+    assert limits.get("image") == int(env["MMGATE_MAX_IMAGES_PER_REQUEST"])
 
     # Redis Cluster: 3 masters with one replica each, reached by the gateways in cluster mode.
     redis = one(rendered, "StatefulSet", "redis")
