@@ -37,8 +37,8 @@ from tests.deploy.manifests import ROOT
 
 REASON = unusable_reason()
 # The first test pays for the base image, the wheelhouse and the build (the module's fixture).
-pytestmark = [pytest.mark.skipif(REASON is not None, reason=f"image test: {REASON}"),
-              pytest.mark.timeout(1800)]
+needs_docker = pytest.mark.skipif(REASON is not None, reason=f"image test: {REASON}")
+builds_image = pytest.mark.timeout(1800)
 
 MAX_IMAGE_BYTES = 300 * 1000 * 1000
 BASE_TIMEOUT_S = 900
@@ -119,6 +119,8 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         docker("image", "prune", "--force", "--filter", "label=mmgate.stage=build", check=False)
 
 
+@needs_docker
+@builds_image
 def test_image_is_small_and_not_root(image: str) -> None:
     size = int(docker("image", "inspect", "--format", "{{.Size}}", image).stdout)
     assert size <= MAX_IMAGE_BYTES, f"{size / 1e6:.0f} MB"
@@ -132,6 +134,8 @@ def test_image_is_small_and_not_root(image: str) -> None:
     assert "mmgate" in listing and "pip" not in listing and "HAS-SRC" not in listing
 
 
+@needs_docker
+@builds_image
 def test_container_serves_the_readme_and_drains_on_sigterm(image: str) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"

@@ -61,9 +61,13 @@ def serve_env_names() -> set[str]:
 
 @pytest.fixture(scope="module", params=KUSTOMIZATIONS, ids=lambda p: p.relative_to(BASE.parent).as_posix())
 def rendered(request: pytest.FixtureRequest) -> list[Resource]:
-    if kubectl() is None:
-        pytest.skip("kubectl is not on PATH: the kustomizations are not rendered")
-    return render(request.param)
+    """A kustomization as kubectl renders it. Without kubectl, the base's files as they are (the base
+    only adds a label, which no check reads), so that the wiring is checked everywhere."""
+    if kubectl() is not None:
+        return render(request.param)
+    if request.param == BASE:
+        return [res for path in base_files() for res in load_file(path)]
+    pytest.skip("kubectl is not on PATH: the overlays are not rendered")
 
 
 @pytest.mark.parametrize("path", base_files(), ids=lambda p: p.name)
@@ -113,7 +117,6 @@ def test_gateway_probes_drain_and_resources() -> None:
     assert rolling["maxUnavailable"] == 0
 
 
-@needs_kubectl
 def test_fleet_is_wired(rendered: list[Resource]) -> None:
     deployment = one(rendered, "Deployment", "mmgate-gateway")
     gateway = container(deployment, "gateway")

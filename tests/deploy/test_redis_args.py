@@ -23,10 +23,18 @@ START_TIMEOUT_S = 10
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """A free port whose cluster bus port (+10000, the Redis default) is free too."""
+    while True:
+        with socket.socket() as sock, socket.socket() as bus:
+            sock.bind(("127.0.0.1", 0))
+            port: int = sock.getsockname()[1]
+            if port + 10000 > 65535:
+                continue
+            try:
+                bus.bind(("127.0.0.1", port + 10000))
+            except OSError:
+                continue
+            return port
 
 
 def node_command(port: int, data: Path) -> str:
