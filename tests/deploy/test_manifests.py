@@ -193,3 +193,10 @@ def test_env_check_catches_a_misspelt_variable() -> None:
     known = serve_env_names()
     assert "MMGATE_DRAIN_TIMEOUT" in known and "MMGATE_REDIS_CLUSTER" in known
     assert "MMGATE_DRAIN_TIMOUT" not in known
+
+
+def test_deploy_guide_names_real_variables() -> None:
+    """Every MMGATE_* variable docs/DEPLOY.md tells an operator to set is one `mmgate serve` reads."""
+    guide = (BASE.parents[2] / "docs" / "DEPLOY.md").read_text()
+    named = set(re.findall(r"\bMMGATE_[A-Z0-9_]*[A-Z0-9]\b", guide)) - {"MMGATE_SOME_FLAG"}  # the naming rule
+    assert named and named - serve_env_names() == set()
