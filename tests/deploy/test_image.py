@@ -20,6 +20,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -45,6 +46,8 @@ BASE_TIMEOUT_S = 900
 BUILD_TIMEOUT_S = 600
 DRAIN_S = 5
 REQUEST_TIMEOUT_S = 30
+# What the gateway pod's securityContext imposes (deploy/kubernetes/base/gateway-deployment.yaml).
+POD_SECURITY = ("--read-only", "--tmpfs", "/tmp", "--cap-drop", "ALL", "--security-opt", "no-new-privileges")
 # The embedded engines run this many times slower than their model, so that a stream of STREAM_TOKENS
 # is still going when SIGTERM comes (about 3 s here).
 SIM_SPEEDUP = 0.1
@@ -70,9 +73,12 @@ def free_port() -> int:
         return port
 
 
-def post(url: str, body: dict[str, Any], session: str) -> tuple[int, dict[str, str], dict[str, Any]]:
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST", headers={
-        "Content-Type": "application/json", "x-session-id": session})
+def post(url: str, body: dict[str, Any], session: str, key: str | None = None
+         ) -> tuple[int, dict[str, str], dict[str, Any]]:
+    headers = {"Content-Type": "application/json", "x-session-id": session}
+    if key is not None:
+        headers["Authorization"] = f"Bearer {key}"
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST", headers=headers)
     with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S) as response:
         return response.status, dict(response.headers), json.loads(response.read())
 
@@ -139,7 +145,7 @@ def test_image_is_small_and_not_root(image: str) -> None:
 def test_container_serves_the_readme_and_drains_on_sigterm(image: str) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    run = docker("run", "--detach", "--publish", f"127.0.0.1:{port}:8000",
+    run = docker("run", "--detach", "--publish", f"127.0.0.1:{port}:8000", *POD_SECURITY,
                  "--env", "MMGATE_EMBEDDED_ENGINES=3", "--env", f"MMGATE_DRAIN_TIMEOUT={DRAIN_S}",
                  "--env", f"MMGATE_SIM_SPEEDUP={SIM_SPEEDUP}", image)
     name = run.stdout.strip()
@@ -194,3 +200,30 @@ def test_readme_requests_are_found() -> None:
     parts = [b["messages"][0]["content"][1] for b in bodies]
     assert parts[0]["image_url"]["url"].startswith("data:image/png;base64,")
     assert parts[1]["image_url"] is None and parts[1]["uuid"] == parts[0]["uuid"]
+
+
+@needs_docker
+@builds_image
+def test_container_takes_api_keys_and_tenant_secret(image: str, tmp_path: Path) -> None:
+    """Configured as the Kubernetes Secret configures it: a mounted keys file and a tenant secret."""
+    keys = tmp_path / "api-keys.json"
+    keys.write_text(json.dumps({"sk-test-a": "tenant-a"}))
+    keys.chmod(0o644)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    run = docker("run", "--detach", "--publish", f"127.0.0.1:{port}:8000", *POD_SECURITY,
+                 "--volume", f"{keys}:/etc/mmgate/api-keys.json:ro",
+                 "--env", "MMGATE_API_KEYS_FILE=/etc/mmgate/api-keys.json",
+                 "--env", "MMGATE_TENANT_SECRET=a-tenant-secret-of-32-characters", image)
+    name = run.stdout.strip()
+    try:
+        assert wait_for(lambda: health(url) is not None, 60), docker("logs", name).stderr[-2000:]
+        session, bodies = readme_requests()
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            post(url + "/v1/chat/completions", bodies[0], session)
+        assert refused.value.code == 401
+        status, _, answer = post(url + "/v1/chat/completions", bodies[0], session, key="sk-test-a")
+        assert status == 200 and answer["choices"][0]["message"]["content"]
+    finally:
+        docker("rm", "--force", name, check=False)
+
