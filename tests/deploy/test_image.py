@@ -177,17 +177,15 @@ def test_container_serves_the_readme_and_drains_on_sigterm(image: str) -> None:
         reader = threading.Thread(target=stream_lines, args=(chat, first_line, lines), daemon=True)
         reader.start()
         assert first_line.wait(REQUEST_TIMEOUT_S)
-        started = time.monotonic()
+        before_sigterm = list(lines)
         docker("stop", "--time", str(DRAIN_S + 20), name, timeout=DRAIN_S + 40)  # SIGTERM, then SIGKILL
-        stopped_in = time.monotonic() - started
         state = json.loads(docker("inspect", "--format", "{{json .State}}", name).stdout)
         logs = docker("logs", name)
-        assert state["ExitCode"] == 0 and not state["OOMKilled"], logs.stderr[-2000:]
-        assert stopped_in < DRAIN_S + 10  # not the SIGKILL after --time
+        assert state["ExitCode"] == 0 and not state["OOMKilled"], logs.stderr[-2000:]  # not SIGKILL's 137
         reader.join(REQUEST_TIMEOUT_S)
         data = [line for line in lines if line.startswith("data:")]
         assert data[-1] == "data: [DONE]" and not any('"error"' in line for line in data), data[-3:]
-        assert len(data) > STREAM_TOKENS // 2  # it was still streaming when SIGTERM came
+        assert "data: [DONE]" not in before_sigterm  # it was still streaming when SIGTERM came
         assert "Traceback" not in logs.stdout + logs.stderr
     finally:
         docker("rm", "--force", name, check=False)
