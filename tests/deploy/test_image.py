@@ -35,6 +35,7 @@ from tests.deploy.image import (
     wait_for,
 )
 from tests.deploy.manifests import ROOT
+from tests.support.redis_servers import RedisClusterServers
 
 REASON = unusable_reason()
 # The first test pays for the base image, the wheelhouse and the build (the module's fixture).
@@ -225,3 +226,36 @@ def test_container_takes_api_keys_and_tenant_secret(image: str, tmp_path: Path) 
     finally:
         docker("rm", "--force", name, check=False)
 
+
+
+@needs_docker
+@builds_image
+def test_two_containers_share_a_redis_cluster(image: str, cluster_servers: RedisClusterServers) -> None:
+    """Two gateway containers on one real 3-master Redis Cluster, as the fleet runs them: an image
+    sent with its uuid through one is found by uuid alone through the other (the shared uuid store),
+    though each has engines of its own. Host networking (the cluster's nodes listen on the host's
+    loopback), every port on 127.0.0.1."""
+    urls, names = [], []
+    try:
+        for _ in range(2):
+            port = free_port()
+            urls.append(f"http://127.0.0.1:{port}")
+            names.append(docker(
+                "run", "--detach", "--network", "host", *POD_SECURITY,
+                "--env", "MMGATE_HOST=127.0.0.1", "--env", f"MMGATE_PORT={port}",
+                "--env", f"MMGATE_REDIS_URL={cluster_servers.url}", "--env", "MMGATE_REDIS_CLUSTER=1",
+                "--env", "MMGATE_TENANT_SECRET=a-tenant-secret-of-32-characters", image).stdout.strip())
+        for url, name in zip(urls, names, strict=True):
+            assert wait_for(lambda url=url: health(url) is not None, 60), docker("logs", name).stderr[-2000:]
+        session, bodies = readme_requests()
+        status1, _, first = post(urls[0] + "/v1/chat/completions", bodies[0], session)
+        status2, headers2, second = post(urls[1] + "/v1/chat/completions", bodies[1], session)
+        assert (status1, status2) == (200, 200), (first, second)
+        assert second["choices"][0]["message"]["content"]
+        # The client sent no bytes; the second gateway's engines never saw the image: it took the
+        # image from the cluster by uuid (healed) and sent its bytes to its engine.
+        reuse = headers2["x-mmgate-reuse"]
+        assert "sent=1" in reuse and "healed=1" in reuse, reuse
+    finally:
+        for name in names:
+            docker("rm", "--force", name, check=False)
