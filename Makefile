@@ -18,7 +18,7 @@ REPLICAS ?= 2
 export MMGATE_VLLM_VENV := $(abspath $(VLLM_VENV))
 export MMGATE_VLLM_MODEL := $(abspath $(VLLM_MODEL))
 
-.PHONY: run test install install-test redis chromium lint typecheck pytest bench clean vllm run-vllm
+.PHONY: run test install install-test redis chromium lint typecheck pytest bench clean vllm run-vllm image image-offline
 
 # Debian's own python3 needs python3-venv for `-m venv`: installed when missing and we are root.
 $(BIN)/python:
@@ -70,6 +70,20 @@ run-vllm: install vllm
 ## run: install mmgate and serve the gateway with two embedded engines (sim) on $(HOST):$(PORT)
 run: install
 	$(BIN)/mmgate serve --host $(HOST) --port $(PORT) $(ARGS)
+
+## image: the container image $(IMAGE) from this checkout (Dockerfile; docs/DEPLOY.md), on BASE_IMAGE
+IMAGE ?= mmgate:0.1.0
+BASE_IMAGE ?= python:3.11-slim
+OFFLINE_BASE_IMAGE ?= mmgate-base:bookworm-py311
+image:
+	docker build --build-arg BASE_IMAGE=$(BASE_IMAGE) --tag $(IMAGE) .
+
+## image-offline: the same where no registry is reachable: a Debian base image built with debootstrap
+## (root), the dependencies' wheels fetched here first (deploy/docker/wheelhouse), no index in the build
+image-offline: | $(BIN)/python
+	tools/debian_base_image.sh $(OFFLINE_BASE_IMAGE)
+	tools/wheelhouse.sh deploy/docker/wheelhouse $(BIN)/python
+	docker build --build-arg BASE_IMAGE=$(OFFLINE_BASE_IMAGE) --build-arg PIP_OFFLINE=1 --tag $(IMAGE) .
 
 ## redis: make sure a real redis-server is on PATH (Debian's package when missing and we are root)
 redis:
