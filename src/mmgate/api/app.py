@@ -25,9 +25,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from mmgate.api import agents
 from mmgate.api.admin import ADMIN_HEADER, ADMIN_KEY, add_operator_endpoints, is_admin
 from mmgate.api.edge import read_body
-from mmgate.api.endpoints import CLIENT_CLOSED, add_client_endpoints
+from mmgate.api.endpoints import add_client_endpoints
 from mmgate.api.forward import FORWARDER_KEY, GATEWAY_KEY, Forwarder, deliver
 from mmgate.api.gateway import Gateway
+from mmgate.api.relay import CLIENT_CLOSED
 from mmgate.api.responses import error_response, http_error_response
 from mmgate.backends import Backend, BackendReply
 from mmgate.errors import EndpointNotFoundError, ForbiddenError, MmgateError, ShuttingDownError

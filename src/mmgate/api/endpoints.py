@@ -20,9 +20,7 @@ ejection, connect failover) and its body cap and deadline.
 
 from __future__ import annotations
 
-import asyncio
 import re
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -34,10 +32,10 @@ from mmgate.api.edge import read_body
 from mmgate.api.forward import FORWARDER_KEY, GATEWAY_KEY, Upload, deliver
 from mmgate.api.gateway import Gateway
 from mmgate.api.police import may_carry_media, police
-from mmgate.errors import InvalidRequestError, MmgateError, ShuttingDownError
+from mmgate.api.relay import tracked as run_tracked
+from mmgate.errors import InvalidRequestError
 
 # Status counted for a client that went away before its answer was complete (nginx's convention).
-CLIENT_CLOSED = 499
 # Bytes of a multipart upload read ahead for its ``model`` field (clients send fields before files).
 UPLOAD_PEEK_BYTES = 64 * 1024
 _FORM_MODEL = re.compile(
@@ -79,35 +77,12 @@ CLIENT_ENDPOINTS: tuple[Endpoint, ...] = (
 
 
 def tracked(route: str, serve: Served) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
-    """An aiohttp handler around ``serve``: the request counts as in flight for a graceful
-    shutdown, and its status and latency are recorded under ``route`` (a bounded label)."""
+    """An aiohttp handler around ``serve``, run by ``relay.tracked``: in flight for a graceful
+    shutdown, its status and latency recorded under ``route`` (a bounded label)."""
 
     async def handler(request: web.Request) -> web.StreamResponse:
         gateway = request.app[GATEWAY_KEY]
-        started = time.perf_counter()
-        status = 500
-        task = asyncio.current_task()
-        if task is not None:
-            gateway.inflight.add(task)
-        try:
-            response, complete = await serve(request, gateway)
-            status = response.status if complete else CLIENT_CLOSED
-            return response
-        except MmgateError as exc:
-            status = exc.status
-            raise
-        except web.HTTPException as exc:
-            status = exc.status
-            raise
-        except asyncio.CancelledError:
-            status = ShuttingDownError.status if gateway.stopping else CLIENT_CLOSED
-            raise
-        except ConnectionError:
-            status = CLIENT_CLOSED
-            raise
-        finally:
-            gateway.inflight.discard(task)
-            gateway.metrics.observe(route, status, time.perf_counter() - started)
+        return await run_tracked(gateway, route, lambda: serve(request, gateway))
 
     return handler
 
