@@ -344,7 +344,7 @@ def main() -> None:
         args.model = SERVED_MODEL
         replicas = start_replicas(VllmSetup.locate(), max(backend_counts), Path(args.log_dir),
                                   extra_args=("--enable-server-load-tracking",))
-    runs = []
+    runs: list[dict[str, Any]] = []
     try:
         for repeat in range(args.repeats):
             for b in backend_counts:
