@@ -1,7 +1,7 @@
 """The routing settings (``--routing*``): a part of ``mmgate.config.GatewaySettings``, kept in a
 module of its own so that each stays small. The only defaults of the routing: the router and its
 policy take every value from here. ``mmgate.routing.policy`` explains each mode,
-``mmgate.routing.load`` the load poll, ``mmgate.routing.sync`` the sync between gateways;
+``mmgate.routing.sync`` the sync between gateways;
 docs/ROUTING.md the routing in one page."""
 
 from __future__ import annotations
@@ -41,11 +41,6 @@ class RoutingSettings(Frozen):
     load_factor: float = setting(
         1.3, flag="--routing-load-factor", ge=1.0, le=100.0,
         help="image-affinity: no backend above this x the mean in-flight requests (bounded loads)")
-    load_poll_interval_s: float = setting(
-        0.2, flag="--routing-load-poll-interval", ge=0.0, le=10.0,
-        help="seconds between polls of each vllm backend's running + waiting requests (/metrics), "
-        "so the load every gateway puts on it weighs in the balance (each poll may take this plus "
-        "50 ms); 0: this gateway's own in-flight requests only")
 
     sync: bool = setting(
         False, flag="--routing-sync",
@@ -64,10 +59,3 @@ class RoutingSettings(Frozen):
     @classmethod
     def _check_sync_url(cls, value: str | None) -> str | None:
         return check_redis_url(value)
-
-    @field_validator("load_poll_interval_s")
-    @classmethod
-    def _check_poll_interval(cls, value: float) -> float:
-        if 0 < value < 0.02:
-            raise ValueError("must be 0 (off) or at least 0.02 seconds (each poll reads every backend's /metrics)")
-        return value

@@ -149,34 +149,6 @@ def test_spill_moves_the_first_backend_with_room_forward() -> None:
     assert spill([1, 0], [5, 0], 1.3) == ([1, 0], False)  # the preferred one has room
 
 
-def test_with_the_fleet_load_a_backend_needs_room_by_both_counts() -> None:
-    # Own counts say backend 0 has room; the fleet's (other gateways' requests) say it has none.
-    order, spilled = spill([0, 1, 2, 3], [0, 0, 0, 0], 1.3, fleet=[6, 2, 1, 1])
-    assert (order[0], spilled) == (1, True)
-    # One request (maybe ended since the poll) on an idle fleet is within the slack: no spill.
-    assert spill([0, 1, 2, 3], [0, 0, 0, 0], 1.3, fleet=[1, 0, 0, 0]) == ([0, 1, 2, 3], False)
-    # The fleet has room on 0 but this gateway alone already holds its share there: 1 is next.
-    order, spilled = spill([0, 1, 2, 3], [2, 0, 0, 0], 1.3, fleet=[2, 2, 2, 2])
-    assert (order[0], spilled) == (1, True)
-    # No backend has room by both: the fleet's count decides.
-    order, _ = spill([0, 1, 2, 3], [0, 3, 3, 3], 1.3, fleet=[9, 9, 0, 9])
-    assert order[0] == 2
-    assert spill([0, 1], [0, 0], 1.3, fleet=[0, 0]) == ([0, 1], False)
-
-
-def test_decide_balances_by_the_fleet_load_when_it_is_known() -> None:
-    policy = affinity()
-    names = ["b0", "b1", "b2", "b3"]
-    image = RoutedImage("~sha256:hot", 256.0)
-    home = policy.decide(names, [0] * 4, None, [image]).order[0]
-    fleet = [0] * 4
-    fleet[home] = 8
-    decision = policy.decide(names, [0] * 4, None, [image], fleet_loads=fleet)
-    assert decision.order[0] != home and decision.reason == "load_spill"
-    sessionless = make("session")
-    assert sessionless.decide(["a", "b"], [0, 0], None, fleet_loads=[5, 0]).order[0] == 1
-
-
 def test_hot_image_in_every_request_spills_within_the_bound() -> None:
     policy = affinity(load_factor=1.3)
     loads = [0, 0, 0, 0]

@@ -24,8 +24,8 @@ from tests.support.gateway import running_sims
 from tests.support.gateway_process import gateway_process
 from tests.support.redis_servers import RedisClusterServers, RedisServer, running_standalone
 
-# No load poll: what one gateway knows of another's requests comes from the sync alone.
-OWN_ONLY = (*AFFINITY, "--routing-load-poll-interval", "0")
+# What one gateway knows of another's requests comes from the sync alone.
+OWN_ONLY = AFFINITY
 SENT_OK = 'mmgate_routing_sync_messages_total{direction="sent",outcome="ok"}'
 RECEIVED_OK = 'mmgate_routing_sync_messages_total{direction="received",outcome="ok"}'
 INVALID = 'mmgate_routing_sync_messages_total{direction="received",outcome="invalid"}'

@@ -24,8 +24,8 @@ Modes (``RoutingSettings.mode``, ``--routing``):
   its images' processing again). Otherwise bounded loads apply (consistent hashing with bounded
   loads, Mirrokni et al.): no backend may hold more than ``load_factor`` x the mean requests in
   flight once the request is placed (``capacity``), and the request spills to the next backend of
-  its order. The bound holds for this gateway's own in-flight counts and, when the router knows
-  every gateway's (``mmgate.routing.load``, the routing sync), for those too (``spill``).
+  its order. The bound holds for the in-flight counts the router knows: this gateway's, and with
+  the routing sync every synced gateway's (``spill``).
 
 A decision's ``reason`` is one of ``REASONS``, a bounded metric label.
 """
@@ -103,35 +103,23 @@ def affinity_scores(
     return scores
 
 
-def capacity(loads: Sequence[int], load_factor: float, slack: int = 0) -> int:
+def capacity(loads: Sequence[int], load_factor: float) -> int:
     """Most requests one backend may hold once this one is placed: ``c (m+1) / n`` rounded down
-    (max/mean within ``c`` at every moment), never below ``ceil((m+1) / n) + slack``, so some
-    backend always has room. ``slack`` 1 for a poll-old estimate (off by a request or so)."""
+    (max/mean within ``c`` at every moment), never below ``ceil((m+1) / n)``, so some backend
+    always has room."""
     mean = (sum(loads) + 1) / len(loads)
-    return max(math.ceil(mean) + slack, math.floor(load_factor * mean))
+    return max(math.ceil(mean), math.floor(load_factor * mean))
 
 
-def spill(
-    order: list[int], loads: Sequence[int], load_factor: float, fleet: Sequence[int] | None = None,
-) -> tuple[list[int], bool]:
-    """``order`` with its first backend under capacity moved to the front; True when that is not
-    the preferred one (the request spilled over).
-
-    With ``fleet`` (every gateway's load, as this one estimates it) a backend must have room by
-    both counts; when none has, room by the fleet's count decides, then by the own count.
-    """
-    own_cap = capacity(loads, load_factor)
-    checks = [lambda i: loads[i] + 1 <= own_cap]
-    if fleet is not None:
-        fleet_cap = capacity(fleet, load_factor, slack=1)
-        checks = [lambda i: loads[i] + 1 <= own_cap and fleet[i] + 1 <= fleet_cap,
-                  lambda i: fleet[i] + 1 <= fleet_cap, *checks]
-    for has_room in checks:
-        for position, index in enumerate(order):
-            if has_room(index):
-                if position == 0:
-                    return order, False
-                return [index, *order[:position], *order[position + 1:]], True
+def spill(order: list[int], loads: Sequence[int], load_factor: float) -> tuple[list[int], bool]:
+    """``order`` with its first backend under ``capacity`` moved to the front; True when that is
+    not the preferred one (the request spilled over)."""
+    cap = capacity(loads, load_factor)
+    for position, index in enumerate(order):
+        if loads[index] + 1 <= cap:
+            if position == 0:
+                return order, False
+            return [index, *order[:position], *order[position + 1:]], True
     return order, False  # unreachable with load_factor >= 1: some backend is at or below the mean
 
 
@@ -154,14 +142,10 @@ class RoutingPolicy:
         self._turn = 0
 
     def decide(
-        self, names: Sequence[str], loads: Sequence[int], session_id: str | None,
-        images: Sequence[RoutedImage] = (), fleet_loads: Sequence[int] | None = None,
+        self, names: Sequence[str], loads: Sequence[int], session_id: str | None, images: Sequence[RoutedImage] = (),
     ) -> Decision:
-        """The order to try ``names`` in and its reason. ``loads``: this gateway's requests in
-        flight to each; ``fleet_loads``: every gateway's, as estimated (None: unknown).
-        Least-loaded choices use the fleet's when known; the bounded-load cap wants room by both."""
+        """The order to try ``names`` in and its reason; ``loads``: the requests in flight to each."""
         count = len(names)
-        balance = fleet_loads if fleet_loads is not None else loads
         images = list({image.key: image for image in images}.values())  # an image shown twice counts once
         if count == 0:
             return Decision([], "least_loaded")
@@ -172,11 +156,11 @@ class RoutingPolicy:
         if self.mode == "session" or not images:
             if session_id is not None:
                 return Decision(rendezvous_rank(session_id, names), "session")
-            return Decision(p2c_rank(balance, self._rng), "least_loaded")
+            return Decision(p2c_rank(loads, self._rng), "least_loaded")
         if self.mode == "lru-history":
             total = sum(image.weight for image in images) or 1.0
             held = [sum(i.weight for i in images if self.holdings.holds(name, i.key)) / total for name in names]
-            combined = [a + b for a, b in zip(held, load_scores(balance), strict=True)]
+            combined = [a + b for a, b in zip(held, load_scores(loads), strict=True)]
             order = self._by_score(combined, names, session_id or images[0].key)
             return Decision(order, "image_history" if held[order[0]] > 0 else "least_loaded")
         scores = affinity_scores(images, names, session_id, self.holdings)
@@ -185,7 +169,7 @@ class RoutingPolicy:
         first = order[0]
         if session_id is not None and scores.from_session[first] >= scores.from_images[first]:
             return Decision(order, "session")
-        order, spilled = spill(order, loads, self.load_factor, fleet_loads)
+        order, spilled = spill(order, loads, self.load_factor)
         return Decision(order, "load_spill" if spilled else "image_affinity")
 
     @staticmethod

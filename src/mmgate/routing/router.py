@@ -19,10 +19,9 @@ and the reuse sender strips by: the sender records a request's images once a bac
 and forgets them on a heal; the router records who showed them (``record_answered``), forgets a
 backend's on its re-admission, and applies the other gateways' records from the routing sync.
 
-Load: the policy balances by each backend's requests in flight (``begin``/``end``). With a load
-poll interval the router also polls every backend's engine-reported load in a background task
-(``mmgate.routing.load``); with the routing sync (``mmgate.routing.sync``) the gateways also tell
-each other what their backends answered and how many requests each has in flight.
+Load: the policy balances by each backend's requests in flight (``begin``/``end``); with the
+routing sync (``mmgate.routing.sync``) the gateways also tell each other what their backends
+answered and how many requests each has in flight, and every gateway's count with it.
 
 Health: ``report_failure`` (the gateway, on a connect error or a timeout) ejects a backend after
 ``eject_after_failures`` consecutive failures; ``start()`` runs one background task that probes every
@@ -46,7 +45,6 @@ from mmgate.errors import MmgateError, ModelNotFoundError
 from mmgate.metrics import GatewayMetrics
 from mmgate.routing.health import BackendHealth
 from mmgate.routing.holdings import BackendHoldings, processed_bytes, session_token
-from mmgate.routing.load import LoadPoller
 from mmgate.routing.peers import Routed
 from mmgate.routing.policy import RoutingPolicy
 from mmgate.routing.sync import RoutingSync
@@ -55,8 +53,6 @@ from mmgate.wire import STOP_WAIT_S, stop_tasks
 
 log = logging.getLogger(__name__)
 
-# A load poll may take its interval and this much more (a reading is fresh for two intervals and it).
-POLL_TIMEOUT_MARGIN_S = 0.05
 # What an image another gateway's backend answered is believed to take in that backend's cache.
 REMOTE_IMAGE_BYTES = processed_bytes(UNKNOWN_IMAGE_TOKENS)
 
@@ -100,12 +96,6 @@ class Router:
         self._outstanding = dict.fromkeys(names, 0)
         self.sync: RoutingSync | None = None
         self._syncer: asyncio.Task[None] | None = None
-        interval_s = settings.routing.load_poll_interval_s
-        self.load_poller = LoadPoller(
-            self.backends, self.gateway_load, interval_s=interval_s, timeout_s=interval_s + POLL_TIMEOUT_MARGIN_S,
-            clock=clock, metrics=metrics,
-        ) if interval_s else None
-        self._poller: asyncio.Task[None] | None = None
         self._models: dict[str, list[Backend]] = {}
         self._answered = False
         self._prober: asyncio.Task[None] | None = None
@@ -170,10 +160,7 @@ class Router:
         for pool in (healthy, ejected):
             if not pool:
                 continue
-            fleet = [self.load(b) for b in pool] if self.load_poller is not None else None
-            decision = self.policy.decide(
-                [b.name for b in pool], [self.gateway_load(b.name) for b in pool], session_id, images, fleet
-            )
+            decision = self.policy.decide([b.name for b in pool], [self.load(b) for b in pool], session_id, images)
             if not order and self._metrics is not None:
                 self._metrics.routing_decisions.labels(decision.reason).inc()
             order.extend(pool[i] for i in decision.order)
@@ -199,23 +186,11 @@ class Router:
         """Requests in flight to ``backend`` (between ``begin`` and ``end``)."""
         return self._outstanding[backend.name]
 
-    def gateway_load(self, name: str) -> int:
-        """Requests in flight to the backend ``name`` from this gateway and, with the routing sync,
-        from the others as they last said."""
-        own = self._outstanding[name]
-        return own if self.sync is None else own + self.sync.peer_load(name)
-
     def load(self, backend: Backend) -> int:
-        """Requests in flight to ``backend`` from every gateway and client, as far as this one can
-        tell (``gateway_load`` without the load poll)."""
-        if self.load_poller is None:
-            return self.gateway_load(backend.name)
-        return self.load_poller.estimate(backend.name)
-
-    async def poll_loads_once(self) -> None:
-        """Read every backend's engine-reported load once (a no-op without the load poll)."""
-        if self.load_poller is not None:
-            await self.load_poller.poll_once()
+        """Requests in flight to ``backend`` from this gateway and, with the routing sync, from the
+        others as they last said."""
+        own = self._outstanding[backend.name]
+        return own if self.sync is None else own + self.sync.peer_load(backend.name)
 
     def begin(self, backend: Backend, images: Sequence[RoutedImage] = ()) -> None:
         """One more request in flight to ``backend``, showing ``images``; pair every call with
@@ -281,11 +256,9 @@ class Router:
             return False
 
     async def start(self) -> None:
-        """Start the background probe task and the load poll (idempotent); ``close()`` stops them."""
+        """Start the background probe task and the routing sync (idempotent); ``close()`` stops them."""
         if self._prober is None or self._prober.done():
             self._prober = asyncio.create_task(self._probe_loop(), name="mmgate-router-probes")
-        if self.load_poller is not None and (self._poller is None or self._poller.done()):
-            self._poller = asyncio.create_task(self.load_poller.run(), name="mmgate-router-load-poll")
         if self.sync is not None and (self._syncer is None or self._syncer.done()):
             self._syncer = asyncio.create_task(self.sync.run(), name="mmgate-router-sync")
 
@@ -299,9 +272,9 @@ class Router:
             await asyncio.sleep(self._health_interval_s)
 
     async def stop(self) -> None:
-        """Stop the probe and load-poll tasks; the backends stay open."""
-        tasks = [t for t in (self._prober, self._poller, self._syncer) if t is not None]
-        self._prober = self._poller = self._syncer = None
+        """Stop the probe and sync tasks; the backends stay open."""
+        tasks = [t for t in (self._prober, self._syncer) if t is not None]
+        self._prober = self._syncer = None
         await stop_tasks(tasks, STOP_WAIT_S)  # bounded: a stuck task must not hold the shutdown
 
     async def close(self) -> None:

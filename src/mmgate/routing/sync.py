@@ -20,7 +20,7 @@ Nothing on the request path waits for Redis: ``routed``/``changed`` only queue (
 publish that fails or times out is counted and its routed requests go again with the next message
 (at least once; the queue's bound still holds), the listener reconnects with backoff
 (0.25 s doubling to 5 s), and a gateway whose messages stop counts no more after
-``max_age_s``: every gateway falls back to its own counts and the load poll. A message that is not
+``max_age_s``: every gateway falls back to its own counts. A message that is not
 one (``InvalidSync``) is dropped whole and counted; it cannot reach the record.
 
 Redis Cluster: PUBLISH on any node reaches subscribers on every node, so the URL may name any one.
