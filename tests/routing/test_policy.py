@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from mmgate.config import GatewaySettings
 from mmgate.config_routing import RoutingSettings
 from mmgate.routing import BackendHoldings, RoutedImage, RoutingPolicy, session_token
-from mmgate.routing.policy import HELD_WEIGHT, REASONS, capacity, image_homes, spill
+from mmgate.routing.policy import HELD_WEIGHT, REASONS, capacity, free_backends, image_homes, spill
 
 NAMES = ["sim-0", "sim-1", "sim-2", "sim-3"]
 IDLE = [0, 0, 0, 0]
@@ -153,6 +153,7 @@ def test_hot_image_in_every_request_spills_within_the_bound() -> None:
     policy = affinity(load_factor=1.3)
     loads = [0, 0, 0, 0]
     hot_home = image_homes([img("hot")], NAMES)[0]
+    held(policy, NAMES[hot_home], ["hot"])  # its first request was answered at home
     reasons = []
     for i in range(40):  # 40 requests in flight at once, each with the hot image
         d = policy.decide(NAMES, loads, None, [img("hot", 1000.0), img(f"own-{i}", 10.0)])
@@ -167,6 +168,7 @@ def test_hot_image_in_every_request_spills_within_the_bound() -> None:
 def test_without_the_bound_the_hot_image_piles_up() -> None:
     # The same workload with a load factor so large it never bites: everything on one backend.
     policy = affinity(load_factor=100.0)
+    held(policy, NAMES[image_homes([img("hot")], NAMES)[0]], ["hot"])
     loads = [0, 0, 0, 0]
     for i in range(40):
         loads[policy.decide(NAMES, loads, None, [img("hot", 1000.0), img(f"own-{i}", 10.0)]).order[0]] += 1
@@ -226,3 +228,15 @@ def test_bad_settings() -> None:
         make("sticky")
     with pytest.raises(ValidationError):
         affinity(load_factor=0.9)
+
+
+def test_a_request_several_backends_hold_goes_to_the_least_loaded_of_them() -> None:
+    policy = affinity()
+    images = [img("seen-a"), img("seen-b"), img("never-shown")]
+    held(policy, "sim-1", ["seen-a", "seen-b"])
+    held(policy, "sim-3", ["seen-a", "seen-b"])
+    held(policy, "sim-0", ["seen-a"])  # holds only one: it would process seen-b again
+    assert free_backends(images, NAMES, policy.holdings) == [1, 3]
+    for loads, first in (([1, 2, 1, 1], 3), ([1, 1, 1, 2], 1)):  # under the cap (2) either way
+        decision = policy.decide(NAMES, loads, None, images)
+        assert decision.order[0] == first, (loads, decision)

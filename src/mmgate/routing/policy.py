@@ -21,7 +21,10 @@ Modes (``RoutingSettings.mode``, ``--routing``):
   Ties go by the rendezvous order of the first shared image, else the session's, else the first
   image's: the same from every gateway, spills included. When the session's own images decide, the
   request stays at the session's home, as ``session`` routing would (moving a conversation costs
-  its images' processing again). Otherwise bounded loads apply (consistent hashing with bounded
+  its images' processing again). A request that several backends could take without processing
+  anything again (each holds every image of it that was shown before: ``free_backends``) goes to
+  the least loaded of them, which keeps room at the homes for requests that can go nowhere else
+  cheaply. Then bounded loads apply (consistent hashing with bounded
   loads, Mirrokni et al.): no backend may hold more than ``load_factor`` x the mean requests in
   flight once the request is placed (``capacity``), and the request spills to the next backend of
   its order. The bound holds for the in-flight counts the router knows: this gateway's, and with
@@ -44,7 +47,7 @@ from mmgate.routing.rendezvous import rendezvous_pick, rendezvous_rank
 from mmgate.routing.weights import RoutedImage
 
 __all__ = ["HELD_WEIGHT", "NEW_IMAGE_SHARE", "REASONS", "Decision", "RoutingPolicy", "affinity_scores", "capacity",
-           "image_homes", "spill"]
+           "free_backends", "image_homes", "spill"]
 REASONS = ("round_robin", "session", "least_loaded", "image_affinity", "image_history", "load_spill")
 # A backend holding an image pulls this x its weight: above 1, a holder beats the image's home.
 HELD_WEIGHT = 1.2
@@ -101,6 +104,16 @@ def affinity_scores(
             if holder in names:
                 pulls[names.index(holder)] += HELD_WEIGHT * image.weight
     return scores
+
+
+def free_backends(images: Sequence[RoutedImage], names: Sequence[str], holdings: BackendHoldings) -> list[int]:
+    """Backends where the request would process nothing it could avoid: each holds every image
+    of it that was shown before (a never-shown image costs the same anywhere)."""
+    free = set(range(len(names)))
+    for image in images:
+        if holdings.knows(image.key):
+            free &= {names.index(h) for h in holdings.holders(image.key) if h in names}
+    return sorted(free)
 
 
 def capacity(loads: Sequence[int], load_factor: float) -> int:
@@ -169,6 +182,10 @@ class RoutingPolicy:
         first = order[0]
         if session_id is not None and scores.from_session[first] >= scores.from_images[first]:
             return Decision(order, "session")
+        free = free_backends(images, names, self.holdings)
+        if len(free) >= 2:
+            best = min(free, key=lambda i: (loads[i], order.index(i)))
+            order = [best, *(i for i in order if i != best)]
         order, spilled = spill(order, loads, self.load_factor)
         return Decision(order, "load_spill" if spilled else "image_affinity")
 
