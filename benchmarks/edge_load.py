@@ -386,13 +386,12 @@ async def soak(url: str, pid: int, images: int, per_request: int, concurrency: i
 
 
 def bounded_entry_bytes() -> tuple[int, int]:
-    """Real bytes per entry (tracemalloc, keys included) of the two count-bounded structures the
-    soak fills: the sent tracker (per backend) and the routing history."""
+    """Real bytes per entry (tracemalloc, keys included) of the two count-bounded parts of the
+    record of what each backend holds: the images held (per backend) and who showed each image."""
     import hashlib
     import tracemalloc
 
-    from mmgate.reuse.sent import SentTracker
-    from mmgate.routing.history import ImageHistory
+    from mmgate.routing import BackendHoldings
 
     n = 20_000
     out = []
@@ -400,14 +399,12 @@ def bounded_entry_bytes() -> tuple[int, int]:
         tracemalloc.start()
         before = tracemalloc.get_traced_memory()[0]
         keys = ["~sha256:" + hashlib.sha256(str(i).encode()).hexdigest() for i in range(n)]
-        if fill == "tracker":
-            tracker = SentTracker(4 * 1024**3, max_entries=n)
-            for k in keys:
-                tracker.mark_sent("vllm-0", k, 4, 4)
-        else:
-            history = ImageHistory(n)
-            for k in keys:
-                history.record("vllm-0", [k], None)
+        holdings = BackendHoldings(4 * 1024**3, max_entries=n, max_keys=n)
+        for k in keys:
+            if fill == "tracker":
+                holdings.hold("vllm-0", [(k, 1024)])
+            else:
+                holdings.show([k], -1)
         out.append((tracemalloc.get_traced_memory()[0] - before) // n)
         tracemalloc.stop()
     return out[0], out[1]
@@ -457,8 +454,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             for gw, _, _ in gateways.values():
                 stop(gw)
         if args.soak:
-            budgets = {"--local-cache-bytes": 64 * MiB, "--uuid-store-bytes": 32 * MiB, "--reuse-tracked-uuids": 65536,
-                       "--routing-history-keys": 100_000}
+            budgets = {"--local-cache-bytes": 64 * MiB, "--uuid-store-bytes": 32 * MiB, "--reuse-tracked-uuids": 65536}
             port = free_port()
             extra = [a for k, v in budgets.items() for a in (k, str(v))]
             gw = start(gateway_args(port, sim_port, extra), port)
@@ -468,7 +464,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 stop(gw)
             per_tracked, per_history = bounded_entry_bytes()
             tracker = budgets["--reuse-tracked-uuids"] * per_tracked  # one backend
-            history = budgets["--routing-history-keys"] * per_history
+            history = budgets["--reuse-tracked-uuids"] * per_history  # who showed each image: as many keys
             caches = budgets["--local-cache-bytes"] + budgets["--uuid-store-bytes"]
             budget = caches + tracker + history
             result["budgets_mib"] = round(budget / MiB, 1)

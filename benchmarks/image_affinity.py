@@ -16,8 +16,8 @@ gateways; imbalance = sum over samples of the max / sum of the mean (time-weight
 the ramp-up and the tail, with a handful in flight, weigh what they last), over samples with at
 least B requests in flight.
 
-``--variant LABEL=MODE FLAGS`` adds a mode of its own label (``ia-own=image-affinity
---routing-load-poll-interval 0``; a ``NAME=value`` among the flags goes to the gateways' environment;
+``--variant LABEL=MODE FLAGS`` adds a mode of its own label (``ia-lf2=image-affinity
+--routing-load-factor 2``; a ``NAME=value`` among the flags goes to the gateways' environment;
 ``{redis}`` in a flag is the URL of a redis-server the row starts for itself:
 ``ia-sync=image-affinity --routing-sync-url {redis}``); ``--repeats N`` runs every row N times,
 the modes interleaved round by round, and prints the medians (JSON keeps every run), and each
@@ -344,7 +344,7 @@ def main() -> None:
         args.model = SERVED_MODEL
         replicas = start_replicas(VllmSetup.locate(), max(backend_counts), Path(args.log_dir),
                                   extra_args=("--enable-server-load-tracking",))
-    runs = []
+    runs: list[dict[str, Any]] = []
     try:
         for repeat in range(args.repeats):
             for b in backend_counts:

@@ -1,7 +1,7 @@
 """CPU one routing-sync message costs a gateway: publishing it and receiving it (redis-py asyncio).
 
 Against a throwaway redis-server on loopback, with a message of the sync's format
-(``mmgate.routing.peers.encode``: 4 backends' loads and one routed request of 3 keys):
+(``mmgate.routing.encode_sync_message``: 4 backends' loads and one routed request of 3 keys):
 
 * publish: ``--messages`` PUBLISHes in a row, on a pooled client (as ``RoutingSync`` does) and on a
   single-connection one;
@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _procs import free_port, stop
 from _table import Column, print_table
 from image_affinity import start_redis
-from mmgate.routing.peers import Routed, encode
+from mmgate.routing import Routed, encode_sync_message
 
 CHANNEL = "bench:routing"
 
@@ -79,8 +79,8 @@ async def receive_cost(url: str, port: int, data: bytes, count: int, spacing_ms:
 
 
 async def one_round(url: str, port: int, args: argparse.Namespace) -> dict[str, float]:
-    data = encode("0123456789abcdef", {f"vllm-{i}": i for i in range(4)},
-                  [Routed("vllm-1", 1234567, tuple(f"tenant~{'k' * 40}{i}" for i in range(3)))])
+    data = encode_sync_message("0123456789abcdef", {f"vllm-{i}": i for i in range(4)},
+                                 [Routed("vllm-1", 1234567, tuple(f"tenant~{'k' * 40}{i}" for i in range(3)))])
     pooled = Redis.from_url(url, socket_timeout=5)
     single = Redis.from_url(url, socket_timeout=5, single_connection_client=True)
     try:

@@ -129,8 +129,8 @@ def test_routing_flags_and_variables() -> None:
     settings = settings_from_args(serve("--routing", "image-affinity", "--routing-load-factor", "1.25"))
     assert (settings.routing.mode, settings.routing.load_factor) == ("image-affinity", 1.25)
     assert settings_from_args(serve()).routing.mode == "image-affinity"
-    assert settings_from_args(serve()).routing.load_rounding == "down"
-    assert settings_from_args(serve("--routing-load-rounding", "random")).routing.load_rounding == "random"
+    assert settings_from_args(serve()).routing.sync_channel == "mmgate:routing"
+    assert settings_from_args(serve("--routing-sync-channel", "fleet-2")).routing.sync_channel == "fleet-2"
 
 
 def test_routing_from_the_environment_and_a_bad_value_names_the_flag(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -139,7 +139,7 @@ def test_routing_from_the_environment_and_a_bad_value_names_the_flag(monkeypatch
     with pytest.raises(ConfigError) as err:
         settings_from_args(serve("--routing-load-factor", "0.5"))
     assert "--routing-load-factor" in str(err.value.setting)
-    monkeypatch.setenv("MMGATE_ROUTING_LOAD_ROUNDING", "up")
+    monkeypatch.setenv("MMGATE_ROUTING_SYNC_URL", "http://cache:6379")
     with pytest.raises(ConfigError) as err:
         settings_from_args(serve())
-    assert "--routing-load-rounding" in str(err.value.setting)
+    assert "--routing-sync-url" in str(err.value.setting)

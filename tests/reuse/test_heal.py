@@ -13,17 +13,18 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from mmgate.backends import BackendKind, BackendReply, HTTPBackend
+from mmgate.config import GatewaySettings
 from mmgate.errors import BackendStatusError, UnknownUUIDError
 from mmgate.metrics import GatewayMetrics
 from mmgate.reuse import (
     ImageSlot,
     KeySpace,
     ReuseSender,
-    SentTracker,
     UUIDStore,
     plan_slots,
     reply_cache_miss_index,
 )
+from mmgate.routing import BackendHoldings
 from mmgate.sim import SimServer
 from mmgate.store import LoadedImage
 from mmgate.vllm_protocol import cache_miss_message
@@ -57,7 +58,8 @@ class Harness:
         self.registry = CollectorRegistry()
         self.store = UUIDStore(1 << 24, 600)
         self.keys = KeySpace(b"k" * 32)
-        self.sender = ReuseSender(self.store, SentTracker(1 << 30), GatewayMetrics(self.registry), auto=True)
+        self.holdings = BackendHoldings.for_settings(GatewaySettings())
+        self.sender = ReuseSender(self.store, self.holdings, GatewayMetrics(self.registry), auto=True)
 
     def heals(self) -> float | None:
         return self.registry.get_sample_value("mmgate_reuse_heals_total")
@@ -93,6 +95,7 @@ async def test_repeat_is_stripped_then_a_miss_is_healed(sim: SimServer, recorder
     body, slots = request(("http://o/1.png", "u1"))
     _, counts = await send(h, b, body, slots, {0: image})
     assert (counts.sent, counts.stripped) == (1, 0)
+    assert h.holdings.holders(plan_slots(h.store, slots, {0: image}, h.keys, None)[0].key) == ["b0"]
     body, slots = request(("http://o/1.png", "u1"))
     _, counts = await send(h, b, body, slots, {0: image})
     assert (counts.sent, counts.stripped) == (0, 1)
@@ -105,6 +108,8 @@ async def test_repeat_is_stripped_then_a_miss_is_healed(sim: SimServer, recorder
         assert len(rec2.bodies) == 2
         assert rec2.image_parts(0) == [{"type": "image_url", "image_url": None, "uuid": "u1"}]
         assert rec2.image_parts(1)[0]["image_url"]["url"] == image.data_url()
+        # Forgotten on the miss, held again once the re-send with data was answered.
+        assert h.holdings.num_held("b0") == 1
     await b.close()
 
 
@@ -114,6 +119,7 @@ async def test_unknown_uuid_is_the_clients_400(sim: SimServer) -> None:
     with pytest.raises(UnknownUUIDError) as info:
         await send(h, b, body, slots, {})
     assert info.value.status == 400 and info.value.param == "messages[0].content[1]"
+    assert h.holdings.num_held("b0") == 0  # not answered: nothing recorded
     await b.close()
 
 

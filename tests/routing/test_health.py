@@ -2,18 +2,29 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from mmgate.config import GatewaySettings
 from mmgate.routing.health import BackendHealth, HealthStatus
+
+SHIPPED = GatewaySettings()
+
+
+def make(**values: Any) -> BackendHealth:
+    """A backend's health as the router builds it: the shipped settings, ``values`` changed."""
+    settings = SHIPPED.model_copy(update=values)
+    return BackendHealth(eject_after_failures=settings.eject_after_failures, readmit_after_s=settings.readmit_after_s)
 
 
 def test_starts_healthy() -> None:
-    health = BackendHealth()
+    health = make()
     assert health.is_healthy and health.status is HealthStatus.HEALTHY
 
 
-def test_one_failure_ejects_by_default() -> None:
-    health = BackendHealth()
+def test_one_failure_ejects_as_shipped() -> None:
+    health = make()
     assert health.record_failure(10.0) is True
     assert not health.is_healthy
     assert health.ejected_at == 10.0
@@ -22,7 +33,7 @@ def test_one_failure_ejects_by_default() -> None:
 
 
 def test_needs_n_consecutive_failures_and_success_resets() -> None:
-    health = BackendHealth(eject_after_failures=3)
+    health = make(eject_after_failures=3)
     assert not health.record_failure(0.0)
     assert not health.record_failure(0.0)
     assert not health.record_success(0.0)
@@ -35,7 +46,7 @@ def test_needs_n_consecutive_failures_and_success_resets() -> None:
 
 
 def test_readmitted_only_after_the_minimum_time_out() -> None:
-    health = BackendHealth(readmit_after_s=5.0)
+    health = make(readmit_after_s=5.0)
     health.record_failure(100.0)
     assert health.record_success(104.9) is False  # too soon: an in-flight reply, or a flap
     assert not health.is_healthy
@@ -45,13 +56,13 @@ def test_readmitted_only_after_the_minimum_time_out() -> None:
 
 
 def test_zero_time_out_readmits_on_the_first_success() -> None:
-    health = BackendHealth(readmit_after_s=0.0)
+    health = make(readmit_after_s=0.0)
     health.record_failure(1.0)
     assert health.record_success(1.0)
 
 
 def test_ejected_again_after_readmission() -> None:
-    health = BackendHealth(readmit_after_s=1.0)
+    health = make(readmit_after_s=1.0)
     health.record_failure(0.0)
     health.record_success(2.0)
     assert health.record_failure(3.0)
@@ -61,4 +72,4 @@ def test_ejected_again_after_readmission() -> None:
 @pytest.mark.parametrize("kwargs", [{"eject_after_failures": 0}, {"readmit_after_s": -1.0}])
 def test_bad_settings(kwargs: dict[str, float]) -> None:
     with pytest.raises(ValueError):
-        BackendHealth(**kwargs)  # type: ignore[arg-type]
+        BackendHealth(**{"eject_after_failures": 1, "readmit_after_s": 0.0, **kwargs})  # type: ignore[arg-type]

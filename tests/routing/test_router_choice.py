@@ -65,9 +65,13 @@ class Clock:
         return self.now
 
 
-async def make(count: int = 3, **kwargs: object) -> tuple[Router, list[StaticBackend]]:
+async def make(
+    count: int = 3, clock: Clock | None = None, **values: object
+) -> tuple[Router, list[StaticBackend]]:
+    """A router built as the gateway builds it: the shipped settings, with ``values`` changed."""
     backends = [StaticBackend(f"b{i}") for i in range(count)]
-    router = Router(backends, rng=random.Random(7), **kwargs)  # type: ignore[arg-type]
+    router = Router(backends, GatewaySettings(**values), rng=random.Random(7),  # type: ignore[arg-type]
+                    clock=clock or time.monotonic)
     await router.refresh_models()
     return router, backends
 
@@ -141,7 +145,7 @@ async def test_readmission_waits_for_the_minimum_time_out() -> None:
 
 async def test_models_union_and_per_model_candidates() -> None:
     a, b = StaticBackend("a", ["m1"]), StaticBackend("b", ["m2", "m1"])
-    router = Router([a, b])
+    router = Router([a, b], GatewaySettings())  # type: ignore[list-item]
     await router.refresh_models()
     assert router.models == ["m1", "m2"]
     assert {router.ranked("m2", f"s{i}")[0].name for i in range(30)} == {"b"}
@@ -152,7 +156,7 @@ async def test_models_union_and_per_model_candidates() -> None:
 
 async def test_unreachable_backend_keeps_its_last_model_list() -> None:
     a, b = StaticBackend("a", ["m1"]), StaticBackend("b", ["m2"])
-    router = Router([a, b])
+    router = Router([a, b], GatewaySettings())  # type: ignore[list-item]
     await router.refresh_models()
     b.up = False
     await router.refresh_models()
@@ -161,7 +165,7 @@ async def test_unreachable_backend_keeps_its_last_model_list() -> None:
 
 async def test_no_backend_ever_answered_routes_anyway() -> None:
     a = StaticBackend("a", up=False)
-    router = Router([a])
+    router = Router([a], GatewaySettings())  # type: ignore[list-item]
     await router.refresh_models()
     assert router.ranked("anything", None)[0] is a
 
@@ -179,7 +183,7 @@ async def test_probe_round_ejects_and_readmits() -> None:
 async def test_metrics_health_outstanding_ejections() -> None:
     registry = CollectorRegistry()
     backends = [StaticBackend("b0"), StaticBackend("b1")]
-    router = Router(backends, metrics=GatewayMetrics(registry), readmit_after_s=0.0)
+    router = Router(backends, GatewaySettings(readmit_after_s=0.0), metrics=GatewayMetrics(registry))  # type: ignore[arg-type]
 
     def value(name: str, backend: str) -> float | None:
         return registry.get_sample_value(name, {"backend": backend})
@@ -207,28 +211,30 @@ def test_from_settings_and_bad_arguments() -> None:
     assert not router.is_healthy(a)
     router.report_success(a)  # an hour has not passed
     assert not router.is_healthy(a)
-    assert router.policy.load_rounding == "down"
-    rounding = GatewaySettings.model_validate({"routing": {"load_rounding": "random"}})
-    assert build_router([a], rounding).policy.load_rounding == "random"
+    assert router.policy.mode == "image-affinity" and router.policy.load_factor == settings.routing.load_factor
+    session = GatewaySettings.model_validate({"routing": {"mode": "session", "load_factor": 2.0}})
+    assert (build_router([a], session).policy.mode, build_router([a], session).policy.load_factor) == ("session", 2.0)
     with pytest.raises(ValueError):
-        Router([])
+        Router([], settings)
     with pytest.raises(ValueError):
-        Router([StaticBackend("a"), StaticBackend("a")])
+        Router([StaticBackend("a"), StaticBackend("a")], settings)
 
 
 async def test_routing_metrics_by_reason_and_image_weight_hit_ratio() -> None:
-    from mmgate.routing.policy import RoutingPolicy
     from mmgate.routing.weights import RoutedImage
 
     registry = CollectorRegistry()
     backends = [StaticBackend(f"b{i}") for i in range(3)]
-    router = Router(backends, metrics=GatewayMetrics(registry),  # type: ignore[arg-type]
-                    policy=RoutingPolicy("image-affinity"), readmit_after_s=0.0)
+    router = Router(backends, GatewaySettings(readmit_after_s=0.0), metrics=GatewayMetrics(registry))  # type: ignore[arg-type]
     await router.refresh_models()
     images = [RoutedImage("content:abc", 256.0), RoutedImage("content:def", 100.0)]
     first = router.ranked(MODEL, None, images)[0]
-    router.record_sent(first, images, "a-session-id")
-    router.record_sent(first, images[:1], "a-session-id")
+    router.begin(first, images)
+    router.holdings.hold(first.name, [("content:abc", 1000), ("content:def", 1000)])  # it answered
+    router.record_answered(first, images, "a-session-id")
+    router.end(first)
+    router.begin(first, images[:1])
+    router.end(first)
     router.ranked(MODEL, None, [])
     router.ranked(MODEL, "a-session-id", [RoutedImage("content:new", 10.0)])
 
@@ -248,7 +254,8 @@ async def test_routing_metrics_by_reason_and_image_weight_hit_ratio() -> None:
     # A re-admitted backend is believed empty again.
     router.report_failure(first)
     router.report_success(first)
-    assert router.policy.history.holders("content:abc") == ()
+    assert router.holdings.holders("content:abc") == []
+    assert router.holdings.knows("content:abc")  # who showed it is about the clients: kept
 
 
 class WillNotStop:
@@ -267,7 +274,7 @@ class WillNotStop:
 async def test_stop_is_bounded_when_a_background_task_will_not_stop(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setattr(router_module, "STOP_WAIT_S", 0.3)
-    router = Router([StaticBackend("a")], health_interval_s=3600.0)
+    router = Router([StaticBackend("a")], GatewaySettings(health_interval_s=3600.0))  # type: ignore[list-item]
     stuck = WillNotStop()
     router.sync = stuck  # type: ignore[assignment]
     await router.start()

@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry
 
 from mmgate.backends.base import Backend
 from mmgate.backends.http import HTTPBackend
+from mmgate.config import GatewaySettings
 from mmgate.errors import BackendConnectError
 from mmgate.metrics import GatewayMetrics
 from mmgate.routing.router import Router
@@ -32,10 +33,12 @@ def backend(name: str, sim: SimServer) -> HTTPBackend:
 
 @asynccontextmanager
 async def sims_and_router(
-    count: int = 2, **router_kwargs: object
+    count: int = 2, metrics: GatewayMetrics | None = None, **values: object
 ) -> AsyncIterator[tuple[list[SimServer], Router]]:
+    """Sims and a router built from the shipped settings, ``values`` changed."""
     sims = [await start_sim(FAST) for _ in range(count)]
-    router = Router([backend(f"sim-{i}", s) for i, s in enumerate(sims)], **router_kwargs)  # type: ignore[arg-type]
+    router = Router([backend(f"sim-{i}", s) for i, s in enumerate(sims)], GatewaySettings(**values),  # type: ignore[arg-type]
+                    metrics=metrics)
     try:
         await router.refresh_models()
         yield sims, router
@@ -82,8 +85,8 @@ async def test_session_sticks_then_moves_on_a_failed_request() -> None:
 
 async def test_probe_ejects_a_stopped_backend_and_the_loop_readmits_it_after_restart() -> None:
     registry = CollectorRegistry()
-    kwargs = {"metrics": GatewayMetrics(registry), "health_interval_s": 0.05, "readmit_after_s": 0.0}
-    async with sims_and_router(2, **kwargs) as (sims, router):
+    async with sims_and_router(2, GatewayMetrics(registry), health_interval_s=0.05, readmit_after_s=0.0) as (
+            sims, router):
         home = router.ranked(MODEL, SESSION)[0]
         index = router.backends.index(home)
         port = sims[index].port
@@ -123,7 +126,7 @@ async def test_all_stopped_fails_open_to_the_session_backend() -> None:
 
 async def test_models_aggregates_backends_serving_different_models() -> None:
     sims = [await start_sim(FAST.model_copy(update={"model": m})) for m in ("vl-small", "vl-large")]
-    router = Router([backend(f"sim-{i}", s) for i, s in enumerate(sims)])
+    router = Router([backend(f"sim-{i}", s) for i, s in enumerate(sims)], GatewaySettings())
     try:
         await router.refresh_models()
         assert router.models == ["vl-large", "vl-small"]

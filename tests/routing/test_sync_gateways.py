@@ -24,11 +24,10 @@ from tests.support.gateway import running_sims
 from tests.support.gateway_process import gateway_process
 from tests.support.redis_servers import RedisClusterServers, RedisServer, running_standalone
 
-# No load poll: what one gateway knows of another's requests comes from the sync alone.
-OWN_ONLY = (*AFFINITY, "--routing-load-poll-interval", "0")
+# What one gateway knows of another's requests comes from the sync alone.
+OWN_ONLY = AFFINITY
 SENT_OK = 'mmgate_routing_sync_messages_total{direction="sent",outcome="ok"}'
 RECEIVED_OK = 'mmgate_routing_sync_messages_total{direction="received",outcome="ok"}'
-NO_POPULARITY = ("--routing-replicate-share", "0")
 INVALID = 'mmgate_routing_sync_messages_total{direction="received",outcome="invalid"}'
 
 
@@ -36,7 +35,7 @@ def synced(url: str, *extra: str, shared_cache: bool = False) -> tuple[str, ...]
     """The sync on ``url``: its own Redis (``--routing-sync-url``), or the shared cache's
     (``--routing-sync`` with ``--redis-url``)."""
     sync = ("--redis-url", url, "--routing-sync") if shared_cache else ("--routing-sync-url", url)
-    return (*OWN_ONLY, *sync, "--routing-sync-max-age", "0.5", *extra)
+    return (*OWN_ONLY, *sync, *extra)
 
 
 async def choice(client: aiohttp.ClientSession, gw: str, images: list[str], session: str | None = None) -> str:
@@ -56,8 +55,8 @@ async def until(condition: object, timeout_s: float = 10.0) -> None:
 async def delivered(client: aiohttp.ClientSession, sender: str, receiver: str) -> None:
     """Wait until ``receiver`` applied every message ``sender`` had sent 0.1 s from now."""
     # The sender has sent what it had: a change goes out at once, or, if it has not heard the
-    # receiver's heartbeat yet (alone on the channel), with its own heartbeat (max age / 3, 0.17 s).
-    await asyncio.sleep(0.3)
+    # receiver's heartbeat yet (alone on the channel), with its own heartbeat (max age / 3, 0.33 s).
+    await asyncio.sleep(0.45)
     sent = await metric(client, sender, SENT_OK)
     assert sent >= 1
     await until(lambda: _at_least(client, receiver, RECEIVED_OK, sent))
@@ -97,8 +96,14 @@ async def test_a_gateway_sends_an_image_where_another_gateway_had_it_processed(
             pytest.fail("no image whose home differs from its session's home in 20 tries")
         await delivered(client, a, b)
         processed = sum(s.engine.metrics.stats.images_processed for s in sims)
-        # B heard where A sent it: the backend that holds it beats its home (held weight 1.2).
-        assert await choice(client, b, [image]) == held
+        # B heard where A's request was answered: the backend that holds it beats its home, and
+        # B's sender strips it there (one record: the sync's entries are the sender's too).
+        async with client.post(b + "/v1/chat/completions", data=body([image]),
+                               headers={"Content-Type": "application/json"}) as r:
+            assert r.status == 200, await r.text()
+            await r.read()
+            assert r.headers["x-mmgate-backend"] == held
+            assert r.headers["x-mmgate-reuse"].startswith("sent=0; stripped=1"), r.headers["x-mmgate-reuse"]
         assert sum(s.engine.metrics.stats.images_processed for s in sims) == processed  # nothing again
         assert await metric(client, b, "mmgate_routing_sync_peers") == 1.0  # A (the blind one is not in it)
 
@@ -128,10 +133,9 @@ async def test_the_load_cap_counts_another_gateways_requests_and_fails_open_when
     async with running_sims(4, slow) as sims, AsyncExitStack() as stack:
         server = stack.enter_context(running_standalone(tmp_path / "redis"))
         urls = [s.url for s in sims]
-        # Popularity off: the image is shown 5 times here, and a replicated image pulls nowhere.
-        a = await stack.enter_async_context(gateway_process(urls, *synced(server.url, *NO_POPULARITY)))
-        b = await stack.enter_async_context(gateway_process(urls, *synced(server.url, *NO_POPULARITY)))
-        blind = await stack.enter_async_context(gateway_process(urls, *OWN_ONLY, *NO_POPULARITY))
+        a = await stack.enter_async_context(gateway_process(urls, *synced(server.url)))
+        b = await stack.enter_async_context(gateway_process(urls, *synced(server.url)))
+        blind = await stack.enter_async_context(gateway_process(urls, *OWN_ONLY))
         client = await stack.enter_async_context(aiohttp.ClientSession())
         image = data_url(77, 112)
         home = await choice(client, b, [image])  # idle: the image's home
@@ -145,7 +149,7 @@ async def test_the_load_cap_counts_another_gateways_requests_and_fails_open_when
             await until(lambda: _at_least(client, b, load, 6))
             assert await choice(client, b, [image]) != home
             assert await choice(client, blind, [image]) == home  # without the sync: idle, home
-            server.stop()  # Redis gone: A's counts age out (max age 0.5 s) and B routes on its own
+            server.stop()  # Redis gone: A's counts age out (max age 1 s) and B routes on its own
             await until(lambda: _at_most(client, b, load, 0))
             assert await choice(client, b, [image]) == home
             assert await choice(client, a, [data_url(78)]) in names  # A serves too

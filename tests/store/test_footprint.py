@@ -10,8 +10,8 @@ import tracemalloc
 
 import pytest
 
-from mmgate.reuse.sent import SentTracker
 from mmgate.reuse.store import UUIDStore
+from mmgate.routing import BackendHoldings
 from mmgate.store import ByteLRU, LoadedImage
 
 
@@ -55,8 +55,8 @@ async def test_uuid_store_counts_what_an_entry_really_costs() -> None:
     assert 0.8 * real <= store.num_cached_bytes <= 1.25 * real
 
 
-def test_the_sent_tracker_is_bounded_in_entries_not_only_in_modelled_backend_bytes() -> None:
-    tracker = SentTracker(4 * 1024**3, max_entries=1000)
+def test_what_a_backend_holds_is_bounded_in_entries_not_only_in_modelled_backend_bytes() -> None:
+    holdings = BackendHoldings(4 * 1024**3, max_entries=1000, max_keys=1000)
     for key in keys(5000, "~sha256:"):
-        tracker.mark_sent("b0", key, 8, 8)
-    assert tracker.num_tracked("b0") == 1000
+        holdings.hold("b0", [(key, 1024)])
+    assert holdings.num_held("b0") == 1000

@@ -56,8 +56,8 @@ async def test_heal_after_failover_and_after_a_real_restart(
     assert stay.reuse() == {"sent": 0, "stripped": 0, "referenced": 1, "healed": 0}
 
     # Now the other replica goes away: the session must go home, to the restarted process whose
-    # cache is empty. The gateway still believes home holds h-1 (it sent it there before the
-    # restart); vLLM's real 400 says otherwise and the gateway heals.
+    # cache is empty (the gateway forgot what home held when it re-admitted it, but the client's
+    # reference goes as it is): vLLM's real 400 says it misses h-1 and the gateway heals.
     other_name = stay.headers["x-mmgate-backend"]
     other.stop()
     try:

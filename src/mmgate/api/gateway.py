@@ -30,7 +30,6 @@ from mmgate.reuse import (
     ImageSlot,
     KeySpace,
     ReuseSender,
-    SentTracker,
     SlotPlan,
     TenantKeys,
     UUIDStore,
@@ -103,8 +102,8 @@ class Gateway:
         self.stopping = False
         # The chat requests in flight (their handler tasks): what a shutdown drains, then cuts.
         self.inflight: set[asyncio.Task[object]] = set()
-        sent = SentTracker(int(settings.reuse_backend_cache_gb * 1024**3), max_entries=settings.reuse_tracked_uuids)
-        self.reuse = ReuseSender(store, sent, metrics, auto=settings.reuse == "auto")
+        # One record of what each backend holds: the router weighs it, the sender strips by it.
+        self.reuse = ReuseSender(store, router.holdings, metrics, auto=settings.reuse == "auto")
 
     def session_id(self, headers: Mapping[str, str]) -> str | None:
         """The first present session header of the configured list (400 when it is not text)."""
@@ -203,9 +202,7 @@ class Gateway:
     ) -> ChatOutcome:
         """One send with the router's outstanding-request count and passive health reports."""
         router = self.router
-        router.begin(backend)
-        # Recorded as it leaves, so concurrent requests already see where the images are going.
-        router.record_sent(backend, routed, session_id)
+        router.begin(backend, routed)
         try:
             reply, counts = await self.reuse.send(backend, request.body, plans, stream=request.stream, path=path)
         except (BackendConnectError, BackendTimeoutError):
@@ -216,6 +213,8 @@ class Gateway:
             router.end(backend)
             raise
         router.report_success(backend)
+        # Recorded once the backend answered: a failover or a failed send records nothing.
+        router.record_answered(backend, routed, session_id)
         headers = {"x-mmgate-backend": backend.name, "x-mmgate-reuse": counts.header()}
         return ChatOutcome(reply=reply, backend=backend, headers=headers, on_finish=lambda: router.end(backend))
 

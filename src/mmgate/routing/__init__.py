@@ -1,14 +1,17 @@
-"""Backend choice by a routing policy (session affinity, image affinity with bounded loads, an
-llm-d-like image history, round robin), with active health probes and passive ejection."""
+"""Backend choice by a routing policy (image affinity with bounded loads, session affinity, an
+llm-d-like image history, round robin) over one record of what each backend holds, with active
+health probes and passive ejection. docs/ROUTING.md has the routing in one page."""
 
 from mmgate.routing.health import BackendHealth, HealthStatus
-from mmgate.routing.history import ImageHistory
-from mmgate.routing.policy import ROUTING_MODES, Decision, RoutingPolicy
+from mmgate.routing.holdings import BackendHoldings, processed_bytes, session_token
+from mmgate.routing.peers import Routed
+from mmgate.routing.peers import encode as encode_sync_message
+from mmgate.routing.policy import Decision, RoutingPolicy
 from mmgate.routing.router import Router
 from mmgate.routing.setup import build_router
 from mmgate.routing.weights import RoutedImage, image_tokens, image_weight
 
 __all__ = [
-    "ROUTING_MODES", "BackendHealth", "Decision", "HealthStatus", "ImageHistory", "RoutedImage", "Router",
-    "RoutingPolicy", "build_router", "image_tokens", "image_weight",
+    "BackendHealth", "BackendHoldings", "Decision", "HealthStatus", "Routed", "RoutedImage", "Router", "RoutingPolicy",
+    "build_router", "encode_sync_message", "image_tokens", "image_weight", "processed_bytes", "session_token",
 ]

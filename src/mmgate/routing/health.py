@@ -27,7 +27,7 @@ class BackendHealth:
 
     __slots__ = ("consecutive_failures", "eject_after_failures", "ejected_at", "readmit_after_s", "status")
 
-    def __init__(self, *, eject_after_failures: int = 1, readmit_after_s: float = 0.0) -> None:
+    def __init__(self, *, eject_after_failures: int, readmit_after_s: float) -> None:
         if eject_after_failures < 1:
             raise ValueError("eject_after_failures must be at least 1")
         if readmit_after_s < 0:

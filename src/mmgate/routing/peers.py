@@ -1,8 +1,8 @@
 """What the other gateways of a fleet say about their routing: the wire format and their loads. Pure.
 
 A gateway sees only the requests it routes. With G gateways in front of the same backends each
-one's image history holds a G-th of where images went, its popularity counts a G-th of the
-requests, and its in-flight counts a G-th of the load, so the same images are processed again on
+one's record of what each backend holds has a G-th of where images went, and its in-flight
+counts a G-th of the load, so the same images are processed again on
 backends the others already sent them to and the bounded-load cap works on a third of the truth.
 ``mmgate.routing.sync`` carries, off the request path, what each gateway did to the others (as
 Dynamo's router replicas share their active-sequence state): one message every sync interval with
@@ -10,10 +10,10 @@ Dynamo's router replicas share their active-sequence state): one message every s
 * ``l``: the sender's requests in flight per backend, now (a snapshot: a lost message costs
   nothing once the next one arrives);
 * ``s``: the requests it routed since its last message: backend, the session's 64-bit token
-  (``mmgate.routing.history.session_token``, never the session id; -1 for none) and the image keys
-  (tenant-scoped uuids or content hashes: what the routing history holds anyway).
+  (``mmgate.routing.holdings.session_token``, never the session id; -1 for none) and the image keys
+  (tenant-scoped uuids or content hashes: what the record holds anyway).
 
-The receiver records each routed request in its own history and popularity, as if it had routed
+The receiver records each routed request in its own record of what each backend holds, as if it had routed
 it, and counts the sender's in-flight requests until ``max_age_s`` after its last message.
 
 A message is untrusted input (anything that can publish on the channel can send one): ``decode``

@@ -15,15 +15,11 @@ def rendezvous_score(key: str, node: str) -> int:
 
 
 def rendezvous_pick(key: str, nodes: Sequence[str]) -> int:
-    """Index of the node with the highest score for ``key``; ``nodes`` must not be empty."""
+    """Index of the node with the highest score for ``key`` (the first of equal ones); ``nodes``
+    must not be empty."""
     if not nodes:
         raise ValueError("rendezvous_pick needs at least one node")
-    best_index, best_score = 0, -1
-    for i, node in enumerate(nodes):
-        score = rendezvous_score(key, node)
-        if score > best_score:
-            best_index, best_score = i, score
-    return best_index
+    return max(range(len(nodes)), key=lambda i: rendezvous_score(key, nodes[i]))
 
 
 def rendezvous_rank(key: str, nodes: Sequence[str]) -> list[int]:

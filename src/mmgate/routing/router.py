@@ -1,31 +1,27 @@
 """Backend choice by a routing policy over the healthy backends; passive ejection and active
-health probes.
+health probes; the one record of what each backend holds.
 
 Backends are grouped by the models they serve, learnt from their ``/v1/models``; ``Router.models``
 is the union the gateway's own ``/v1/models`` shows. For one request:
 
-* candidates: the backends serving the model that are healthy;
-* their order comes from the ``RoutingPolicy`` (``--routing``, see ``mmgate.routing.policy``). The
-  default, ``session``: with a session id the rendezvous winner of the candidates' names — every
-  gateway process agrees without coordination; when a backend is ejected only its sessions move,
-  and they come back when it is re-admitted; without one, the less loaded (requests in flight, see
-  ``begin``/``end``) of two random candidates. ``image-affinity`` also weighs the homes of the
-  request's images (rendezvous on each image's backend key) under a bounded-load cap.
+* candidates: the backends serving the model that are healthy (then the ejected ones);
+* their order comes from the ``RoutingPolicy`` (``RoutingSettings.mode``, see
+  ``mmgate.routing.policy``): by default ``image-affinity``, the images where they are held or at
+  their rendezvous homes, a session's own images at the session's home, under a bounded-load cap.
 
-Routing keys are the session id, configured backend names and, for ``image-affinity`` and
-``lru-history``, each image's backend key (tenant-scoped uuid or content hash, as the reuse plan
-computed it): a client can steer its own requests by its images, but the load cap keeps any one
-image from piling a fleet's load on one backend. No key is ever a metric label.
+Routing keys are the session id, configured backend names and each image's backend key
+(tenant-scoped uuid or content hash, as the reuse plan computed it): a client can steer its own
+requests by its images, but the load cap keeps any one image from piling a fleet's load on one
+backend. No key is ever a metric label.
 
-Load: the policy balances by each backend's requests in flight. With ``load_poll_interval_s`` the
-router also polls every backend's engine-reported load (vLLM's running + waiting gauges: every
-gateway's requests) in a background task (``mmgate.routing.load.LoadPoller``), off the request
-path; a decision then weighs both this gateway's own counts and the fleet estimate (the engine's
-figure moved by this gateway's requests since the poll, never below its own count; its own count
-alone when the poll failed or is stale). With ``--routing-sync`` the gateways also tell each
-other what they routed and how many requests each has in flight (``mmgate.routing.sync``, Redis
-pub/sub, off the request path): each records the others' requests in its history and popularity
-and counts their in-flight requests with its own.
+What each backend holds (``holdings``, ``mmgate.routing.holdings``) is the record the policy weighs
+and the reuse sender strips by: the sender records a request's images once a backend answered it
+and forgets them on a heal; the router records who showed them (``record_answered``), forgets a
+backend's on its re-admission, and applies the other gateways' records from the routing sync.
+
+Load: the policy balances by each backend's requests in flight (``begin``/``end``); with the
+routing sync (``mmgate.routing.sync``) the gateways also tell each other what their backends
+answered and how many requests each has in flight, and every gateway's count with it.
 
 Health: ``report_failure`` (the gateway, on a connect error or a timeout) ejects a backend after
 ``eject_after_failures`` consecutive failures; ``start()`` runs one background task that probes every
@@ -44,18 +40,21 @@ from collections.abc import Callable, Sequence
 from redis.asyncio import Redis
 
 from mmgate.backends import Backend
+from mmgate.config import GatewaySettings
 from mmgate.errors import MmgateError, ModelNotFoundError
 from mmgate.metrics import GatewayMetrics
 from mmgate.routing.health import BackendHealth
-from mmgate.routing.history import session_token
-from mmgate.routing.load import LoadPoller
+from mmgate.routing.holdings import BackendHoldings, processed_bytes, session_token
 from mmgate.routing.peers import Routed
 from mmgate.routing.policy import RoutingPolicy
 from mmgate.routing.sync import RoutingSync
-from mmgate.routing.weights import RoutedImage
+from mmgate.routing.weights import UNKNOWN_IMAGE_TOKENS, RoutedImage
 from mmgate.serving import STOP_WAIT_S, stop_tasks
 
 log = logging.getLogger(__name__)
+
+# What an image another gateway's backend answered is believed to take in that backend's cache.
+REMOTE_IMAGE_BYTES = processed_bytes(UNKNOWN_IMAGE_TOKENS)
 
 
 class Router:
@@ -70,46 +69,33 @@ class Router:
     def __init__(
         self,
         backends: Sequence[Backend],
+        settings: GatewaySettings,
         *,
         metrics: GatewayMetrics | None = None,
-        health_interval_s: float = 5.0,
-        health_timeout_s: float = 2.0,
-        eject_after_failures: int = 1,
-        readmit_after_s: float = 5.0,
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.monotonic,
-        policy: RoutingPolicy | None = None,
-        load_poll_interval_s: float = 0.0,
-        load_poll_timeout_s: float = 0.25,
     ) -> None:
         if not backends:
             raise ValueError("at least one backend is required")
         names = [b.name for b in backends]
         if len(set(names)) != len(names):
             raise ValueError(f"backend names must be unique (they are hash keys and labels): {names}")
-        if health_interval_s <= 0 or health_timeout_s <= 0:
-            raise ValueError("health_interval_s and health_timeout_s must be positive")
-        if load_poll_interval_s < 0 or load_poll_timeout_s <= 0:
-            raise ValueError("load_poll_interval_s must not be negative, load_poll_timeout_s must be positive")
         self.backends = list(backends)
         self._metrics = metrics
-        self._health_interval_s = health_interval_s
-        self._health_timeout_s = health_timeout_s
-        self._rng = rng if rng is not None else random.Random()
-        self.policy = policy if policy is not None else RoutingPolicy("session", rng=self._rng)
+        self._health_interval_s = settings.health_interval_s
+        self._health_timeout_s = settings.health_timeout_s
+        self.holdings = BackendHoldings.for_settings(settings)
+        self.policy = RoutingPolicy(settings.routing, self.holdings, rng=rng if rng is not None else random.Random())
         self._clock = clock
         self._health = {
-            b.name: BackendHealth(eject_after_failures=eject_after_failures, readmit_after_s=readmit_after_s)
+            b.name: BackendHealth(
+                eject_after_failures=settings.eject_after_failures, readmit_after_s=settings.readmit_after_s,
+            )
             for b in self.backends
         }
         self._outstanding = dict.fromkeys(names, 0)
         self.sync: RoutingSync | None = None
         self._syncer: asyncio.Task[None] | None = None
-        self.load_poller = LoadPoller(
-            self.backends, self.gateway_load, interval_s=load_poll_interval_s, timeout_s=load_poll_timeout_s,
-            clock=clock, metrics=metrics,
-        ) if load_poll_interval_s else None
-        self._poller: asyncio.Task[None] | None = None
         self._models: dict[str, list[Backend]] = {}
         self._answered = False
         self._prober: asyncio.Task[None] | None = None
@@ -117,16 +103,12 @@ class Router:
             self._publish_health(backend)
             self._publish_outstanding(backend)
 
-    def enable_sync(
-        self, client: Redis, channel: str, *, interval_s: float, max_age_s: float,
-        io_timeout_s: float,
-    ) -> RoutingSync:
+    def enable_sync(self, client: Redis, channel: str, *, io_timeout_s: float) -> RoutingSync:
         """Share this gateway's routing with the others on ``channel`` (``mmgate.routing.sync``):
         ``client`` publishes and subscribes. Call before ``start``."""
         self.sync = RoutingSync(
             client, channel, [b.name for b in self.backends], self._outstanding, self._apply_routed,
-            on_loads=self._publish_loads, interval_s=interval_s, max_age_s=max_age_s,
-            io_timeout_s=io_timeout_s, clock=self._clock, metrics=self._metrics,
+            on_loads=self._publish_loads, io_timeout_s=io_timeout_s, clock=self._clock, metrics=self._metrics,
         )
         return self.sync
 
@@ -178,41 +160,25 @@ class Router:
         for pool in (healthy, ejected):
             if not pool:
                 continue
-            fleet = [self.load(b) for b in pool] if self.load_poller is not None else None
-            decision = self.policy.decide(
-                [b.name for b in pool], [self.gateway_load(b.name) for b in pool], session_id, images, fleet
-            )
+            decision = self.policy.decide([b.name for b in pool], [self.load(b) for b in pool], session_id, images)
             if not order and self._metrics is not None:
                 self._metrics.routing_decisions.labels(decision.reason).inc()
             order.extend(pool[i] for i in decision.order)
         return order
 
-    def record_sent(self, backend: Backend, images: Sequence[RoutedImage], session_id: str | None = None) -> None:
-        """``backend`` was just sent ``images``: count the weight it was believed to hold (the
-        image-weight hit ratio), remember it in the history and count the images' popularity."""
-        history = self.policy.history
-        if self._metrics is not None and images:
-            hit = sum(i.weight for i in images if history.holds(i.key, backend.name))
-            total = sum(i.weight for i in images)
-            self._metrics.routing_image_weight.labels(backend.name, "hit").inc(hit)
-            self._metrics.routing_image_weight.labels(backend.name, "miss").inc(total - hit)
+    def record_answered(self, backend: Backend, images: Sequence[RoutedImage], session_id: str | None) -> None:
+        """``backend`` answered a request showing ``images`` (the reuse sender recorded that it
+        holds them): record who showed them and tell the other gateways."""
         keys = [i.key for i in images]
-        history.record(backend.name, keys, session_id)
-        self._observe(keys)
-        if self.sync is not None:  # a request without images too: it counts in the others' popularity
-            self.sync.routed(backend.name, session_token(session_id), keys)
+        token = session_token(session_id)
+        self.holdings.show(keys, token)
+        if self.sync is not None:
+            self.sync.routed(backend.name, token, keys)
 
     def _apply_routed(self, routed: Routed) -> None:
-        """Another gateway sent ``routed``: remember it as if this one had."""
-        self.policy.history.record(routed.backend, routed.keys, token=routed.token)
-        self._observe(routed.keys)
-
-    def _observe(self, keys: Sequence[str]) -> None:
-        popularity = self.policy.popularity
-        if popularity is not None:
-            popularity.observe(keys)
-            if self._metrics is not None:
-                self._metrics.routing_replicated_images.set(popularity.replicated_count)
+        """Another gateway's backend answered ``routed``: record it as if this one's had."""
+        self.holdings.hold(routed.backend, [(key, REMOTE_IMAGE_BYTES) for key in routed.keys])
+        self.holdings.show(routed.keys, routed.token)
 
     # Load -------------------------------------------------------------------------------------
 
@@ -220,26 +186,19 @@ class Router:
         """Requests in flight to ``backend`` (between ``begin`` and ``end``)."""
         return self._outstanding[backend.name]
 
-    def gateway_load(self, name: str) -> int:
-        """Requests in flight to the backend ``name`` from this gateway and, with the routing sync,
-        from the others as they last said."""
-        own = self._outstanding[name]
-        return own if self.sync is None else own + self.sync.peer_load(name)
-
     def load(self, backend: Backend) -> int:
-        """Requests in flight to ``backend`` from every gateway and client, as far as this one can
-        tell (``gateway_load`` without the load poll)."""
-        if self.load_poller is None:
-            return self.gateway_load(backend.name)
-        return self.load_poller.estimate(backend.name)
+        """Requests in flight to ``backend`` from this gateway and, with the routing sync, from the
+        others as they last said."""
+        own = self._outstanding[backend.name]
+        return own if self.sync is None else own + self.sync.peer_load(backend.name)
 
-    async def poll_loads_once(self) -> None:
-        """Read every backend's engine-reported load once (a no-op without the load poll)."""
-        if self.load_poller is not None:
-            await self.load_poller.poll_once()
-
-    def begin(self, backend: Backend) -> None:
-        """One more request in flight to ``backend``; pair every call with ``end``."""
+    def begin(self, backend: Backend, images: Sequence[RoutedImage] = ()) -> None:
+        """One more request in flight to ``backend``, showing ``images``; pair every call with
+        ``end``. Counts the image weight ``backend`` is believed to hold (the weight hit ratio)."""
+        if self._metrics is not None and images:
+            hit = sum(i.weight for i in images if self.holdings.holds(backend.name, i.key))
+            self._metrics.routing_image_weight.labels(backend.name, "hit").inc(hit)
+            self._metrics.routing_image_weight.labels(backend.name, "miss").inc(sum(i.weight for i in images) - hit)
         self._outstanding[backend.name] += 1
         if self.sync is not None:
             self.sync.changed()
@@ -271,7 +230,7 @@ class Router:
         if self._health[backend.name].record_success(self._clock()):
             log.info("backend %s re-admitted", backend.name)
             # Back from an ejection it may have restarted: believe it holds no image.
-            self.policy.history.forget_backend(backend.name)
+            self.holdings.forget_backend(backend.name)
             self._publish_health(backend)
 
     async def probe_once(self) -> None:
@@ -297,11 +256,9 @@ class Router:
             return False
 
     async def start(self) -> None:
-        """Start the background probe task and the load poll (idempotent); ``close()`` stops them."""
+        """Start the background probe task and the routing sync (idempotent); ``close()`` stops them."""
         if self._prober is None or self._prober.done():
             self._prober = asyncio.create_task(self._probe_loop(), name="mmgate-router-probes")
-        if self.load_poller is not None and (self._poller is None or self._poller.done()):
-            self._poller = asyncio.create_task(self.load_poller.run(), name="mmgate-router-load-poll")
         if self.sync is not None and (self._syncer is None or self._syncer.done()):
             self._syncer = asyncio.create_task(self.sync.run(), name="mmgate-router-sync")
 
@@ -315,9 +272,9 @@ class Router:
             await asyncio.sleep(self._health_interval_s)
 
     async def stop(self) -> None:
-        """Stop the probe and load-poll tasks; the backends stay open."""
-        tasks = [t for t in (self._prober, self._poller, self._syncer) if t is not None]
-        self._prober = self._poller = self._syncer = None
+        """Stop the probe and sync tasks; the backends stay open."""
+        tasks = [t for t in (self._prober, self._syncer) if t is not None]
+        self._prober = self._syncer = None
         await stop_tasks(tasks, STOP_WAIT_S)  # bounded: a stuck task must not hold the shutdown
 
     async def close(self) -> None:

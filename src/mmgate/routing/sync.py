@@ -2,14 +2,15 @@
 
 With ``--routing-sync`` (on the ``--redis-url``) or ``--routing-sync-url`` each gateway
 publishes one message on ``--routing-sync-channel`` as soon as something changed, then at most one
-per ``--routing-sync-interval`` (changes in between go together in the next), and a heartbeat at
-least every third of ``--routing-sync-max-age``, busy or idle: every gateway on the channel is
+per ``INTERVAL_S`` (changes in between go together in the next), and a heartbeat at least every
+third of ``MAX_AGE_S``, busy or idle: every gateway on the channel is
 heard from within the max age. A gateway that heard no other within it is alone on the channel:
 it publishes at the heartbeat's pace only, its changes together (a message costs CPU, and nobody
 needs it sooner); the first message it hears brings the pace back. A message holds the gateway's
 in-flight requests per backend and the requests it routed since its last message
 (``mmgate.routing.peers`` has the format). Each gateway subscribes to the same channel, skips its
-own messages, records every routed request in its own history and popularity (``on_routed``) and
+own messages, records every answered request in its own record of what each backend holds
+(``on_routed``) and
 adds the others' in-flight counts to its own for the bounded-load cap (``peer_load``). With the
 sync up, G gateways route as one would: the image-affinity benchmark's 3-gateway rows come within
 the 1-gateway rows (docs/PERFORMANCE.md).
@@ -19,8 +20,8 @@ Nothing on the request path waits for Redis: ``routed``/``changed`` only queue (
 publish that fails or times out is counted and its routed requests go again with the next message
 (at least once; the queue's bound still holds), the listener reconnects with backoff
 (0.25 s doubling to 5 s), and a gateway whose messages stop counts no more after
-``max_age_s``: every gateway falls back to its own counts and the load poll. A message that is not
-one (``InvalidSync``) is dropped whole and counted; it cannot reach the history.
+``max_age_s``: every gateway falls back to its own counts. A message that is not
+one (``InvalidSync``) is dropped whole and counted; it cannot reach the record.
 
 Redis Cluster: PUBLISH on any node reaches subscribers on every node, so the URL may name any one.
 """
@@ -47,6 +48,10 @@ from mmgate.store.redis.client import build_client
 log = logging.getLogger(__name__)
 
 SYNC_URL_SETTING = "--routing-sync-url"
+# At most one message per this many seconds (a change goes out at once, changes within it together).
+INTERVAL_S = 0.01
+# Another gateway's in-flight counts count this long after its last message (a heartbeat every third).
+MAX_AGE_S = 1.0
 MAX_PENDING = 4096
 LISTEN_WAIT_S = 1.0
 BACKOFF_S = (0.25, 5.0)
@@ -79,8 +84,8 @@ class RoutingSync:
     def __init__(
         self, client: Redis, channel: str, names: Sequence[str], loads: Mapping[str, int],
         on_routed: Callable[[Routed], None], *, on_loads: Callable[[], None] | None = None,
-        interval_s: float, max_age_s: float, io_timeout_s: float, clock: Callable[[], float],
-        metrics: GatewayMetrics | None = None,
+        io_timeout_s: float, clock: Callable[[], float], metrics: GatewayMetrics | None = None,
+        interval_s: float = INTERVAL_S, max_age_s: float = MAX_AGE_S,
     ) -> None:
         self.gateway_id = secrets.token_hex(8)
         self.peers = PeerLoads(max_age_s)
@@ -114,8 +119,7 @@ class RoutingSync:
     def _requeue(self, batch: list[Routed]) -> None:
         """Put a batch whose publish failed back in front of the queue, within its bound (the oldest
         go first, counted). At least once: a publish that timed out may still have gone out, and then
-        the others see those requests twice — a history record is the same twice; popularity counts
-        them twice, which moves a share by a request. Losing them would cost images processed again."""
+        the others see those requests twice — a record is the same twice. Losing them would cost images processed again."""
         self._pending.extendleft(reversed(batch))
         while len(self._pending) > MAX_PENDING:
             self._pending.popleft()

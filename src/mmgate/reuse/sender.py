@@ -1,0 +1,80 @@
+"""Send a planned request to one backend: strip what it holds, heal its cache misses.
+
+What the backend holds is the router's record (``mmgate.routing.BackendHoldings``), so the sender
+strips exactly what the router believed it was sending to a holder. vLLM answers a cache-only
+reference it does not hold with a 400 naming the image (``mmgate.vllm_protocol.cache_miss_index``);
+``ReuseSender.send`` then forgets the request's images on that backend, gives every byte-less
+slot its bytes from the UUID store and re-sends with data: the client never sees the miss. Only a
+slot the store cannot fill either is the client's 400. Once the backend answered 200 it holds
+every image of the request.
+"""
+
+from __future__ import annotations
+
+from mmgate.backends import CHAT_PATH, Backend, BackendReply, status_error
+from mmgate.jsonbody import dumps_body
+from mmgate.metrics import GatewayMetrics
+from mmgate.reuse.heal import MAX_HEALS, reply_cache_miss_index, resolve_from_store
+from mmgate.reuse.plan import ReuseCounts, SlotPlan, render
+from mmgate.reuse.store import UUIDStore
+from mmgate.routing import BackendHoldings, image_weight, processed_bytes
+
+
+def held_size(plan: SlotPlan) -> int:
+    """The processed size a backend keeps of the slot's image (a default when its size is unknown)."""
+    image = plan.image
+    tokens = image_weight(image.width, image.height, None) if image is not None else image_weight(None, None, None)
+    return processed_bytes(tokens)
+
+
+class ReuseSender:
+    """The gateway's reuse state — UUID store, what each backend holds — and the send/heal loop."""
+
+    def __init__(self, store: UUIDStore, holdings: BackendHoldings, metrics: GatewayMetrics, *, auto: bool) -> None:
+        self.store = store
+        self.holdings = holdings
+        self.metrics = metrics
+        self.auto = auto
+
+    async def send(
+        self, backend: Backend, body: dict[str, object], plans: list[SlotPlan], *, stream: bool,
+        path: str = CHAT_PATH,
+    ) -> tuple[BackendReply, ReuseCounts]:
+        """The backend's successful reply and what reuse did; a backend error raises its ``MmgateError``.
+        ``path``: the backend endpoint that reads the body's messages (chat completions, embeddings,
+        pooling)."""
+        with_uuid = backend.kind == "vllm"
+        if not with_uuid:
+            await resolve_from_store(self.store, plans, None)
+        known = {p.key for p in plans if self.auto and with_uuid and self.holdings.holds(backend.name, p.key)}
+        counts = render(plans, with_uuid=with_uuid, already_sent=known)
+        healed = 0
+        for _ in range(MAX_HEALS + 1):
+            reply = await backend.chat(await dumps_body(body), stream=stream, path=path)
+            if reply.status == 200:
+                break
+            self.metrics.backend_requests.labels(backend.name, f"http_{reply.status}").inc()
+            index = reply_cache_miss_index(reply) if with_uuid else None
+            if index is None or healed >= MAX_HEALS:
+                raise status_error(backend.name, reply.status, reply.body or b"")
+            self.holdings.forget(backend.name, [p.key for p in plans])
+            named = next((p for p in plans if p.slot.index == index), None)
+            await resolve_from_store(self.store, plans, named)
+            healed += 1
+            self.metrics.reuse_heals.inc()
+            counts = render(plans, with_uuid=with_uuid, already_sent=set(), force_data=True)
+        self.metrics.backend_ok(backend.name)
+        counts.healed = healed
+        self.holdings.hold(backend.name, [(p.key, held_size(p)) for p in plans])
+        self._count(counts)
+        return reply, counts
+
+    def _count(self, counts: ReuseCounts) -> None:
+        m = self.metrics
+        if counts.sent:
+            m.forwarded_data.inc(counts.sent)
+        if counts.references:
+            m.forwarded_reference.inc(counts.references)
+        if counts.stripped:
+            m.forwarded_stripped.inc(counts.stripped)
+            m.reuse_bytes_not_sent.inc(counts.bytes_not_sent)

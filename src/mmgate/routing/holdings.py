@@ -1,0 +1,127 @@
+"""What each backend holds, as far as this gateway can tell: the one record the router and the
+sender both read. Pure and bounded.
+
+* Per backend, a byte-bounded LRU of image key → its estimated processed size, sized like the
+  backend's processor cache (``--reuse-backend-cache-gb``, at most ``--reuse-tracked-uuids``
+  keys): the router weighs where an image is held, the sender strips an image the backend holds
+  down to a cache-only reference.
+* Per image, who showed it: the first session (a 64-bit token, never the id) and whether another
+  session (or none) showed it since — a *shared* image — at most ``max_keys`` images (LRU).
+
+A backend holds an image once it has answered a request that showed it (this gateway's, or
+another gateway's told by the routing sync): never before, so a failover or a failed send records
+nothing. A heal forgets the request's images on its backend (its cache missed); a re-admission
+forgets everything on the backend (it may have restarted empty). It is a belief: a wrong one
+costs one healed cache miss.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from collections.abc import Iterable
+
+from mmgate.config import GatewaySettings
+from mmgate.store import ByteLRU
+
+NO_SESSION = -1
+# vLLM's processor cache holds pixel tensors: about 3 float32 values per pixel after resize.
+PROCESSED_BYTES_PER_PIXEL = 12
+PIXELS_PER_TOKEN = 28 * 28
+
+
+def session_token(session_id: str | None) -> int:
+    """A stable 64-bit stand-in for a session id (``NO_SESSION``: none)."""
+    if session_id is None:
+        return NO_SESSION
+    return int.from_bytes(hashlib.blake2b(session_id.encode(), digest_size=8).digest(), "big")
+
+
+def processed_bytes(tokens: float) -> int:
+    """What an image of ``tokens`` prompt tokens takes in a backend's processor cache (estimate)."""
+    return int(PROCESSED_BYTES_PER_PIXEL * PIXELS_PER_TOKEN * tokens) + 1024
+
+
+class BackendHoldings:
+    """Bounded record of the images each backend holds and of the sessions that showed each."""
+
+    def __init__(self, budget_bytes: int, *, max_entries: int, max_keys: int) -> None:
+        if budget_bytes < 0 or max_entries < 1 or max_keys < 1:
+            raise ValueError("budget_bytes must not be negative, max_entries and max_keys at least 1")
+        self.budget_bytes = budget_bytes
+        self.max_entries = max_entries
+        self.max_keys = max_keys
+        self._held: dict[str, ByteLRU[str, int]] = {}
+        self._owners: OrderedDict[str, int] = OrderedDict()  # key -> its session's token, or NO_SESSION
+
+    @classmethod
+    def for_settings(cls, settings: GatewaySettings) -> BackendHoldings:
+        """Sized by the gateway's reuse settings: the backend cache it assumes, the keys it tracks."""
+        return cls(int(settings.reuse_backend_cache_gb * 1024**3), max_entries=settings.reuse_tracked_uuids,
+                   max_keys=settings.reuse_tracked_uuids)
+
+    # What each backend holds -----------------------------------------------------------------
+
+    def _lru(self, backend: str) -> ByteLRU[str, int]:
+        lru = self._held.get(backend)
+        if lru is None:
+            lru = self._held[backend] = ByteLRU(self.budget_bytes, size_of=int, max_entries=self.max_entries)
+        return lru
+
+    def holds(self, backend: str, key: str) -> bool:
+        """True when ``backend`` is believed to hold ``key`` (does not refresh its recency)."""
+        lru = self._held.get(backend)
+        return lru is not None and key in lru
+
+    def holders(self, key: str) -> list[str]:
+        """The backends believed to hold ``key``."""
+        return [backend for backend, lru in self._held.items() if key in lru]
+
+    def hold(self, backend: str, images: Iterable[tuple[str, int]]) -> None:
+        """``backend`` answered a request with these (key, processed bytes): it holds them now."""
+        lru = self._lru(backend)
+        for key, size in images:
+            lru.put(key, size)
+
+    def forget(self, backend: str, keys: Iterable[str]) -> None:
+        """``backend`` missed one of ``keys`` in its cache: believe it holds none of them."""
+        lru = self._held.get(backend)
+        if lru is not None:
+            for key in keys:
+                lru.pop(key)
+
+    def forget_backend(self, backend: str) -> None:
+        """``backend`` may have lost its cache (re-admitted after an ejection): it holds nothing.
+        Who showed each image is kept: that is about the clients, not the backend."""
+        lru = self._held.get(backend)
+        if lru is not None:
+            lru.clear()
+
+    def num_held(self, backend: str) -> int:
+        lru = self._held.get(backend)
+        return len(lru) if lru is not None else 0
+
+    # Who showed each image -------------------------------------------------------------------
+
+    def show(self, keys: Iterable[str], token: int) -> None:
+        """A request of the session ``token`` (``session_token``) showed ``keys``."""
+        for key in keys:
+            owner = self._owners.get(key)
+            if owner is None:
+                self._owners[key] = token
+            else:
+                self._owners.move_to_end(key)
+                if owner != token:
+                    self._owners[key] = NO_SESSION
+        while len(self._owners) > self.max_keys:
+            self._owners.popitem(last=False)
+
+    def knows(self, key: str) -> bool:
+        """True when a request showed ``key`` before (and the LRU has not forgotten it)."""
+        return key in self._owners
+
+    def is_shared(self, key: str, session_id: str | None) -> bool:
+        """True when ``key`` was shown without a session or by a session other than this one;
+        False for an image never shown or shown only by this session (its *own* image)."""
+        owner = self._owners.get(key)
+        return owner is not None and (owner == NO_SESSION or owner != session_token(session_id))
