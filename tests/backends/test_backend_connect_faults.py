@@ -11,7 +11,7 @@ from contextlib import asynccontextmanager
 import aiohttp
 import pytest
 
-from mmgate.config import BackendSpec, RoutingSettings
+from mmgate.config import BackendSpec
 from mmgate.serve import RunningGateway
 from tests.support.flaky_proxy import FlakyProxy, Mode
 from tests.support.gateway import gateway_settings, running_gateway, running_sims
@@ -42,7 +42,7 @@ async def flaky_first() -> AsyncIterator[tuple[RunningGateway, FlakyProxy, str]]
         # itself, and the proxy counts the request's connections only.
         settings = gateway_settings(backends=specs, backend_connect_timeout_s=CONNECT_S,
                                     backend_read_timeout_s=READ_S, health_interval_s=60,
-                                    eject_after_failures=100, routing=RoutingSettings(load_poll_interval_s=0))
+                                    eject_after_failures=100)
         try:
             async with running_gateway(settings) as gw:
                 session = next(f"s{i}" for i in range(1000)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator, Mapping
 from typing import cast
 
@@ -25,6 +26,7 @@ from mmgate.errors import (
 )
 from mmgate.vllm_protocol import engine_load
 
+log = logging.getLogger(__name__)
 _PROBE_CONNECTIONS = 4
 _JSON_HEADERS = {"Content-Type": "application/json"}
 
@@ -90,26 +92,34 @@ class HTTPBackend:
     def _translated(self, doing: str, *, sent: bool) -> Iterator[None]:
         """The one place aiohttp's errors become mmgate's. ``sent``: the request had reached the
         backend, so a dropped connection is a broken answer (502), not an unreachable backend
-        (502, and safe to retry elsewhere)."""
+        (502, and safe to retry elsewhere). The client reads the backend's name only; its address
+        and aiohttp's words (which name it) go to the log."""
         try:
             yield
         except aiohttp.ConnectionTimeoutError as exc:
             # Also a TimeoutError, so caught first: no connection was made (or none came free in
             # the pool), nothing was sent, and another backend may take the request.
-            raise BackendConnectError(f"backend {self.name} ({self.url}) did not accept a connection "
+            self._log(doing, exc)
+            raise BackendConnectError(f"backend {self.name} did not accept a connection "
                                       f"within the connect timeout") from exc
         except aiohttp.ClientConnectorError as exc:
             # Refused, reset or unreachable while connecting (before a byte of the request left).
-            raise BackendConnectError(f"backend {self.name} ({self.url}) is unreachable: {exc}") from exc
+            self._log(doing, exc)
+            raise BackendConnectError(f"backend {self.name} is unreachable") from exc
         except TimeoutError as exc:
             # A read timeout (aiohttp's SocketTimeoutError or our own): the request was sent.
             raise BackendTimeoutError(f"backend {self.name} timed out {doing}") from exc
         except aiohttp.ClientConnectionError as exc:
+            self._log(doing, exc)
             if not sent:
-                raise BackendConnectError(f"backend {self.name} ({self.url}) is unreachable: {exc}") from exc
-            raise BackendProtocolError(f"backend {self.name} broke off {doing}: {exc}") from exc
+                raise BackendConnectError(f"backend {self.name} is unreachable") from exc
+            raise BackendProtocolError(f"backend {self.name} broke off {doing}") from exc
         except aiohttp.ClientError as exc:
-            raise BackendProtocolError(f"backend {self.name} failed {doing}: {exc}") from exc
+            self._log(doing, exc)
+            raise BackendProtocolError(f"backend {self.name} failed {doing}") from exc
+
+    def _log(self, doing: str, exc: BaseException) -> None:
+        log.warning("backend %s (%s) failed %s: %s", self.name, self.url, doing, exc or type(exc).__name__)
 
     async def chat(self, body: bytes, *, stream: bool, path: str = CHAT_PATH) -> BackendReply:
         data: bytes | AsyncIterator[memoryview] = body
