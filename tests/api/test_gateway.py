@@ -167,3 +167,14 @@ async def test_models_health_and_metrics() -> None:
             text = await r.text()
         assert 'mmgate_requests_total{route="/v1/chat/completions",status="200"} 1.0' in text
         assert 'mmgate_images_forwarded_total{mode="data"} 1.0' in text
+
+
+async def test_a_request_without_model_goes_to_the_fleets_one_model() -> None:
+    """As vLLM fills in its served model: the gateway fills in the one model its backends serve."""
+    async with running_gateway() as gw:
+        async with aiohttp.ClientSession() as s:
+            async with s.post(gw.url + "/v1/chat/completions",
+                              json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}) as r:
+                body = await r.json()
+                assert r.status == 200, body
+                assert body["model"] == "mmgate-sim-vl"

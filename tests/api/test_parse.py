@@ -96,7 +96,8 @@ def test_too_many_images_names_the_first_extra_part() -> None:
     [
         (b"{not json", None),
         (b"[1,2]", None),
-        (b'{"messages": [{"role": "user", "content": "x"}]}', "model"),
+        (b'{"model": "", "messages": [{"role": "user", "content": "x"}]}', "model"),
+        (b'{"model": 5, "messages": [{"role": "user", "content": "x"}]}', "model"),
         (b'{"model": "m", "messages": []}', "messages"),
         (b'{"model": "m", "messages": ["x"]}', "messages[0]"),
         (b'{"model": "m", "messages": [{"role": "user", "content": 5}]}', "messages[0].content"),

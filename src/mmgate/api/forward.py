@@ -149,15 +149,8 @@ class Forwarder:
         self.gateway = gateway
 
     def single_model(self) -> str | None:
-        """The model a request without one is for: the fleet's one model, as vLLM fills in its
-        served model (None while no backend has named one); 400 naming ``model`` when the fleet
-        serves several."""
-        models = self.gateway.router.models
-        if len(models) > 1:
-            raise InvalidRequestError(
-                f"'model' is required: the gateway's backends serve {len(models)} models "
-                "(GET /v1/models lists them)", param="model")
-        return models[0] if models else None
+        """The model a request without one is for (``Gateway.default_model``)."""
+        return self.gateway.default_model()
 
     def route(self, model: str | None, session_id: str | None) -> list[Backend]:
         """The backends to try, in order, for ``model`` (None: ``single_model``). A model no

@@ -135,6 +135,17 @@ class Gateway:
             max_depth=self.settings.max_json_depth,
         )
 
+    def default_model(self) -> str | None:
+        """The model a request that names none is for: the fleet's one model, as vLLM fills in its
+        served model (None while no backend has named one); 400 naming ``model`` when the fleet
+        serves several."""
+        models = self.router.models
+        if len(models) > 1:
+            raise InvalidRequestError(
+                f"'model' is required: the gateway's backends serve {len(models)} models "
+                "(GET /v1/models lists them)", param="model")
+        return models[0] if models else None
+
     def authenticate(self, headers: Mapping[str, str]) -> str | None:
         """The request's tenant (None without API keys); 401 for a missing or unknown key. The HTTP
         layer calls it before reading the body."""
@@ -168,6 +179,11 @@ class Gateway:
         that must answer (a stored response lives on one replica): no other is tried.
         """
         session_id = self.session_id(headers)
+        if not request.model:
+            model = self.default_model()
+            if model is None:
+                raise InvalidRequestError("'model' is required: no backend has listed its model yet", param="model")
+            request.model = request.body["model"] = model
         self.router.candidates(request.model)  # an unknown model is a 404 before any image is loaded
         salt = request.body.get("cache_salt")
         if salt is not None and not isinstance(salt, str):

@@ -74,8 +74,10 @@ def parse_chat_body(body: Any, *, max_images: int, max_uuid_length: int, max_dep
         raise InvalidRequestError("request body must be a JSON object")
     check_depth(body, max_depth)
     model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise InvalidRequestError("'model' is required and must be a non-empty string", param="model")
+    if model is None:
+        model = ""  # the gateway fills in the fleet's one model, as vLLM its served model
+    elif not isinstance(model, str) or not model:
+        raise InvalidRequestError("'model' must be a non-empty string", param="model")
     stream = body.get("stream", False)
     if stream is None:
         stream = False
