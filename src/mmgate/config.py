@@ -214,6 +214,10 @@ class GatewaySettings(Frozen):
         30.0, flag="--stream-stall-timeout", advanced=True, group="http edge", gt=0,
         help="seconds a streamed answer may wait for its client to read before the stream is cut "
              "(frees the backend connection a client that stopped reading holds)")
+    max_tenant_requests: int = setting(
+        512, flag="--max-tenant-requests", group=REUSE_GROUP, advanced=True, ge=0,
+        help="requests (streams included) one tenant may have in flight, past it 429 with Retry-After; "
+             "applies with --api-keys-file (0: no limit)")
     max_inflation_ratio: int = setting(
         0, flag="--max-inflation-ratio", advanced=True, group="http edge", ge=0, le=1000,
         help="accept gzip/deflate request bodies that inflate to at most this many times their size "

@@ -22,6 +22,7 @@ never escape it.
     │   ├── BodyTimeoutError          408: request body not received within --body-timeout
     │   ├── UnsupportedEncodingError  415: a compressed request body the gateway does not accept
     │   ├── BusyError                 429: the decode queue is full (Retry-After)
+    │   │   └── TenantLimitError      429: the tenant's requests in flight are at --max-tenant-requests
     │   ├── ForbiddenError            403: an operator endpoint without the admin key
     │   └── EndpointNotFoundError     404/405: a path or method the gateway does not serve
     ├── ShuttingDownError             503: the gateway stopped before the request finished
@@ -49,7 +50,7 @@ __all__ = [
     "BackendTimeoutError", "BodyTimeoutError", "BodyTooLargeError", "BusyError", "CacheError", "ConfigError",
     "EndpointNotFoundError", "ForbiddenError", "ForbiddenURLError", "ImageTooLargeError", "InvalidRequestError",
     "MediaError", "MmgateError", "ModelNotFoundError", "OriginError", "OriginTimeoutError", "RequestError",
-    "ResponseNotFoundError", "ShuttingDownError", "UnknownUUIDError", "UnsupportedEncodingError",
+    "ResponseNotFoundError", "ShuttingDownError", "TenantLimitError", "UnknownUUIDError", "UnsupportedEncodingError",
     "UnsupportedImageError", "UpstreamError",
 ]
 
@@ -167,6 +168,12 @@ class BusyError(RequestError):
     error_type = "rate_limit_error"
     code = "gateway_busy"
     retry_after_s = 1
+
+
+class TenantLimitError(BusyError):
+    """The tenant already has ``--max-tenant-requests`` requests in flight (streams included)."""
+
+    code = "tenant_request_limit"
 
 
 class ForbiddenError(RequestError):

@@ -30,6 +30,7 @@ from mmgate.api.forward import FORWARDER_KEY, GATEWAY_KEY, Forwarder, deliver
 from mmgate.api.gateway import Gateway
 from mmgate.api.relay import CLIENT_CLOSED
 from mmgate.api.responses import error_response, http_error_response
+from mmgate.api.tenant_slots import TenantSlots
 from mmgate.backends import Backend, BackendReply
 from mmgate.errors import EndpointNotFoundError, ForbiddenError, MmgateError, ShuttingDownError
 from mmgate.metrics import UNMATCHED_ROUTE
@@ -80,10 +81,30 @@ def _unknown(request: web.Request, status: int) -> EndpointNotFoundError:
                                  param="path")
 
 
+# Paths any client may call without an API key (probes, discovery, scrapes): outside the tenant limit.
+_OPEN_PATHS = frozenset({"/health", "/ping", "/load", "/metrics", "/v1/models", "/version"})
+SLOTS_KEY = web.AppKey("tenant_slots", TenantSlots)
+
+
+@web.middleware
+async def _tenant_limit(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """With API keys, each tenant's requests in flight are capped (``--max-tenant-requests``)."""
+    slots = request.app.get(SLOTS_KEY)
+    gateway = request.app[GATEWAY_KEY]
+    if slots is None or gateway.tenants is None or request.path in _OPEN_PATHS or is_admin(request):
+        return await handler(request)
+    tenant = gateway.authenticate(request.headers)  # the 401 the handler would give, before the count
+    assert tenant is not None
+    with slots.hold(tenant):
+        return await handler(request)
+
+
 def build_app(gateway: Gateway, *, admin_key: str | None = None) -> web.Application:
     """The aiohttp application around ``gateway``; ``admin_key`` opens the operator endpoints."""
     # The body cap is enforced by ``read_body`` (Content-Length up front, chunked bodies as they come).
-    app = web.Application(middlewares=[_errors], client_max_size=gateway.settings.max_body_bytes + 1)
+    app = web.Application(middlewares=[_errors, _tenant_limit], client_max_size=gateway.settings.max_body_bytes + 1)
+    if gateway.tenants is not None and gateway.settings.max_tenant_requests:
+        app[SLOTS_KEY] = TenantSlots(gateway.settings.max_tenant_requests)
     app[GATEWAY_KEY] = gateway
     app[FORWARDER_KEY] = Forwarder(gateway)
     app.router.add_post("/v1/chat/completions", _chat)
