@@ -44,8 +44,8 @@ class RoutingSettings(Frozen):
 
     sync: bool = setting(
         False, flag="--routing-sync",
-        help="share this gateway's routing — the images it sent where, its in-flight requests per "
-        "backend — with the other gateways in front of the same backends, over the pub/sub of the "
+        help="share this gateway's routing — which backend answered which images, its in-flight requests "
+        "per backend — with the other gateways in front of the same backends, over the pub/sub of the "
         "--redis-url (or --routing-sync-url), off the request path")
     sync_url: str | None = setting(
         None, flag="--routing-sync-url",

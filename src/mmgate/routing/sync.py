@@ -7,13 +7,11 @@ third of ``MAX_AGE_S``, busy or idle: every gateway on the channel is
 heard from within the max age. A gateway that heard no other within it is alone on the channel:
 it publishes at the heartbeat's pace only, its changes together (a message costs CPU, and nobody
 needs it sooner); the first message it hears brings the pace back. A message holds the gateway's
-in-flight requests per backend and the requests it routed since its last message
+in-flight requests per backend and the requests its backends answered since its last message
 (``mmgate.routing.peers`` has the format). Each gateway subscribes to the same channel, skips its
 own messages, records every answered request in its own record of what each backend holds
-(``on_routed``) and
-adds the others' in-flight counts to its own for the bounded-load cap (``peer_load``). With the
-sync up, G gateways route as one would: the image-affinity benchmark's 3-gateway rows come within
-the 1-gateway rows (docs/PERFORMANCE.md).
+(``on_routed``) and adds the others' in-flight counts to its own for the bounded-load cap
+(``peer_load``). docs/ROUTING.md has what it buys.
 
 Nothing on the request path waits for Redis: ``routed``/``changed`` only queue (bounded: at most
 ``MAX_PENDING`` routed requests wait; beyond that the oldest are dropped, counted). Fails open: a
@@ -109,7 +107,7 @@ class RoutingSync:
     # The request path: queue only ---------------------------------------------------------------
 
     def routed(self, backend: str, token: int, keys: Sequence[str]) -> None:
-        """This gateway just sent a request with ``keys`` to ``backend`` for session ``token``."""
+        """``backend`` just answered this gateway's request with ``keys`` for session ``token``."""
         if len(self._pending) >= MAX_PENDING:
             self._pending.popleft()
             self._count("sent", "dropped")
