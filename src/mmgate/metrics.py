@@ -52,13 +52,8 @@ class GatewayMetrics:
         )
         self.backend_load = Gauge(
             "mmgate_backend_load",
-            "Requests in flight to the backend from every gateway, as this one estimates them (the "
-            "engine's polled running + waiting, moved by this gateway's requests since; its own "
-            "in-flight count when the poll is off or failed)", ["backend"], registry=registry,
-        )
-        self.backend_load_polls = Counter(
-            "mmgate_backend_load_polls", "Polls of a backend's engine load by outcome: ok, none (no "
-            "gauges), error", ["backend", "outcome"], registry=registry,
+            "Requests in flight to the backend from every gateway, as this one estimates them (its own, "
+            "plus the other gateways' from the routing sync when it is on)", ["backend"], registry=registry,
         )
         self.backend_ejections = Counter(
             "mmgate_backend_ejections", "Times the backend was taken out of rotation", ["backend"],
@@ -89,11 +84,6 @@ class GatewayMetrics:
             "Image weight (tokens, else bytes) sent to each backend, by whether this gateway believed the "
             "backend already held it (hit) or not (miss): hit / (hit + miss) is its image-weight hit ratio",
             ["backend", "outcome"], registry=registry,
-        )
-        self.routing_replicated_images = Gauge(
-            "mmgate_routing_replicated_images",
-            "Images image-affinity treats as held on every backend (shown in at least --routing-replicate-share "
-            "of recent requests)", registry=registry,
         )
         self.routing_sync_messages = Counter(
             "mmgate_routing_sync_messages",

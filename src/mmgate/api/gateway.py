@@ -3,7 +3,7 @@ tenant (API key) → parse → load images → plan reuse (keys) → route (sess
 send (healing a backend cache miss).
 
 ``Gateway`` owns the long-lived parts (media loader, router, reuse sender with its UUID store and
-sent tracker, metrics) and is what the HTTP layer (``mmgate.api.app``) calls. It knows nothing of
+the router's record of what each backend holds, metrics) and is what the HTTP layer (``mmgate.api.app``) calls. It knows nothing of
 aiohttp's server side. The backend order is taken right before sending, after the images loaded,
 so the router's outstanding-request counts are fresh.
 """
