@@ -63,29 +63,6 @@ def cache_miss_index(status: int, body: Any) -> int | None:
 # model_name and engine: requests in the running batch, and requests queued for it.
 RUNNING_GAUGE = "vllm:num_requests_running"
 WAITING_GAUGE = "vllm:num_requests_waiting"
-_LOAD_SERIES = re.compile(
-    rb"^(?:vllm:num_requests_running|vllm:num_requests_waiting)(?:\{[^}\n]*\})?[ \t]+([0-9.eE+-]+|NaN)[ \t]*(?:[0-9]+)?$",
-    re.MULTILINE,
-)
-
-
-def engine_load(metrics_text: bytes) -> int | None:
-    """Running + waiting requests a Prometheus text page reports (summed over its engines), or
-    None when it has neither gauge. ``vllm:num_requests_waiting_by_reason`` is not counted (it
-    splits the waiting figure)."""
-    found = False
-    load = 0.0
-    for match in _LOAD_SERIES.finditer(metrics_text):
-        try:
-            value = float(match.group(1))
-        except ValueError:  # a malformed sample reads as absent, not as a load
-            continue
-        if value == value and value >= 0:  # NaN or negative: not a count
-            load += value
-            found = True
-    return round(load) if found else None
-
-
 def smart_resize(height: int, width: int, *, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
     """Qwen2-VL's resize rule: both sides multiples of ``factor``, area within [min, max] pixels,
     aspect ratio kept as closely as possible. Returns ``(height, width)``; sides must be positive.

@@ -8,7 +8,6 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
-import aiohttp
 import orjson
 import pytest
 from prometheus_client import CollectorRegistry
@@ -164,33 +163,3 @@ async def test_in_flight_requests_spread_by_least_outstanding() -> None:
         assert all(router.outstanding(b) == 0 for b in router.backends)
 
 
-async def test_backend_load_reads_the_engines_load_endpoint_and_gauges() -> None:
-    slow = SimSettings(port=0, speedup=1.0, decode_ms_per_token=20.0, enable_server_load_tracking=True)
-    untracked = slow.model_copy(update={"enable_server_load_tracking": False})
-    sims = [await start_sim(slow), await start_sim(untracked)]
-    backends = [backend(f"sim-{i}", s) for i, s in enumerate(sims)]
-    body = orjson.dumps({"model": MODEL, "stream": True, "max_tokens": 300, "ignore_eos": True,
-                         "messages": [{"role": "user", "content": "busy"}]})
-    try:
-        assert [await b.load(1.0) for b in backends] == [0, 0]
-        replies = [await b.chat(body, stream=True) for b in backends for _ in range(3)]
-        for reply in replies:
-            assert reply.stream is not None
-            await anext(reply.stream)  # running
-        assert [await b.load(1.0) for b in backends] == [3, 3]  # /load, or the running gauge
-        async with aiohttp.ClientSession() as client, client.get(sims[0].url + "/load") as r:
-            assert await r.json() == {"server_load": 3}
-        async with aiohttp.ClientSession() as client, client.get(sims[1].url + "/load") as r:
-            assert await r.json() == {"server_load": 0}  # off, as vLLM without the flag
-        for reply in replies:
-            reply.release()
-        openai = HTTPBackend("other", "openai", sims[0].url, connect_timeout_s=1.0, read_timeout_s=5.0)
-        assert await openai.load(1.0) is None  # no scheduler gauges expected from a non-vLLM server
-        await openai.close()
-        await sims[1].stop()
-        with pytest.raises(BackendConnectError):
-            await backends[1].load(1.0)
-    finally:
-        for b in backends:
-            await b.close()
-        await sims[0].stop()

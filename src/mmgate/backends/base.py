@@ -1,7 +1,7 @@
 """The backend seam, like httpx's transport: ``chat`` carries every chat-style request (the body
 the reuse pipeline rewrote, to ``/v1/chat/completions`` or another path that reads the same
 messages), ``request`` any other request as it came (any method and path, a whole or streamed body);
-``models``, ``healthy``, ``load`` and ``close`` serve routing and shutdown.
+``models``, ``healthy`` and ``close`` serve routing and shutdown.
 
 A backend takes the rewritten request body (already in the form its kind understands) and returns a
 ``BackendReply``: its status and headers, and either the whole body or a stream of raw SSE bytes.
@@ -65,10 +65,5 @@ class Backend(Protocol):
 
     async def healthy(self) -> bool:
         """One health probe: True when the server answers its health endpoint."""
-
-    async def load(self, timeout_s: float) -> int | None:
-        """Requests the engine itself reports running + waiting (vLLM's scheduler gauges on
-        /metrics, every client's requests), or None when it does not say. Raises an
-        ``UpstreamError`` when it cannot be read within ``timeout_s``."""
 
     async def close(self) -> None: ...

@@ -6,11 +6,9 @@ which is decided before ``chat`` is called. aiohttp errors are translated here a
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator, Mapping
-from typing import cast
 
 import aiohttp
 import orjson
@@ -24,7 +22,6 @@ from mmgate.errors import (
     BackendStatusError,
     BackendTimeoutError,
 )
-from mmgate.vllm_protocol import engine_load
 
 log = logging.getLogger(__name__)
 _PROBE_CONNECTIONS = 4
@@ -229,44 +226,10 @@ class HTTPBackend:
             # A failed probe is the answer itself: unhealthy.
             return False
 
-    async def load(self, timeout_s: float) -> int | None:
-        """vLLM's ``/load`` (``server_load``: HTTP requests in flight, image processing included,
-        with ``--enable-server-load-tracking``; 0 without) and its scheduler gauges on ``/metrics``
-        (running + waiting), read together: the larger of the two."""
-        if self.kind != "vllm":
-            return None  # an OpenAI-compatible server other than vLLM exports no scheduler gauges
-        timeout = aiohttp.ClientTimeout(total=timeout_s)
-        pages = await asyncio.gather(self._page("/metrics", timeout), self._page("/load", timeout),
-                                     return_exceptions=True)
-        for page in pages:
-            if isinstance(page, BaseException):
-                raise page
-        metrics, load = cast(list[bytes | None], pages)
-        found = [n for n in (engine_load(metrics or b""), server_load(load)) if n is not None]
-        return max(found) if found else None
-
-    async def _page(self, path: str, timeout: aiohttp.ClientTimeout) -> bytes | None:
-        """The body of GET ``path``, None when the backend does not serve it (any status but 200)."""
-        with self._translated(f"reading {path}", sent=False):
-            async with self._probes().get(self.url + path, timeout=timeout, headers=self._auth) as resp:
-                body = await resp.read()
-                return body if resp.status == 200 else None
-
     async def close(self) -> None:
         for session in (self._session, self._probe_session):
             if session is not None:
                 await session.close()
-
-
-def server_load(body: bytes | None) -> int | None:
-    """``server_load`` of vLLM's ``/load`` answer, or None when absent or not a count."""
-    if not body:
-        return None
-    try:
-        value = orjson.loads(body).get("server_load")
-    except (orjson.JSONDecodeError, AttributeError):  # not JSON, or not an object: no answer
-        return None
-    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0 else None
 
 
 def status_error(backend: str, status: int, body: bytes) -> BackendStatusError:

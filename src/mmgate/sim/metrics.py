@@ -3,8 +3,7 @@
 vLLM's own names are used where vLLM has the metric (``vllm:mm_cache_queries``,
 ``vllm:mm_cache_hits``, ``vllm:prompt_tokens``, ``vllm:generation_tokens``,
 ``vllm:request_success``, ``vllm:num_requests_running``, ``vllm:num_requests_waiting``), labelled
-``model_name`` and ``engine`` like vLLM's (the two scheduler gauges are what the gateway's router
-polls as a backend's load: ``mmgate.vllm_protocol.engine_load``). The sim has no scheduler queue, so
+``model_name`` and ``engine`` like vLLM's. The sim has no scheduler queue, so
 ``waiting`` stays 0 and ``running`` counts a request from the end of its image processing to its
 last token (with ``--serial-prefill`` that includes the wait for its prefill's turn); sim-only metrics carry the ``mmgate_sim_`` prefix. One registry per engine, so
 several engines live in one process.
