@@ -169,7 +169,6 @@ def test_fleet_is_wired(rendered: list[Resource]) -> None:
     # The gateway's assumed processor cache is vLLM's own.
     args = container(vllm, "vllm")["args"]
     assert float(arg_value(args, "--mm-processor-cache-gb") or "nan") == float(env["MMGATE_REUSE_BACKEND_CACHE_GB"])
-    assert "--enable-server-load-tracking" in args
     limits = json.loads(arg_value(args, "--limit-mm-per-prompt") or "{}")
     assert limits.get("image") == int(env["MMGATE_MAX_IMAGES_PER_REQUEST"])
 
