@@ -25,8 +25,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import contextlib
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -108,7 +110,23 @@ def start_mmgate(src: Path, kind: str, backend: str, extra: list[str]) -> tuple[
     return url, proc
 
 
-def start_router(binary: Path, backend: str) -> tuple[str, subprocess.Popen[bytes]]:
+def named(comm: str) -> set[int]:
+    """Pids of the processes whose name (``/proc/PID/comm``) is ``comm``."""
+    out = set()
+    for entry in Path("/proc").glob("[0-9]*/comm"):
+        try:
+            if entry.read_text().strip() == comm:
+                out.add(int(entry.parent.name))
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def start_router(binary: Path, backend: str) -> tuple[str, subprocess.Popen[bytes], list[int]]:
+    """vllm-router in front of ``backend``: its URL, its launcher, and every pid that serves (the
+    launcher starts the Rust router as a process of its own, ``vllm::router``, which init adopts:
+    it is no child of the launcher, so it is found by name, and its CPU counted with it)."""
+    before = named("vllm::router")
     port = free_port()
     proc = subprocess.Popen(
         [str(binary), "--host", "127.0.0.1", "--port", str(port), "--worker-urls", backend,
@@ -116,7 +134,7 @@ def start_router(binary: Path, backend: str) -> tuple[str, subprocess.Popen[byte
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     wait_ready(url, proc)
-    return url, proc
+    return url, proc, [proc.pid, *sorted(named("vllm::router") - before)]
 
 
 def bodies(image: bytes) -> dict[str, bytes]:
@@ -195,12 +213,14 @@ def main() -> int:
     targets = [Target("direct", backend_url), Target("vllm-router", "")]
     urls: dict[str, dict[str, str]] = {"direct": dict.fromkeys(ROWS, backend_url)}
     pids: dict[str, dict[str, list[int]]] = {}
+    extra_pids: list[int] = []
     try:
         wait_ready(backend_url, backend)
-        router_url, router_proc = start_router(binary, backend_url)
+        router_url, router_proc, router_pids = start_router(binary, backend_url)
         procs.append(router_proc)
+        extra_pids = router_pids[1:]
         urls["vllm-router"] = dict.fromkeys(ROWS, router_url)
-        pids["vllm-router"] = {row: [router_proc.pid] for row in ROWS}
+        pids["vllm-router"] = {row: list(router_pids) for row in ROWS}
         for name, src in trees:
             relay_url, relay = start_mmgate(Path(src), "openai", backend_url, [])
             reuse_url, reuse = start_mmgate(Path(src), "vllm", backend_url, ["--reuse", "auto"])
@@ -222,6 +242,9 @@ def main() -> int:
     finally:
         for proc in reversed(procs):
             stop(proc)
+        for pid in extra_pids:  # the router process the launcher left behind
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGTERM)
     direct = targets[0]
     table: list[dict[str, str]] = []
     result: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}, "rows": {}}
