@@ -112,21 +112,11 @@ class GatewayMetrics:
         )
         # Label children bound once: ``labels()`` costs a lock and a dict lookup per call, and these
         # are on every request. Keys are bounded (HTTP statuses, configured backend names).
-        self._chat_seconds = self.request_seconds.labels(CHAT_ROUTE)
-        self._chat_status: dict[int, Any] = {}
         self._route_children: dict[tuple[str, int], tuple[Any, Any]] = {}
         self._backend_ok: dict[str, Any] = {}
         self.forwarded_data = self.images_forwarded.labels("data")
         self.forwarded_reference = self.images_forwarded.labels("reference")
         self.forwarded_stripped = self.images_forwarded.labels("stripped")
-
-    def observe_chat(self, status: int, seconds: float) -> None:
-        """Count one chat request and its latency."""
-        child = self._chat_status.get(status)
-        if child is None:
-            child = self._chat_status[status] = self.requests.labels(CHAT_ROUTE, str(status))
-        child.inc()
-        self._chat_seconds.observe(seconds)
 
     def observe(self, route: str, status: int, seconds: float) -> None:
         """Count one request of ``route`` (a route-table path, ``UNMATCHED_ROUTE`` or

@@ -25,15 +25,15 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from mmgate.api import agents
 from mmgate.api.admin import ADMIN_HEADER, ADMIN_KEY, add_operator_endpoints, is_admin
 from mmgate.api.edge import read_body
-from mmgate.api.endpoints import add_client_endpoints
+from mmgate.api.endpoints import add_client_endpoints, tracked
 from mmgate.api.forward import FORWARDER_KEY, GATEWAY_KEY, Forwarder, deliver
 from mmgate.api.gateway import Gateway
-from mmgate.api.relay import CLIENT_CLOSED
+from mmgate.api.relay import CLIENT_CLOSED, TENANT_KEY, request_tenant
 from mmgate.api.responses import error_response, http_error_response
 from mmgate.api.tenant_slots import TenantSlots
 from mmgate.backends import Backend, BackendReply
-from mmgate.errors import EndpointNotFoundError, ForbiddenError, MmgateError, ShuttingDownError
-from mmgate.metrics import UNMATCHED_ROUTE
+from mmgate.errors import EndpointNotFoundError, ForbiddenError, MmgateError
+from mmgate.metrics import CHAT_ROUTE, UNMATCHED_ROUTE
 from mmgate.serving import json_response
 
 __all__ = ["CLIENT_CLOSED", "GATEWAY_KEY", "NOT_SERVED", "build_app"]
@@ -94,6 +94,7 @@ async def _tenant_limit(request: web.Request, handler: Handler) -> web.StreamRes
     if slots is None or gateway.tenants is None or request.path in _OPEN_PATHS or is_admin(request):
         return await handler(request)
     tenant = gateway.authenticate(request.headers)  # the 401 the handler would give, before the count
+    request[TENANT_KEY] = tenant
     assert tenant is not None
     with slots.hold(tenant):
         return await handler(request)
@@ -107,7 +108,7 @@ def build_app(gateway: Gateway, *, admin_key: str | None = None) -> web.Applicat
         app[SLOTS_KEY] = TenantSlots(gateway.settings.max_tenant_requests)
     app[GATEWAY_KEY] = gateway
     app[FORWARDER_KEY] = Forwarder(gateway)
-    app.router.add_post("/v1/chat/completions", _chat)
+    app.router.add_post(CHAT_ROUTE, tracked(CHAT_ROUTE, _serve_chat))
     app.router.add_get("/v1/models", _models)
     app.router.add_get("/health", _health)
     app.router.add_get("/ping", _ping)
@@ -127,49 +128,21 @@ async def _not_served(request: web.Request) -> web.StreamResponse:
     raise EndpointNotFoundError(f"{request.path}: {NOT_SERVED[request.path]}", param="path")
 
 
-async def _chat(request: web.Request) -> web.StreamResponse:
-    gateway = request.app[GATEWAY_KEY]
-    metrics = gateway.metrics
+async def _serve_chat(request: web.Request, gateway: Gateway) -> tuple[web.StreamResponse, bool]:
+    """One chat request: tenant, body, pipeline, delivery (its bookkeeping: ``tracked``)."""
     started = time.perf_counter()
     settings = gateway.settings
-    status = 500
-    task = asyncio.current_task()
-    if task is not None:
-        gateway.inflight.add(task)
+    tenant = request_tenant(request, gateway)  # 401 before a byte of the body is read
+    raw = await read_body(request, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_s,
+                          max_inflation_ratio=settings.max_inflation_ratio)
+    outcome = await gateway.chat(raw, request.headers, tenant=tenant)
     try:
-        tenant = gateway.authenticate(request.headers)  # 401 before a byte of the body is read
-        raw = await read_body(request, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_s,
-                              max_inflation_ratio=settings.max_inflation_ratio)
-        outcome = await gateway.chat(raw, request.headers, tenant=tenant)
-        status = 200
-        try:
-            response, complete = await deliver(
-                request, outcome.reply, outcome.headers, gateway,
-                on_first=lambda: metrics.ttft_seconds.observe(time.perf_counter() - started))
-            if not complete:
-                status = CLIENT_CLOSED
-            return response
-        finally:
-            # However delivery ended (done, client gone, cancelled): free the backend's connection
-            # and its outstanding-request slot.
-            outcome.reply.release()
-            outcome.finish()
-    except MmgateError as exc:
-        status = exc.status
-        raise
-    except web.HTTPException as exc:
-        status = exc.status
-        raise
-    except asyncio.CancelledError:
-        # The client went away (aiohttp cancels its handler), or the drain time ran out at shutdown.
-        status = ShuttingDownError.status if gateway.stopping else CLIENT_CLOSED
-        raise
-    except ConnectionError:
-        status = CLIENT_CLOSED
-        raise
+        return await deliver(request, outcome.reply, outcome.headers, gateway,
+                             on_first=lambda: gateway.metrics.ttft_seconds.observe(time.perf_counter() - started))
     finally:
-        gateway.inflight.discard(task)
-        metrics.observe_chat(status, time.perf_counter() - started)
+        # However delivery ended (done, client gone, cancelled): free the backend's connection
+        # and its outstanding-request slot.
+        outcome.close()
 
 
 async def _models(request: web.Request) -> web.StreamResponse:

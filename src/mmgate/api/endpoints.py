@@ -32,6 +32,7 @@ from mmgate.api.edge import read_body
 from mmgate.api.forward import FORWARDER_KEY, GATEWAY_KEY, Upload, deliver
 from mmgate.api.gateway import Gateway
 from mmgate.api.police import may_carry_media, police
+from mmgate.api.relay import request_tenant
 from mmgate.api.relay import tracked as run_tracked
 from mmgate.errors import InvalidRequestError
 
@@ -139,7 +140,7 @@ def form_model(head: bytes) -> str | None:
 
 async def _serve_json(request: web.Request, gateway: Gateway, endpoint: Endpoint) -> tuple[web.StreamResponse, bool]:
     settings = gateway.settings
-    tenant = gateway.authenticate(request.headers)  # 401 before a byte of the body is read
+    tenant = request_tenant(request, gateway)  # 401 before a byte of the body is read
     session_id = gateway.session_id(request.headers)
     raw = await read_body(request, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_s,
                           max_inflation_ratio=settings.max_inflation_ratio)
@@ -155,8 +156,7 @@ async def _serve_json(request: web.Request, gateway: Gateway, endpoint: Endpoint
         try:
             return await deliver(request, outcome.reply, outcome.headers, gateway)
         finally:
-            outcome.reply.release()
-            outcome.finish()
+            outcome.close()
     if may_carry_media(raw):
         async def check(url: str, param: str, kind: str) -> str:
             return await gateway.loader.check_passthrough(url, param=param, kind=kind)
@@ -172,7 +172,7 @@ async def _serve_json(request: web.Request, gateway: Gateway, endpoint: Endpoint
 
 async def _serve_upload(request: web.Request, gateway: Gateway, endpoint: Endpoint) -> tuple[web.StreamResponse, bool]:
     settings = gateway.settings
-    gateway.authenticate(request.headers)
+    request_tenant(request, gateway)
     session_id = gateway.session_id(request.headers)
     upload = Upload(request, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_s)
     model = form_model(await upload.peek(UPLOAD_PEEK_BYTES))
@@ -188,7 +188,7 @@ async def _serve_upload(request: web.Request, gateway: Gateway, endpoint: Endpoi
 
 
 async def _serve_get(request: web.Request, gateway: Gateway, endpoint: Endpoint) -> tuple[web.StreamResponse, bool]:
-    gateway.authenticate(request.headers)
+    request_tenant(request, gateway)
     forwarder = request.app[FORWARDER_KEY]
     forwarded = await forwarder.send("GET", request.path_qs, None, model=None, session_id=None,
                                      backends=forwarder.anywhere())

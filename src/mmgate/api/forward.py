@@ -34,13 +34,12 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass, field
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestPayloadError
 
 from mmgate.api.edge import body_encoding
-from mmgate.api.gateway import Gateway
+from mmgate.api.gateway import ChatOutcome, Gateway
 from mmgate.api.responses import error_frame
 from mmgate.backends import Backend, BackendReply
 from mmgate.errors import (
@@ -58,24 +57,6 @@ from mmgate.errors import (
 
 log = logging.getLogger(__name__)
 GATEWAY_KEY = web.AppKey("gateway", Gateway)
-
-
-@dataclass(slots=True)
-class Forwarded:
-    """A backend's reply to a forwarded request, and the backend that gave it."""
-
-    reply: BackendReply
-    backend: Backend
-    headers: dict[str, str] = field(default_factory=dict)
-    _on_close: Callable[[], None] | None = None
-
-    def close(self) -> None:
-        """The reply was delivered or abandoned: free its connection and end the backend's
-        outstanding request (idempotent)."""
-        self.reply.release()
-        if self._on_close is not None:
-            done, self._on_close = self._on_close, None
-            done()
 
 
 class Upload:
@@ -175,7 +156,7 @@ class Forwarder:
         self, method: str, path: str, body: bytes | Upload | None, *, model: str | None,
         session_id: str | None, headers: Mapping[str, str] | None = None, stream: bool = True,
         backends: list[Backend] | None = None,
-    ) -> Forwarded:
+    ) -> ChatOutcome:
         """Forward one request; see the module docstring. ``backends``: the order to try instead
         of the router's (``route``)."""
         ranked = backends if backends is not None else self.route(model, session_id)
@@ -192,7 +173,7 @@ class Forwarder:
     async def _tracked(
         self, backend: Backend, method: str, path: str, body: bytes | Upload | None,
         headers: Mapping[str, str] | None, stream: bool,
-    ) -> Forwarded:
+    ) -> ChatOutcome:
         """One send with the router's outstanding count and passive health reports."""
         router = self.gateway.router
         metrics = self.gateway.metrics
@@ -215,8 +196,8 @@ class Forwarder:
             metrics.backend_ok(backend.name)
         else:
             metrics.backend_requests.labels(backend.name, f"http_{reply.status}").inc()
-        return Forwarded(reply=reply, backend=backend, headers={"x-mmgate-backend": backend.name},
-                         _on_close=lambda: router.end(backend))
+        return ChatOutcome(reply=reply, backend=backend, headers={"x-mmgate-backend": backend.name},
+                           on_finish=lambda: router.end(backend))
 
 
 FORWARDER_KEY = web.AppKey("forwarder", Forwarder)

@@ -63,7 +63,8 @@ def routed_images(store: UUIDStore, plans: list[SlotPlan]) -> list[RoutedImage]:
 
 @dataclass(slots=True)
 class ChatOutcome:
-    """A backend's successful reply plus what the gateway did to get it."""
+    """A backend's reply (a chat pipeline's is always a success; a forwarded request's may have any
+    status) plus what the gateway did to get it."""
 
     reply: BackendReply
     backend: Backend
@@ -75,6 +76,12 @@ class ChatOutcome:
         if self.on_finish is not None:
             done, self.on_finish = self.on_finish, None
             done()
+
+    def close(self) -> None:
+        """Free the reply's connection and end the backend's request (idempotent): however the
+        delivery ended, done, client gone or cancelled."""
+        self.reply.release()
+        self.finish()
 
 
 class Gateway:

@@ -33,7 +33,7 @@ from mmgate.api.forward import Forwarder
 from mmgate.api.forward import deliver as forward_deliver
 from mmgate.api.gateway import Gateway
 from mmgate.api.parse import check_depth, parse_chat_body
-from mmgate.api.relay import deliver, tracked
+from mmgate.api.relay import deliver, request_tenant, tracked
 from mmgate.errors import BackendProtocolError, InvalidRequestError, MmgateError
 from mmgate.jsonbody import dumps_body, loads_body
 from mmgate.serving import json_response
@@ -59,7 +59,7 @@ class MessagesService:
     async def _body(self, request: web.Request) -> tuple[str | None, Any]:
         gateway = self.gateway
         settings = gateway.settings
-        tenant = gateway.authenticate(request.headers)
+        tenant = request_tenant(request, gateway)
         gateway.session_id(request.headers)
         raw = await read_body(request, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_s,
                               max_inflation_ratio=settings.max_inflation_ratio)
@@ -101,8 +101,7 @@ class MessagesService:
             return await deliver(request, gateway, headers=outcome.headers, error_frame=error_event,
                                  body=orjson.dumps(message))
         finally:
-            outcome.reply.release()
-            outcome.finish()
+            outcome.close()
 
     async def _count_tokens(self, request: web.Request) -> tuple[web.StreamResponse, bool]:
         _, body = await self._body(request)

@@ -24,7 +24,7 @@ from mmgate.api.forward import deliver as forward_deliver
 from mmgate.api.gateway import Gateway
 from mmgate.api.openai_responses.homes import ResponseHomes
 from mmgate.api.openai_responses.parse import parse_responses_body
-from mmgate.api.relay import deliver, tracked
+from mmgate.api.relay import deliver, request_tenant, tracked
 from mmgate.api.responses import error_frame
 from mmgate.backends import Backend
 from mmgate.errors import InvalidRequestError, ResponseNotFoundError, UpstreamError
@@ -52,7 +52,7 @@ class ResponsesService:
         settings = gateway.settings
 
         async def work() -> tuple[web.StreamResponse, bool]:
-            tenant = gateway.authenticate(request.headers)
+            tenant = request_tenant(request, gateway)
             raw = await read_body(request, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_s,
                               max_inflation_ratio=settings.max_inflation_ratio)
             try:
@@ -78,8 +78,7 @@ class ResponsesService:
                 stream = self._recording(reply.stream, name)
                 return await deliver(request, gateway, headers=outcome.headers, error_frame=error_frame, stream=stream)
             finally:
-                outcome.reply.release()
-                outcome.finish()
+                outcome.close()
 
         return await tracked(gateway, RESPONSES_PATH, work)
 
@@ -92,7 +91,7 @@ class ResponsesService:
 
     async def _stored(self, request: web.Request, method: str, suffix: str) -> tuple[web.StreamResponse, bool]:
         gateway = self.gateway
-        gateway.authenticate(request.headers)
+        request_tenant(request, gateway)
         response_id = request.match_info["response_id"]
         if not _RESPONSE_ID.fullmatch(response_id):
             raise InvalidRequestError("the response id must be 1-200 letters, digits, '_' or '-'", param="response_id")
