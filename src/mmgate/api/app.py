@@ -94,8 +94,8 @@ async def _tenant_limit(request: web.Request, handler: Handler) -> web.StreamRes
     if slots is None or gateway.tenants is None or request.path in _OPEN_PATHS or is_admin(request):
         return await handler(request)
     tenant = gateway.authenticate(request.headers)  # the 401 the handler would give, before the count
+    assert tenant is not None  # tenants are configured: a key maps to one, or that was a 401
     request[TENANT_KEY] = tenant
-    assert tenant is not None
     with slots.hold(tenant):
         return await handler(request)
 

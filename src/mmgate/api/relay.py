@@ -21,14 +21,14 @@ from mmgate.errors import MmgateError, ShuttingDownError
 log = logging.getLogger(__name__)
 CLIENT_CLOSED = 499
 # The tenant the app's tenant-limit middleware authenticated, kept on the request for its handler.
-TENANT_KEY = "mmgate.tenant"
+TENANT_KEY = web.RequestKey("mmgate.tenant", str)
 
 
 def request_tenant(request: web.Request, gateway: Gateway) -> str | None:
     """The request's tenant (None without API keys), 401 for a missing or unknown key: the one
     the middleware already authenticated, else ``Gateway.authenticate`` now."""
     tenant = request.get(TENANT_KEY)
-    return tenant if isinstance(tenant, str) else gateway.authenticate(request.headers)
+    return tenant if tenant is not None else gateway.authenticate(request.headers)
 ErrorFrame = Callable[[MmgateError], bytes]
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
