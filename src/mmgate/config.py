@@ -26,6 +26,7 @@ _NUMERIC_LABEL = re.compile(r"[0-9]+|0x[0-9a-f]*", re.IGNORECASE)
 # --help sections of GatewaySettings' own fields (nested models are grouped by their title).
 REUSE_GROUP = "reuse and tenants"
 HEALTH_GROUP = "backend health"
+OBSERVE_GROUP = "observability"
 
 DEFAULT_SESSION_HEADERS: tuple[str, ...] = (
     "x-session-id",
@@ -281,6 +282,14 @@ class GatewaySettings(Frozen):
         None, flag="--admin-key-file", group="server",
         help="file holding the operator's key: with it, requests carrying it in X-Mmgate-Admin-Key may use "
         "vLLM's operator endpoints (sleep, wake_up, reset caches, LoRA, profiling, ...); unset: refused (403)")
+    access_log: Literal["logfmt", "json", "off"] = setting(
+        "logfmt", flag="--access-log", group=OBSERVE_GROUP,
+        help="one line per request on stderr: logfmt (key=value), json, or off (docs/OPERATIONS.md "
+        "lists its fields)")
+    otlp_traces_endpoint: str | None = setting(
+        None, flag="--otlp-traces-endpoint", group=OBSERVE_GROUP, metavar="URL",
+        help="export OpenTelemetry traces over OTLP/HTTP (protobuf) to this URL (as vLLM's flag: "
+        "http://collector:4318/v1/traces); needs the 'otel' extra. Unset: no tracing")
     health_interval_s: float = setting(5.0, flag="--health-interval", group=HEALTH_GROUP, gt=0,
                                        help="seconds between backend health probes")
     health_timeout_s: float = setting(2.0, flag="--health-timeout", advanced=True, group=HEALTH_GROUP, gt=0,

@@ -7,7 +7,7 @@ a URL, uuid, session or key.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -16,6 +16,12 @@ CHAT_ROUTE = "/v1/chat/completions"
 # operator endpoint: bounded whatever paths clients send.
 UNMATCHED_ROUTE = "unmatched"
 OPERATOR_ROUTE = "operator"
+
+# The ``tenant`` label of requests no tenant is known for (no API keys, or refused before one
+# was), and of tenants past ``MAX_TENANT_LABELS`` (a key file larger than a dashboard can show).
+NO_TENANT = "none"
+OTHER_TENANTS = "other"
+MAX_TENANT_LABELS = 1000
 
 _LATENCY_BUCKETS = (
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
@@ -110,6 +116,24 @@ class GatewayMetrics:
             "busy (503 from the front door: the gateway did not take the connection within 2 s)",
             ["event"], registry=registry,
         )
+        self.tenant_requests = Counter(
+            "mmgate_tenant_requests", "Requests by tenant (the API key file's names; 'none' without keys or "
+            "before authentication) and status class (2xx, 4xx, 5xx)", ["tenant", "status_class"],
+            registry=registry,
+        )
+        self.tenant_images = Counter(
+            "mmgate_tenant_images", "Images requests carried to backends, by tenant", ["tenant"], registry=registry,
+        )
+        self.tenant_bytes = Counter(
+            "mmgate_tenant_bytes", "HTTP body bytes by tenant and direction (in: from the client, out: to it)",
+            ["tenant", "direction"], registry=registry,
+        )
+        self.tenant_tokens = Counter(
+            "mmgate_tenant_tokens", "Tokens by tenant and kind (prompt, completion), read from the usage the "
+            "backends return (whole answers, and streams whose last chunk carries usage)", ["tenant", "kind"],
+            registry=registry,
+        )
+        self._tenants: dict[str, TenantCounters] = {}
         # Label children bound once: ``labels()`` costs a lock and a dict lookup per call, and these
         # are on every request. Keys are bounded (HTTP statuses, configured backend names).
         self._route_children: dict[tuple[str, int], tuple[Any, Any]] = {}
@@ -133,3 +157,58 @@ class GatewayMetrics:
         if child is None:
             child = self._backend_ok[backend] = self.backend_requests.labels(backend, "ok")
         child.inc()
+
+    def tenant(self, tenant: str | None) -> TenantCounters:
+        """The bound counters of ``tenant`` (a name from the API key file, or None)."""
+        name = NO_TENANT if tenant is None else tenant
+        counters = self._tenants.get(name)
+        if counters is None:
+            if len(self._tenants) >= MAX_TENANT_LABELS:
+                name = OTHER_TENANTS
+                counters = self._tenants.get(name)
+            if counters is None:
+                counters = self._tenants[name] = TenantCounters(self, name)
+        return counters
+
+
+class _Observed(Protocol):
+    @property
+    def images(self) -> int: ...
+
+    @property
+    def prompt_tokens(self) -> int | None: ...
+
+    @property
+    def completion_tokens(self) -> int | None: ...
+
+
+class TenantCounters:
+    """One tenant's label children, bound once (``labels()`` is a lock and a lookup)."""
+
+    __slots__ = ("_metrics", "_requests", "_tenant", "bytes_in", "bytes_out", "completion", "images", "prompt")
+
+    def __init__(self, metrics: GatewayMetrics, tenant: str) -> None:
+        self._metrics = metrics
+        self._tenant = tenant
+        self._requests: dict[str, Any] = {}
+        self.images = metrics.tenant_images.labels(tenant)
+        self.bytes_in = metrics.tenant_bytes.labels(tenant, "in")
+        self.bytes_out = metrics.tenant_bytes.labels(tenant, "out")
+        self.prompt = metrics.tenant_tokens.labels(tenant, "prompt")
+        self.completion = metrics.tenant_tokens.labels(tenant, "completion")
+
+    def observe(self, record: _Observed, status: int, bytes_in: int, bytes_out: int) -> None:
+        """Count one finished request."""
+        status_class = f"{status // 100}xx"
+        child = self._requests.get(status_class)
+        if child is None:
+            child = self._requests[status_class] = self._metrics.tenant_requests.labels(self._tenant, status_class)
+        child.inc()
+        if record.images:
+            self.images.inc(record.images)
+        self.bytes_in.inc(bytes_in)
+        self.bytes_out.inc(bytes_out)
+        if record.prompt_tokens is not None:
+            self.prompt.inc(record.prompt_tokens)
+        if record.completion_tokens:
+            self.completion.inc(record.completion_tokens)

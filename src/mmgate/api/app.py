@@ -34,6 +34,8 @@ from mmgate.api.tenant_slots import TenantSlots
 from mmgate.backends import Backend, BackendReply
 from mmgate.errors import EndpointNotFoundError, ForbiddenError, MmgateError
 from mmgate.metrics import CHAT_ROUTE, UNMATCHED_ROUTE
+from mmgate.observe.middleware import Observer, install
+from mmgate.observe.tracing import Tracing
 from mmgate.serving import json_response
 
 __all__ = ["CLIENT_CLOSED", "GATEWAY_KEY", "NOT_SERVED", "build_app"]
@@ -103,7 +105,14 @@ async def _tenant_limit(request: web.Request, handler: Handler) -> web.StreamRes
 def build_app(gateway: Gateway, *, admin_key: str | None = None) -> web.Application:
     """The aiohttp application around ``gateway``; ``admin_key`` opens the operator endpoints."""
     # The body cap is enforced by ``read_body`` (Content-Length up front, chunked bodies as they come).
-    app = web.Application(middlewares=[_errors, _tenant_limit], client_max_size=gateway.settings.max_body_bytes + 1)
+    settings = gateway.settings
+    tracing = Tracing(settings.otlp_traces_endpoint) if settings.otlp_traces_endpoint else None
+    observer = Observer(gateway.metrics, access_log=settings.access_log, session_headers=settings.session_headers,
+                        tracing=tracing)
+    # The observer first: it sees every answer (errors shaped) and sends the request id on each.
+    app = web.Application(middlewares=[observer.middleware, _errors, _tenant_limit],
+                          client_max_size=settings.max_body_bytes + 1)
+    install(app, observer)
     if gateway.tenants is not None and gateway.settings.max_tenant_requests:
         app[SLOTS_KEY] = TenantSlots(gateway.settings.max_tenant_requests)
     app[GATEWAY_KEY] = gateway

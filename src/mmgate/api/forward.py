@@ -54,6 +54,8 @@ from mmgate.errors import (
     ShuttingDownError,
     UpstreamError,
 )
+from mmgate.observe import note_model
+from mmgate.observe.stream import observed_stream
 
 log = logging.getLogger(__name__)
 GATEWAY_KEY = web.AppKey("gateway", Gateway)
@@ -159,6 +161,7 @@ class Forwarder:
     ) -> ChatOutcome:
         """Forward one request; see the module docstring. ``backends``: the order to try instead
         of the router's (``route``)."""
+        note_model(model)
         ranked = backends if backends is not None else self.route(model, session_id)
         try:
             return await self._tracked(ranked[0], method, path, body, headers, stream)
@@ -224,7 +227,7 @@ async def deliver(
         },
     )
     await response.prepare(request)
-    return response, await relay_stream(request, response, reply.stream, gateway, on_first=on_first)
+    return response, await relay_stream(request, response, observed_stream(reply.stream), gateway, on_first=on_first)
 
 
 async def relay_stream(

@@ -25,7 +25,9 @@ from mmgate.errors import (
     InvalidRequestError,
 )
 from mmgate.media import MediaLoader
+from mmgate.media.decode import PixelBudget
 from mmgate.metrics import GatewayMetrics
+from mmgate.observe import note_model, note_reuse, span
 from mmgate.reuse import (
     ImageSlot,
     KeySpace,
@@ -172,7 +174,8 @@ class Gateway:
             tenant = self.authenticate(headers)
         assert tenant is None or isinstance(tenant, str)
         self.session_id(headers)  # a hostile session header is a 400 before any work
-        request = await self.parse_async(raw)
+        with span("parse", {"mmgate.body_bytes": len(raw)}):
+            request = await self.parse_async(raw)
         return await self.chat_parsed(request, headers, tenant, path=path)
 
     async def chat_parsed(
@@ -191,6 +194,7 @@ class Gateway:
             if model is None:
                 raise InvalidRequestError("'model' is required: no backend has listed its model yet", param="model")
             request.model = request.body["model"] = model
+        note_model(request.model)
         self.router.candidates(request.model)  # an unknown model is a 404 before any image is loaded
         salt = request.body.get("cache_salt")
         if salt is not None and not isinstance(salt, str):
@@ -209,7 +213,9 @@ class Gateway:
         routed = routed_images(self.store, plans)
         # The router's order of preference, by the images' keys: the first is its pick, the second
         # the failover.
-        ranked = [pin] if pin is not None else self.router.ranked(request.model, session_id, routed)
+        with span("route") as routing:
+            ranked = [pin] if pin is not None else self.router.ranked(request.model, session_id, routed)
+            routing.set_attribute("mmgate.backend", ranked[0].name)
         try:
             return await self._tracked_send(request, plans, ranked[0], routed, session_id, path)
         except (BackendConnectError, BackendBusyError):
@@ -227,7 +233,8 @@ class Gateway:
         router = self.router
         router.begin(backend, routed)
         try:
-            reply, counts = await self.reuse.send(backend, request.body, plans, stream=request.stream, path=path)
+            with span("send", {"mmgate.backend": backend.name}):  # its traceparent reaches the backend
+                reply, counts = await self.reuse.send(backend, request.body, plans, stream=request.stream, path=path)
         except (BackendConnectError, BackendTimeoutError):
             router.end(backend)
             router.report_failure(backend)
@@ -238,6 +245,7 @@ class Gateway:
         router.report_success(backend)
         # Recorded once the backend answered: a failover or a failed send records nothing.
         router.record_answered(backend, routed, session_id)
+        note_reuse(counts)
         headers = {"x-mmgate-backend": backend.name, "x-mmgate-reuse": counts.header()}
         return ChatOutcome(reply=reply, backend=backend, headers=headers, on_finish=lambda: router.end(backend))
 
@@ -267,11 +275,9 @@ class Gateway:
         budget = self.loader.pixel_budget(loads=len(to_load))
         if len(to_load) == 1:
             slot, url = to_load[0]
-            return {slot.index: await self.loader.load(url, session_id=session_id, param=slot.param, budget=budget,
-                                                       tenant_tag=tenant_tag)}
+            return {slot.index: await self._load_one(slot, url, session_id, budget, tenant_tag)}
         tasks = [
-            asyncio.create_task(self.loader.load(url, session_id=session_id, param=slot.param, budget=budget,
-                                                 tenant_tag=tenant_tag))
+            asyncio.create_task(self._load_one(slot, url, session_id, budget, tenant_tag))
             for slot, url in to_load
         ]
         try:
@@ -284,6 +290,17 @@ class Gateway:
             budget.abandon()  # a load cancelled before it started never reports to the budget
             raise
         return {slot.index: image for (slot, _), image in zip(to_load, loaded, strict=True)}
+
+    async def _load_one(
+        self, slot: ImageSlot, url: str, session_id: str | None, budget: PixelBudget, tenant_tag: str | None,
+    ) -> LoadedImage:
+        """One image, in its own span (which tier answered, or the origin) when the request is traced."""
+        with span("load", {"mmgate.image.param": slot.param}) as loading:
+            image, source = await self.loader.load_with_outcome(
+                url, session_id=session_id, param=slot.param, budget=budget, tenant_tag=tenant_tag)
+            loading.set_attribute("mmgate.image.source", source)
+            loading.set_attribute("mmgate.image.bytes", image.num_bytes)
+        return image
 
     async def close(self) -> None:
         await self.router.close()

@@ -17,18 +17,24 @@ from aiohttp import web
 from mmgate.api.forward import relay_stream
 from mmgate.api.gateway import Gateway
 from mmgate.errors import MmgateError, ShuttingDownError
+from mmgate.observe import current
+from mmgate.observe.middleware import CLIENT_CLOSED, TENANT_KEY
+from mmgate.observe.stream import observed_stream
 
 log = logging.getLogger(__name__)
-CLIENT_CLOSED = 499
-# The tenant the app's tenant-limit middleware authenticated, kept on the request for its handler.
-TENANT_KEY = web.RequestKey("mmgate.tenant", str)
+__all__ = ["CLIENT_CLOSED", "TENANT_KEY", "deliver", "request_tenant", "tracked"]
 
 
 def request_tenant(request: web.Request, gateway: Gateway) -> str | None:
     """The request's tenant (None without API keys), 401 for a missing or unknown key: the one
-    the middleware already authenticated, else ``Gateway.authenticate`` now."""
+    the middleware already authenticated, else ``Gateway.authenticate`` now (kept on the request
+    for its access-log line and tenant metrics)."""
     tenant = request.get(TENANT_KEY)
-    return tenant if tenant is not None else gateway.authenticate(request.headers)
+    if tenant is None:
+        tenant = gateway.authenticate(request.headers)
+        if tenant is not None:
+            request[TENANT_KEY] = tenant
+    return tenant
 ErrorFrame = Callable[[MmgateError], bytes]
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
@@ -63,6 +69,8 @@ async def tracked(
     finally:
         gateway.inflight.discard(task)
         gateway.metrics.observe(route, status, time.perf_counter() - started)
+        if (record := current()) is not None:
+            record.status = status
 
 
 async def deliver(
@@ -77,6 +85,6 @@ async def deliver(
     response = web.StreamResponse(status=status, headers={**SSE_HEADERS, **headers})
     await response.prepare(request)
     complete = await relay_stream(
-        request, response, stream, gateway, error_frame=error_frame,
+        request, response, observed_stream(stream), gateway, error_frame=error_frame,
         on_first=lambda: gateway.metrics.ttft_seconds.observe(time.perf_counter() - started))
     return response, complete

@@ -22,6 +22,7 @@ from mmgate.errors import (
     BackendStatusError,
     BackendTimeoutError,
 )
+from mmgate.observe import backend_headers
 
 log = logging.getLogger(__name__)
 _PROBE_CONNECTIONS = 4
@@ -126,6 +127,8 @@ class HTTPBackend:
             # held the event loop ~140 ms while the transport buffered it.
             data = _pieces(body)
             headers = {**self._headers, "Content-Length": str(len(body))}
+        if (observed := backend_headers()) is not None:  # the request id and trace context
+            headers = {**headers, **observed}
         url = self._chat_url if path == CHAT_PATH else self.url + path
         return await self._send("POST", url, data, headers, stream=stream)
 
@@ -134,6 +137,8 @@ class HTTPBackend:
         headers: Mapping[str, str] | None = None, stream: bool = False,
     ) -> BackendReply:
         sent = CIMultiDict(headers) if headers else CIMultiDict()
+        if (observed := backend_headers()) is not None:  # the request id and trace context
+            sent.update(observed)
         if self._auth:
             sent.update(self._auth)  # replaces a client's Authorization the caller chose to pass
         data: bytes | AsyncIterable[bytes] | AsyncIterator[memoryview] | None = body

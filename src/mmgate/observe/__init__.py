@@ -1,0 +1,12 @@
+"""Operability: request ids, the access log, traces and per-tenant counts (docs/OPERATIONS.md).
+
+``middleware.Observer`` wraps every request of the HTTP layer; ``record`` is what the pipeline
+notes into while it runs (``note_model``, ``note_reuse``, ``span``), and what a backend client
+reads for the headers it sends on (``backend_headers``).
+"""
+
+from mmgate.observe.ids import REQUEST_ID_HEADER, request_id
+from mmgate.observe.record import RequestRecord, backend_headers, current, note_model, note_reuse, span
+
+__all__ = ["REQUEST_ID_HEADER", "RequestRecord", "backend_headers", "current", "note_model", "note_reuse",
+           "request_id", "span"]

@@ -1,0 +1,163 @@
+"""The gateway's request observer, as aiohttp middleware: every request, on every route, gets a
+request id (the client's ``X-Request-Id`` when safe, else a new one) returned on its answer,
+errors included; a ``RequestRecord`` the pipeline notes into; a server span when tracing is on;
+and, once its last byte went out, one access-log line and its per-tenant metrics.
+
+The middleware is outermost, so it sees the answer the error middleware shaped. It sends a whole
+response itself (``prepare`` + ``write_eof``, which aiohttp would do right after) so the line
+carries the bytes really written and the time to the last byte.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from mmgate.metrics import GatewayMetrics
+from mmgate.observe.access import AccessLogFormat, Fields, access_logger, clip, formatter
+from mmgate.observe.ids import REQUEST_ID_HEADER, TRACEPARENT_HEADER, request_id, valid_traceparent
+from mmgate.observe.record import RequestRecord, bind, unbind
+from mmgate.observe.tracing import Tracing
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+RECORD_KEY = web.RequestKey("mmgate.record", RequestRecord)
+# The tenant the request authenticated as (set by the API layer), read for the log and metrics.
+TENANT_KEY = web.RequestKey("mmgate.tenant", str)
+CLIENT_CLOSED = 499
+# The tail of a whole JSON answer searched for its ``usage`` (vLLM writes it near the end).
+_USAGE_TAIL = 64 * 1024
+
+
+class Observer:
+    """Access log, tracing and tenant metrics of one gateway (module docstring)."""
+
+    def __init__(
+        self, metrics: GatewayMetrics, *, access_log: AccessLogFormat, session_headers: tuple[str, ...],
+        tracing: Tracing | None = None,
+    ) -> None:
+        self.metrics = metrics
+        self.tracing = tracing
+        self._format = formatter(access_log)
+        self._log = access_logger() if self._format is not None else None
+        self._session_headers = session_headers
+        self.middleware = web.middleware(functools.partial(Observer._observe, self))
+
+    async def _observe(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        record = RequestRecord(request_id(request.headers.get(REQUEST_ID_HEADER)), request.method, request.path,
+                               time.perf_counter())
+        request[RECORD_KEY] = record
+        token = bind(record)
+        response: web.StreamResponse | None = None
+        status = 500
+        try:
+            if self.tracing is None:
+                record.traceparent = valid_traceparent(request.headers.get(TRACEPARENT_HEADER))
+                response = await self._answer(request, handler)
+            else:
+                with self.tracing.request(f"{request.method} {clip(request.path)}", request.headers,
+                                          {"mmgate.request_id": record.request_id}) as trace:
+                    record.tracer = trace
+                    try:
+                        response = await self._answer(request, handler)
+                    finally:
+                        self._end_trace(trace.server, request, record, response)
+            status = response.status
+            return response
+        except web.HTTPException as exc:
+            status = exc.status
+            raise
+        except (asyncio.CancelledError, ConnectionError):
+            status = CLIENT_CLOSED
+            raise
+        finally:
+            unbind(token)
+            self._finish(request, record, response, status)
+
+    async def _answer(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        response = await handler(request)
+        if not response.prepared:
+            await response.prepare(request)
+        await response.write_eof()  # idempotent: a relayed stream has already ended
+        return response
+
+    @staticmethod
+    async def on_prepare(request: web.Request, response: web.StreamResponse) -> None:
+        """Every answer carries the request id; its head going out is the time to first byte."""
+        record = request.get(RECORD_KEY)
+        if record is not None:
+            response.headers[REQUEST_ID_HEADER] = record.request_id
+            record.mark_first_byte()
+
+    def _session(self, request: web.Request) -> str | None:
+        for name in self._session_headers:
+            value = request.headers.get(name)
+            if value:
+                return clip(value)
+        return None
+
+    def _finish(self, request: web.Request, record: RequestRecord, response: web.StreamResponse | None,
+                status: int) -> None:
+        if record.status is not None:  # the route's own count: 499 for a stream cut short
+            status = record.status
+        tenant = request.get(TENANT_KEY, record.tenant)
+        bytes_in = request.content.total_bytes
+        bytes_out = 0
+        backend = None
+        if response is not None:
+            bytes_out = response.body_length
+            backend = response.headers.get("x-mmgate-backend")
+            if record.prompt_tokens is None and isinstance(response, web.Response):
+                body = response.body
+                if isinstance(body, bytes | bytearray):
+                    record.note_usage(body[-_USAGE_TAIL:])
+        self.metrics.tenant(tenant).observe(record, status, bytes_in, bytes_out)
+        if self._format is None or self._log is None:
+            return
+        now = time.perf_counter()
+        fields: Fields = {
+            "request_id": record.request_id, "method": record.method, "path": clip(record.path), "status": status,
+            "tenant": tenant, "session": self._session(request), "model": clip(record.model), "backend": backend,
+            "sent": record.sent, "stripped": record.stripped, "referenced": record.referenced,
+            "healed": record.healed, "bytes_in": bytes_in, "bytes_out": bytes_out,
+            "prompt_tokens": record.prompt_tokens, "completion_tokens": record.completion_tokens,
+            "ttfb_ms": None if record.first_byte is None else (record.first_byte - record.started) * 1000,
+            "total_ms": (now - record.started) * 1000,
+        }
+        self._log.info(self._format(fields))
+
+    @staticmethod
+    def _end_trace(server: Any, request: web.Request, record: RequestRecord,
+                   response: web.StreamResponse | None) -> None:
+        set_attribute = server.set_attribute
+        set_attribute("http.response.status_code", record.status or (response.status if response else 500))
+        tenant = request.get(TENANT_KEY, record.tenant)
+        if tenant is not None:
+            set_attribute("mmgate.tenant", tenant)
+        if record.model is not None:
+            set_attribute("gen_ai.request.model", record.model)
+        if response is not None and (backend := response.headers.get("x-mmgate-backend")):
+            set_attribute("mmgate.backend", backend)
+        set_attribute("mmgate.images.sent", record.sent)
+        set_attribute("mmgate.images.stripped", record.stripped)
+        set_attribute("mmgate.images.healed", record.healed)
+
+
+OBSERVER_KEY = web.AppKey("observer", Observer)
+
+
+def install(app: web.Application, observer: Observer) -> None:
+    """``observer``'s hooks in ``app``, whose first middleware must be ``observer.middleware``."""
+    app[OBSERVER_KEY] = observer
+    app.on_response_prepare.append(observer.on_prepare)
+    if observer.tracing is not None:
+        tracing = observer.tracing
+
+        async def close_tracing(_: web.Application) -> None:
+            await asyncio.to_thread(tracing.close)
+
+        app.on_cleanup.append(close_tracing)

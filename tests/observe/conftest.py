@@ -1,0 +1,32 @@
+"""Access-log capture: the lines the gateway writes on the ``mmgate.access`` logger."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import pytest
+
+from mmgate.observe.access import ACCESS_LOGGER
+
+
+class Lines(logging.Handler):
+    """Every access-log line, formatted as the gateway wrote it."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+@pytest.fixture
+def access_lines() -> Iterator[list[str]]:
+    logger = logging.getLogger(ACCESS_LOGGER)
+    handler = Lines()
+    logger.addHandler(handler)
+    try:
+        yield handler.lines
+    finally:
+        logger.removeHandler(handler)

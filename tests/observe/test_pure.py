@@ -1,0 +1,44 @@
+"""The pure parts of operability: request ids, trace context, usage scanning, logfmt lines."""
+
+from __future__ import annotations
+
+import orjson
+
+from mmgate.observe.access import MAX_VALUE_CHARS, clip, logfmt
+from mmgate.observe.ids import MAX_REQUEST_ID_LENGTH, request_id, valid_traceparent
+from mmgate.observe.usage import token_usage
+
+
+def test_request_ids_are_kept_when_safe_and_made_otherwise() -> None:
+    for kept in ("abc", "req-1.2:3/4+5=6@7_8", "x" * MAX_REQUEST_ID_LENGTH):
+        assert request_id(kept) == kept
+    made = {request_id(bad) for bad in (None, "", "x" * (MAX_REQUEST_ID_LENGTH + 1), "a b", 'q"', "é", "a\tb")}
+    assert len(made) == 7 and all(len(m) == 32 and int(m, 16) >= 0 for m in made)
+
+
+def test_only_well_formed_traceparents_pass() -> None:
+    good = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    assert valid_traceparent(good) == good
+    for bad in (None, good.upper(), good + "-x", "00-" + "0" * 32 + "-00f067aa0ba902b7-01",
+                "00-4bf92f3577b34da6a3ce929d0e0e4736-" + "0" * 16 + "-01", "ff" + good[2:], good.replace("-", "_")):
+        assert valid_traceparent(bad) is None
+
+
+def test_usage_is_read_from_whole_answers_and_stream_chunks() -> None:
+    whole = orjson.dumps({"id": "x", "choices": [{"message": {"content": '"usage": "prompt_tokens": 99'}}],
+                          "usage": {"prompt_tokens": 12, "total_tokens": 19, "completion_tokens": 7,
+                                    "prompt_tokens_details": None}})
+    assert token_usage(whole) == (12, 7)
+    chunk = b'data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":3}}\n\ndata: [DONE]\n\n'
+    assert token_usage(chunk) == (5, 3)
+    assert token_usage(b'{"usage":{"input_tokens":4,"output_tokens":2}}') == (4, 2)  # Responses, Messages
+    assert token_usage(b'{"data":[],"usage":{"prompt_tokens":8,"total_tokens":8}}') == (8, 0)  # embeddings
+    for none in (None, b"", b'{"usage":null}', b'{"choices":[]}'):
+        assert token_usage(none) is None
+
+
+def test_logfmt_quotes_and_escapes_what_would_break_a_line() -> None:
+    line = logfmt({"a": "plain", "b": "two words", "c": 'q"uote', "d": "x=y", "e": None, "f": 1.25, "g": 3,
+                   "h": "new\nline", "i": ""})
+    assert line == 'a=plain b="two words" c="q\\"uote" d="x=y" e=- f=1.2 g=3 h="new\\nline" i=""'
+    assert clip("x" * (MAX_VALUE_CHARS + 5)) == "x" * MAX_VALUE_CHARS + "…" and clip("short") == "short"
