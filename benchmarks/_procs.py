@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -22,23 +23,27 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 def start(
     args: list[str], port: int, *, health: str = "/health", timeout_s: float = 60.0,
-    command: list[str] | None = None,
+    command: list[str] | None = None, env: dict[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start ``mmgate ARGS`` (or ``command + ARGS``) and wait until ``health`` answers 200 on
-    127.0.0.1:port."""
-    proc = subprocess.Popen([*(command or MMGATE), *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            err = proc.stderr.read().decode() if proc.stderr else ""
-            raise RuntimeError(f"mmgate {' '.join(args)} exited: {err[-2000:]}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}{health}", timeout=1) as r:
-                if r.status == 200:
-                    return proc
-        except OSError:
-            time.sleep(0.1)
-    proc.kill()
+    127.0.0.1:port; ``env``: the process's environment (default: this one's)."""
+    # stderr to a file, never an unread pipe: a gateway's access log would fill the pipe and block
+    # it. The process keeps its own descriptor of the file once this one is closed.
+    with tempfile.TemporaryFile() as log:
+        proc = subprocess.Popen([*(command or MMGATE), *args], stdout=subprocess.DEVNULL, stderr=log, env=env)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                log.seek(0)
+                err = log.read().decode(errors="replace")
+                raise RuntimeError(f"mmgate {' '.join(args)} exited: {err[-2000:]}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}{health}", timeout=1) as r:
+                    if r.status == 200:
+                        return proc
+            except OSError:
+                time.sleep(0.1)
+        proc.kill()
     raise RuntimeError(f"mmgate {' '.join(args)} did not come up on port {port}")
 
 

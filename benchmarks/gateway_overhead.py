@@ -10,6 +10,11 @@ request (from /proc, so the client's and the sim's CPU do not count). Text rows 
 through ``bare_relay.py`` (aiohttp relaying bytes, nothing else): the floor of the HTTP stack.
 
     .venv/bin/python benchmarks/gateway_overhead.py --requests 2000 --image-requests 300
+
+``--baseline SRC`` compares two gateways instead, side by side: this tree's and the one whose
+``src/`` is under SRC (a worktree of an earlier commit), both ``--log-level info`` (so this
+tree's access log is on, written to a file) and without tracing, each request sent to one then
+the other (the order alternating), for the same scenarios.
 """
 
 from __future__ import annotations
@@ -113,12 +118,68 @@ async def measure(direct: str, gateway: str, gw_pid: int, body: bytes, n: int) -
     }
 
 
+async def measure_pair(a: str, a_pid: int, b: str, b_pid: int, body: bytes, n: int) -> dict[str, float]:
+    """``n`` requests to each of two gateways, interleaved (the order alternating each round)."""
+    lat: dict[str, list[float]] = {"a": [], "b": []}
+    cpu = {"a": 0.0, "b": 0.0}
+    conn = aiohttp.TCPConnector(limit=4)
+    async with aiohttp.ClientSession(connector=conn) as session:
+        for _ in range(max(20, n // 10)):
+            await one(session, a, body)
+            await one(session, b, body)
+        for i in range(n):
+            for key in ("ab" if i % 2 == 0 else "ba"):
+                url, pid = (a, a_pid) if key == "a" else (b, b_pid)
+                c0 = cpu_seconds(pid)
+                lat[key].append(await one(session, url, body))
+                cpu[key] += cpu_seconds(pid) - c0
+    a50, b50 = statistics.median(lat["a"]), statistics.median(lat["b"])
+    return {
+        "requests": n, "a_p50_ms": a50, "a_p99_ms": pct(lat["a"], 99), "b_p50_ms": b50, "b_p99_ms": pct(lat["b"], 99),
+        "p50_ratio": a50 / b50, "a_cpu_ms_per_request": 1000 * cpu["a"] / n, "b_cpu_ms_per_request": 1000 * cpu["b"] / n,
+    }
+
+
+def compare(baseline: str, args: argparse.Namespace) -> None:
+    """This tree's gateway (a) against the one under ``baseline`` (b), side by side."""
+    sim_port, a_port, b_port = free_port(), free_port(), free_port()
+    sim = start(["sim", "--port", str(sim_port), "--speedup", "1000000"], sim_port)
+    flags = ["--backend", f"vllm=http://127.0.0.1:{sim_port}", "--log-level", "info"]
+    here = str(Path(__file__).resolve().parents[1] / "src")
+    a = start(["serve", "--port", str(a_port), *flags], a_port, env={**os.environ, "PYTHONPATH": here})
+    b = start(["serve", "--port", str(b_port), *flags], b_port,
+              env={**os.environ, "PYTHONPATH": str(Path(baseline).resolve() / "src")})
+    try:
+        results = {}
+        for name, body in bodies(one_mib_jpeg()).items():
+            n = args.image_requests if name.startswith("image") else args.requests
+            results[name] = asyncio.run(measure_pair(
+                f"http://127.0.0.1:{a_port}/v1/chat/completions", a.pid,
+                f"http://127.0.0.1:{b_port}/v1/chat/completions", b.pid, body, n))
+    finally:
+        for proc in (a, b, sim):
+            stop(proc)
+    print(f"a = this tree (access log on, tracing off); b = {baseline}; interleaved, one request at a time")
+    print(f"{'scenario':<24}{'a p50':>9}{'b p50':>9}{'a/b p50':>9}{'a p99':>9}{'b p99':>9}{'a CPU/req':>11}{'b CPU/req':>11}")
+    for name, r in results.items():
+        print(f"{name:<24}{r['a_p50_ms']:>7.3f}ms{r['b_p50_ms']:>7.3f}ms{r['p50_ratio']:>9.3f}{r['a_p99_ms']:>7.3f}ms"
+              f"{r['b_p99_ms']:>7.3f}ms{r['a_cpu_ms_per_request']:>9.3f}ms{r['b_cpu_ms_per_request']:>9.3f}ms")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"baseline": baseline, "cpu_count": os.cpu_count(), "results": results}, indent=2))
+    print(f"wrote {out}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=2000, help="requests per text scenario and path")
     parser.add_argument("--image-requests", type=int, default=300, help="requests per image scenario and path")
     parser.add_argument("--out", default="results/gateway_overhead.json")
+    parser.add_argument("--baseline", metavar="SRC", help="compare with the gateway of another source tree")
     args = parser.parse_args()
+    if args.baseline:
+        compare(args.baseline, args)
+        return
 
     sim_port, gw_port = free_port(), free_port()
     sim = start(["sim", "--port", str(sim_port), "--speedup", "1000000"], sim_port)

@@ -26,7 +26,10 @@ def access_lines() -> Iterator[list[str]]:
     logger = logging.getLogger(ACCESS_LOGGER)
     handler = Lines()
     logger.addHandler(handler)
+    level = logger.level
+    logger.setLevel(logging.INFO)  # as ``mmgate serve``'s default --log-level info sets it
     try:
         yield handler.lines
     finally:
+        logger.setLevel(level)
         logger.removeHandler(handler)

@@ -58,13 +58,12 @@ def formatter(kind: AccessLogFormat) -> Callable[[Fields], str] | None:
 
 def access_logger() -> logging.Logger:
     """The ``mmgate.access`` logger: bare lines on stderr (no level or time prefix: a JSON line
-    stays parseable), unless the embedding program configured a handler for it."""
+    stays parseable), unless the embedding program configured a handler for it. Lines are INFO
+    records, so ``--log-level warning`` silences them, as uvicorn's access log."""
     logger = logging.getLogger(ACCESS_LOGGER)
     if not logger.handlers:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(message)s"))
         logger.addHandler(handler)
         logger.propagate = False
-    if logger.level == logging.NOTSET:  # not the root's level: the line is the point of the setting
-        logger.setLevel(logging.INFO)
     return logger

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -116,7 +117,7 @@ class Observer:
                 if isinstance(body, bytes | bytearray):
                     record.note_usage(body[-_USAGE_TAIL:])
         self.metrics.tenant(tenant).observe(record, status, bytes_in, bytes_out)
-        if self._format is None or self._log is None:
+        if self._format is None or self._log is None or not self._log.isEnabledFor(logging.INFO):
             return
         now = time.perf_counter()
         fields: Fields = {
