@@ -7,9 +7,12 @@ a URL, uuid, session or key.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 CHAT_ROUTE = "/v1/chat/completions"
 # The ``route`` label of requests outside the route table (answered 404/405), and of every
@@ -116,24 +119,10 @@ class GatewayMetrics:
             "busy (503 from the front door: the gateway did not take the connection within 2 s)",
             ["event"], registry=registry,
         )
-        self.tenant_requests = Counter(
-            "mmgate_tenant_requests", "Requests by tenant (the API key file's names; 'none' without keys or "
-            "before authentication) and status class (2xx, 4xx, 5xx)", ["tenant", "status_class"],
-            registry=registry,
-        )
-        self.tenant_images = Counter(
-            "mmgate_tenant_images", "Images requests carried to backends, by tenant", ["tenant"], registry=registry,
-        )
-        self.tenant_bytes = Counter(
-            "mmgate_tenant_bytes", "HTTP body bytes by tenant and direction (in: from the client, out: to it)",
-            ["tenant", "direction"], registry=registry,
-        )
-        self.tenant_tokens = Counter(
-            "mmgate_tenant_tokens", "Tokens by tenant and kind (prompt, completion), read from the usage the "
-            "backends return (whole answers, and streams whose last chunk carries usage)", ["tenant", "kind"],
-            registry=registry,
-        )
+        # Per-tenant counts: plain integers on the request path, turned into metric families
+        # only when /metrics is scraped (``_TenantCollector``).
         self._tenants: dict[str, TenantCounters] = {}
+        registry.register(_TenantCollector(self._tenants))
         # Label children bound once: ``labels()`` costs a lock and a dict lookup per call, and these
         # are on every request. Keys are bounded (HTTP statuses, configured backend names).
         self._route_children: dict[tuple[str, int], tuple[Any, Any]] = {}
@@ -167,7 +156,7 @@ class GatewayMetrics:
                 name = OTHER_TENANTS
                 counters = self._tenants.get(name)
             if counters is None:
-                counters = self._tenants[name] = TenantCounters(self, name)
+                counters = self._tenants[name] = TenantCounters()
         return counters
 
 
@@ -183,32 +172,55 @@ class _Observed(Protocol):
 
 
 class TenantCounters:
-    """One tenant's label children, bound once (``labels()`` is a lock and a lookup)."""
+    """One tenant's counts (``mmgate_tenant_*``), plain integers: the event loop is the only
+    writer and a scrape reads them in the same thread."""
 
-    __slots__ = ("_metrics", "_requests", "_tenant", "bytes_in", "bytes_out", "completion", "images", "prompt")
+    __slots__ = ("bytes_in", "bytes_out", "completion_tokens", "images", "prompt_tokens", "requests")
 
-    def __init__(self, metrics: GatewayMetrics, tenant: str) -> None:
-        self._metrics = metrics
-        self._tenant = tenant
-        self._requests: dict[str, Any] = {}
-        self.images = metrics.tenant_images.labels(tenant)
-        self.bytes_in = metrics.tenant_bytes.labels(tenant, "in")
-        self.bytes_out = metrics.tenant_bytes.labels(tenant, "out")
-        self.prompt = metrics.tenant_tokens.labels(tenant, "prompt")
-        self.completion = metrics.tenant_tokens.labels(tenant, "completion")
+    def __init__(self) -> None:
+        self.requests: dict[int, int] = {}  # by status class: 2 → 2xx
+        self.images = self.bytes_in = self.bytes_out = self.prompt_tokens = self.completion_tokens = 0
 
     def observe(self, record: _Observed, status: int, bytes_in: int, bytes_out: int) -> None:
         """Count one finished request."""
-        status_class = f"{status // 100}xx"
-        child = self._requests.get(status_class)
-        if child is None:
-            child = self._requests[status_class] = self._metrics.tenant_requests.labels(self._tenant, status_class)
-        child.inc()
-        if record.images:
-            self.images.inc(record.images)
-        self.bytes_in.inc(bytes_in)
-        self.bytes_out.inc(bytes_out)
+        status_class = status // 100
+        self.requests[status_class] = self.requests.get(status_class, 0) + 1
+        self.images += record.images
+        self.bytes_in += bytes_in
+        self.bytes_out += bytes_out
         if record.prompt_tokens is not None:
-            self.prompt.inc(record.prompt_tokens)
-        if record.completion_tokens:
-            self.completion.inc(record.completion_tokens)
+            self.prompt_tokens += record.prompt_tokens
+        if record.completion_tokens is not None:
+            self.completion_tokens += record.completion_tokens
+
+
+class _TenantCollector(Collector):
+    """The ``mmgate_tenant_*`` counters, built from ``TenantCounters`` at scrape time."""
+
+    def __init__(self, tenants: dict[str, TenantCounters]) -> None:
+        self._tenants = tenants
+
+    def describe(self) -> list[Metric]:
+        return []  # names are not checked for clashes at registration; they are unique to this module
+
+    def collect(self) -> Iterator[Metric]:
+        requests = CounterMetricFamily(
+            "mmgate_tenant_requests", "Requests by tenant (the API key file's names; 'none' without keys or "
+            "before authentication) and status class (2xx, 4xx, 5xx)", labels=["tenant", "status_class"])
+        images = CounterMetricFamily("mmgate_tenant_images", "Images requests carried to backends, by tenant",
+                                     labels=["tenant"])
+        sizes = CounterMetricFamily(
+            "mmgate_tenant_bytes", "HTTP bytes by tenant and direction (in: request bodies from the client, "
+            "out: everything sent to it)", labels=["tenant", "direction"])
+        tokens = CounterMetricFamily(
+            "mmgate_tenant_tokens", "Tokens by tenant and kind (prompt, completion), read from the usage the "
+            "backends return (whole answers, and streams whose last chunk carries usage)", labels=["tenant", "kind"])
+        for name, c in list(self._tenants.items()):
+            for status_class, count in sorted(c.requests.items()):
+                requests.add_metric([name, f"{status_class}xx"], count)
+            images.add_metric([name], c.images)
+            sizes.add_metric([name, "in"], c.bytes_in)
+            sizes.add_metric([name, "out"], c.bytes_out)
+            tokens.add_metric([name, "prompt"], c.prompt_tokens)
+            tokens.add_metric([name, "completion"], c.completion_tokens)
+        yield from (requests, images, sizes, tokens)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import re
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from mmgate.config import BackendSpec
 from tests.support.gateway import gateway_settings, running_gateway, running_sims
 from tests.support.images import png_data_url
 from tests.support.recorder import recording_proxy
+from tests.support.serve_process import serve_process
 
 KEY = "sk-tenant-a-0123456789"
 MODEL = "mmgate-sim-vl"
@@ -137,3 +139,22 @@ async def test_access_log_off_writes_nothing(access_lines: list[str]) -> None:
         status, _, headers = await call(s, "POST", gw.url + "/v1/chat/completions", chat(png_data_url(seed=2)))
         assert status == 200 and HEX32.fullmatch(headers["X-Request-Id"])  # ids still made
     assert access_lines == []
+
+
+def test_mmgate_serve_writes_its_lines_to_stderr(tmp_path: Path) -> None:
+    """As an operator runs it: ``mmgate serve`` (default ``--log-level info``, default logfmt)
+    writes one bare line per request on stderr; ``--log-level warning`` silences them."""
+    body = orjson.dumps(chat(png_data_url(seed=4)))
+    for flags, expected in (((), 2), (("--log-level", "warning", "--access-log", "json"), 0)):
+        with serve_process(tmp_path, *flags) as gw:
+            for rid in ("proc-1", "proc-2"):
+                request = urllib.request.Request(gw.url + "/v1/chat/completions", data=body, method="POST",
+                                                 headers={"Content-Type": "application/json", "X-Request-Id": rid})
+                with urllib.request.urlopen(request, timeout=30) as r:
+                    assert r.status == 200 and r.headers["X-Request-Id"] == rid
+            assert gw.terminate() == 0
+            lines = [line for line in gw.log_path.read_text().splitlines() if "request_id=proc-" in line
+                     or '"request_id":"proc-' in line]
+        assert len(lines) == expected
+        for line, rid in zip(lines, ("proc-1", "proc-2"), strict=False):
+            assert line.startswith(f"request_id={rid} method=POST path=/v1/chat/completions status=200 ")

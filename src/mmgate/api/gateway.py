@@ -27,7 +27,7 @@ from mmgate.errors import (
 from mmgate.media import MediaLoader
 from mmgate.media.decode import PixelBudget
 from mmgate.metrics import GatewayMetrics
-from mmgate.observe import note_model, note_reuse, span
+from mmgate.observe import note_model, note_reuse, note_stream_options, span
 from mmgate.reuse import (
     ImageSlot,
     KeySpace,
@@ -195,6 +195,7 @@ class Gateway:
                 raise InvalidRequestError("'model' is required: no backend has listed its model yet", param="model")
             request.model = request.body["model"] = model
         note_model(request.model)
+        note_stream_options(request.body.get("stream_options"))
         self.router.candidates(request.model)  # an unknown model is a 404 before any image is loaded
         salt = request.body.get("cache_salt")
         if salt is not None and not isinstance(salt, str):

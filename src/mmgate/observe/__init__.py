@@ -6,7 +6,15 @@ reads for the headers it sends on (``backend_headers``).
 """
 
 from mmgate.observe.ids import REQUEST_ID_HEADER, request_id
-from mmgate.observe.record import RequestRecord, backend_headers, current, note_model, note_reuse, span
+from mmgate.observe.record import (
+    RequestRecord,
+    backend_headers,
+    current,
+    note_model,
+    note_reuse,
+    note_stream_options,
+    span,
+)
 
 __all__ = ["REQUEST_ID_HEADER", "RequestRecord", "backend_headers", "current", "note_model", "note_reuse",
-           "request_id", "span"]
+           "note_stream_options", "request_id", "span"]

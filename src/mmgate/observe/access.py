@@ -9,10 +9,13 @@ Fields (absent ones are ``-`` in logfmt, null in JSON): ``request_id``, ``method
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+import re
 import sys
 from collections.abc import Callable
-from typing import Literal
+from typing import IO, Literal
 
 import orjson
 
@@ -30,20 +33,25 @@ def clip(value: str | None) -> str | None:
     return value[:MAX_VALUE_CHARS] + "…"
 
 
+# A value written bare: printable, no space, quote, ``=`` or backslash.
+_BARE = re.compile(r'[^\s"=\\]+')
+
+
 def logfmt(fields: Fields) -> str:
     """``key=value`` pairs; values with spaces, quotes, ``=`` or control characters quoted, with
     quotes, backslashes and control characters escaped (one line, whatever the client sent)."""
     parts = []
     for key, value in fields.items():
         if value is None:
-            text = "-"
+            parts.append(f"{key}=-")
+        elif isinstance(value, int):
+            parts.append(f"{key}={value}")
         elif isinstance(value, float):
-            text = f"{value:.1f}"
-        else:
-            text = str(value)
-            if not text or not text.isprintable() or any(c in text for c in ' "=\\'):
-                text = orjson.dumps(text).decode()  # JSON string escaping: quotes, \\, \n, \u....
-        parts.append(f"{key}={text}")
+            parts.append(f"{key}={value:.1f}")
+        elif _BARE.fullmatch(value) and value.isprintable():
+            parts.append(f"{key}={value}")
+        else:  # JSON string escaping: quotes, \\, \n, \u....
+            parts.append(f"{key}={orjson.dumps(value).decode()}")
     return " ".join(parts)
 
 
@@ -57,13 +65,49 @@ def formatter(kind: AccessLogFormat) -> Callable[[Fields], str] | None:
 
 
 def access_logger() -> logging.Logger:
-    """The ``mmgate.access`` logger: bare lines on stderr (no level or time prefix: a JSON line
-    stays parseable), unless the embedding program configured a handler for it. Lines are INFO
-    records, so ``--log-level warning`` silences them, as uvicorn's access log."""
-    logger = logging.getLogger(ACCESS_LOGGER)
-    if not logger.handlers:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(message)s"))
-        logger.addHandler(handler)
-        logger.propagate = False
-    return logger
+    """The ``mmgate.access`` logger. Lines are INFO records, so ``--log-level warning`` silences
+    them, as uvicorn's access log."""
+    return logging.getLogger(ACCESS_LOGGER)
+
+
+class StderrLines:
+    """Bare lines on stderr (no level or time prefix: a JSON line stays parseable), gathered and
+    written once per event-loop turn: one write for every request that finished in it, never a
+    write per line on the request path. At most ``MAX_BUFFERED_BYTES`` wait; past it the lines are
+    written at once."""
+
+    MAX_BUFFERED_BYTES = 256 * 1024
+
+    def __init__(self, stream: IO[bytes] | None = None) -> None:
+        self._stream = stream if stream is not None else sys.stderr.buffer
+        self._lines: list[bytes] = []
+        self._size = 0
+        self._scheduled = False
+
+    def __call__(self, line: str) -> None:
+        data = line.encode() + b"\n"
+        self._lines.append(data)
+        self._size += len(data)
+        if self._size > self.MAX_BUFFERED_BYTES:
+            self.flush()
+        elif not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Write what is gathered (also at shutdown)."""
+        self._scheduled = False
+        if not self._lines:
+            return
+        data, self._lines, self._size = b"".join(self._lines), [], 0
+        with contextlib.suppress(OSError, ValueError):  # stderr closed or gone: the line is lost, not the request
+            self._stream.write(data)
+            self._stream.flush()
+
+
+def line_writer(logger: logging.Logger) -> Callable[[str], None]:
+    """Where the lines go: the logger's own handlers when the embedding program gave it some
+    (tests, a program that routes logs itself), else ``StderrLines``."""
+    if logger.handlers:
+        return logger.info
+    return StderrLines()

@@ -5,8 +5,8 @@ replica's logs."""
 
 from __future__ import annotations
 
+import os
 import re
-import uuid
 
 REQUEST_ID_HEADER = "X-Request-Id"
 MAX_REQUEST_ID_LENGTH = 128
@@ -27,8 +27,8 @@ def valid_traceparent(value: str | None) -> str | None:
 
 
 def new_request_id() -> str:
-    """A fresh id: 32 lowercase hex digits, as vLLM makes its own."""
-    return uuid.uuid4().hex
+    """A fresh id: 32 lowercase hex digits (128 random bits), as vLLM makes its own."""
+    return os.urandom(16).hex()
 
 
 def request_id(incoming: str | None) -> str:

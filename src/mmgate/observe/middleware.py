@@ -20,7 +20,15 @@ from typing import Any
 from aiohttp import web
 
 from mmgate.metrics import GatewayMetrics
-from mmgate.observe.access import AccessLogFormat, Fields, access_logger, clip, formatter
+from mmgate.observe.access import (
+    AccessLogFormat,
+    Fields,
+    StderrLines,
+    access_logger,
+    clip,
+    formatter,
+    line_writer,
+)
 from mmgate.observe.ids import REQUEST_ID_HEADER, TRACEPARENT_HEADER, request_id, valid_traceparent
 from mmgate.observe.record import RequestRecord, bind, unbind
 from mmgate.observe.tracing import Tracing
@@ -44,7 +52,8 @@ class Observer:
         self.metrics = metrics
         self.tracing = tracing
         self._format = formatter(access_log)
-        self._log = access_logger() if self._format is not None else None
+        self._logger = access_logger()
+        self._write = line_writer(self._logger) if self._format is not None else None
         self._session_headers = session_headers
         self.middleware = web.middleware(functools.partial(Observer._observe, self))
 
@@ -86,6 +95,11 @@ class Observer:
         await response.write_eof()  # idempotent: a relayed stream has already ended
         return response
 
+    async def close(self, _: web.Application | None = None) -> None:
+        """Write the access-log lines still gathered."""
+        if isinstance(self._write, StderrLines):
+            self._write.flush()
+
     @staticmethod
     async def on_prepare(request: web.Request, response: web.StreamResponse) -> None:
         """Every answer carries the request id; its head going out is the time to first byte."""
@@ -117,7 +131,7 @@ class Observer:
                 if isinstance(body, bytes | bytearray):
                     record.note_usage(body[-_USAGE_TAIL:])
         self.metrics.tenant(tenant).observe(record, status, bytes_in, bytes_out)
-        if self._format is None or self._log is None or not self._log.isEnabledFor(logging.INFO):
+        if self._format is None or self._write is None or not self._logger.isEnabledFor(logging.INFO):
             return
         now = time.perf_counter()
         fields: Fields = {
@@ -129,7 +143,7 @@ class Observer:
             "ttfb_ms": None if record.first_byte is None else (record.first_byte - record.started) * 1000,
             "total_ms": (now - record.started) * 1000,
         }
-        self._log.info(self._format(fields))
+        self._write(self._format(fields))
 
     @staticmethod
     def _end_trace(server: Any, request: web.Request, record: RequestRecord,
@@ -155,6 +169,7 @@ def install(app: web.Application, observer: Observer) -> None:
     """``observer``'s hooks in ``app``, whose first middleware must be ``observer.middleware``."""
     app[OBSERVER_KEY] = observer
     app.on_response_prepare.append(observer.on_prepare)
+    app.on_cleanup.append(observer.close)
     if observer.tracing is not None:
         tracing = observer.tracing
 

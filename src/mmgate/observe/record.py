@@ -55,6 +55,9 @@ class RequestRecord:
     first_byte: float | None = None
     # The client's trace context, passed on as it came when the gateway does not trace.
     traceparent: str | None = None
+    # Whether a streamed answer may carry usage (False: a chat stream that did not ask for it,
+    # so its chunks need no watching).
+    stream_usage: bool = True
 
     @property
     def images(self) -> int:
@@ -114,6 +117,14 @@ def note_model(model: str | None) -> None:
     record = _current.get()
     if record is not None and model is not None:
         record.model = model
+
+
+def note_stream_options(options: object) -> None:
+    """The chat request's ``stream_options``: its stream carries usage only when it asks for it."""
+    record = _current.get()
+    if record is not None:
+        record.stream_usage = isinstance(options, dict) and bool(
+            options.get("include_usage") or options.get("continuous_usage_stats"))
 
 
 def note_reuse(counts: _Counts) -> None:

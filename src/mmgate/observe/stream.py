@@ -13,7 +13,7 @@ def observed_stream(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
     """``chunks`` as they are, noting usage into the current request's record (``chunks`` itself
     outside a request)."""
     record = current()
-    return chunks if record is None else _watched(chunks, record)
+    return chunks if record is None or not record.stream_usage else _watched(chunks, record)
 
 
 async def _watched(chunks: AsyncIterator[bytes], record: RequestRecord) -> AsyncIterator[bytes]:
