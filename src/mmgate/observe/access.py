@@ -72,11 +72,12 @@ def access_logger() -> logging.Logger:
 
 class StderrLines:
     """Bare lines on stderr (no level or time prefix: a JSON line stays parseable), gathered and
-    written once per event-loop turn: one write for every request that finished in it, never a
-    write per line on the request path. At most ``MAX_BUFFERED_BYTES`` wait; past it the lines are
-    written at once."""
+    written together at most ``FLUSH_AFTER_S`` after the first of them: one write for every
+    request that finished meanwhile, never a write per line on the request path. At most
+    ``MAX_BUFFERED_BYTES`` wait; past it the lines are written at once."""
 
     MAX_BUFFERED_BYTES = 256 * 1024
+    FLUSH_AFTER_S = 0.1
 
     def __init__(self, stream: IO[bytes] | None = None) -> None:
         self._stream = stream if stream is not None else sys.stderr.buffer
@@ -92,7 +93,7 @@ class StderrLines:
             self.flush()
         elif not self._scheduled:
             self._scheduled = True
-            asyncio.get_running_loop().call_soon(self.flush)
+            asyncio.get_running_loop().call_later(self.FLUSH_AFTER_S, self.flush)
 
     def flush(self) -> None:
         """Write what is gathered (also at shutdown)."""

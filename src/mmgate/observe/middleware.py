@@ -67,7 +67,10 @@ class Observer:
         try:
             if self.tracing is None:
                 record.traceparent = valid_traceparent(request.headers.get(TRACEPARENT_HEADER))
-                response = await self._answer(request, handler)
+                response = await handler(request)
+                if not response.prepared:
+                    await response.prepare(request)
+                await response.write_eof()  # idempotent: a relayed stream has already ended
             else:
                 with self.tracing.request(f"{request.method} {clip(request.path)}", request.headers,
                                           {"mmgate.request_id": record.request_id}) as trace:
@@ -126,8 +129,8 @@ class Observer:
         if response is not None:
             bytes_out = response.body_length
             backend = response.headers.get("x-mmgate-backend")
-            if record.prompt_tokens is None and isinstance(response, web.Response):
-                body = response.body
+            if record.prompt_tokens is None and record.model is not None and response.status == 200:
+                body = getattr(response, "body", None)  # a whole answer (streams were watched as relayed)
                 if isinstance(body, bytes | bytearray):
                     record.note_usage(body[-_USAGE_TAIL:])
         self.metrics.tenant(tenant).observe(record, status, bytes_in, bytes_out)
