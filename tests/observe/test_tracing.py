@@ -4,15 +4,24 @@ recording proxy (to see the ``traceparent`` that reached the backend), images fr
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
 import aiohttp
 import orjson
 from multidict import CIMultiDict
 
 from mmgate.config import BackendSpec
+from mmgate.observe.tracing import EXPORT_TIMEOUT_S
 from tests.observe.otlp import otlp_receiver
 from tests.support.gateway import gateway_settings, running_gateway, running_sims
 from tests.support.images import make_image
 from tests.support.origin import ImageOrigin
+from tests.support.ports import free_port
 from tests.support.recorder import recording_proxy
 
 MODEL = "mmgate-sim-vl"
@@ -86,3 +95,46 @@ async def test_without_an_endpoint_the_clients_trace_context_is_passed_on() -> N
     # The gateway takes no part in the trace: the backend's spans join the client's span.
     assert passed_on["traceparent"] == f"00-{TRACE_ID}-{CLIENT_SPAN}-01" and len(passed_on["X-Request-Id"]) == 32
     assert "traceparent" not in dropped
+
+
+async def test_a_collector_that_is_down_costs_spans_never_requests() -> None:
+    closed = free_port()  # nothing listens there
+    settings = gateway_settings(otlp_traces_endpoint=f"http://127.0.0.1:{closed}/v1/traces")
+    started = time.monotonic()
+    async with running_gateway(settings) as gw, aiohttp.ClientSession() as s:
+        for _ in range(3):
+            async with s.post(gw.url + "/v1/chat/completions", data=chat(),
+                              headers={"Content-Type": "application/json"}) as r:
+                assert r.status == 200
+    assert time.monotonic() - started < EXPORT_TIMEOUT_S + 10  # the shutdown flush is bounded
+
+
+def test_without_an_endpoint_no_tracer_is_loaded() -> None:
+    """In a fresh interpreter (this one has the test receiver's imports): a gateway serving a
+    request with a traceparent loads none of OpenTelemetry's tracing (its SDK, propagators or
+    exporter). redis-py 8 itself imports OpenTelemetry's metrics API when the package is
+    installed (``opentelemetry.trace`` and metrics included); that is its observability hook, off
+    unless configured, and not looked at here."""
+    script = textwrap.dedent('''
+        import asyncio, sys, urllib.request
+        from tests.support.gateway import gateway_settings, running_gateway
+
+        async def main():
+            async with running_gateway(gateway_settings()) as gw:
+                request = urllib.request.Request(
+                    gw.url + "/v1/chat/completions", method="POST",
+                    data=b'{"model":"mmgate-sim-vl","max_tokens":2,"messages":[{"role":"user","content":"hi"}]}',
+                    headers={"Content-Type": "application/json",
+                             "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"})
+                status = await asyncio.to_thread(lambda: urllib.request.urlopen(request, timeout=30).status)
+            tracing = ("opentelemetry.sdk.trace", "opentelemetry.exporter",
+                       "opentelemetry.trace.propagation.tracecontext")
+            print(status, sorted(m for m in sys.modules if m.startswith(tracing)))
+
+        asyncio.run(main())
+    ''')
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "src"), str(root)])}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, env=env, cwd=root)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "200 []"

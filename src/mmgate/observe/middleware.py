@@ -11,6 +11,7 @@ carries the bytes really written and the time to the last byte.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import time
@@ -31,7 +32,7 @@ from mmgate.observe.access import (
 )
 from mmgate.observe.ids import REQUEST_ID_HEADER, TRACEPARENT_HEADER, request_id, valid_traceparent
 from mmgate.observe.record import RequestRecord, bind, unbind
-from mmgate.observe.tracing import Tracing
+from mmgate.observe.tracing import EXPORT_TIMEOUT_S, Tracing
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 RECORD_KEY = web.RequestKey("mmgate.record", RequestRecord)
@@ -177,6 +178,8 @@ def install(app: web.Application, observer: Observer) -> None:
         tracing = observer.tracing
 
         async def close_tracing(_: web.Application) -> None:
-            await asyncio.to_thread(tracing.close)
+            # Bounded: a collector that does not answer must not hold the shutdown.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.to_thread(tracing.close), EXPORT_TIMEOUT_S + 1)
 
         app.on_cleanup.append(close_tracing)

@@ -1,6 +1,6 @@
 """OpenTelemetry traces, exported over OTLP (HTTP/protobuf) when ``--otlp-traces-endpoint`` is
-set (vLLM's flag of the same name); without it nothing here is imported and a request costs one
-``None`` check per span (``mmgate.observe.record.span``).
+set (vLLM's flag of the same name); without it none of OpenTelemetry's SDK is loaded and a
+request costs one ``None`` check per span (``mmgate.observe.record.span``).
 
 Each request is one server span (its parent the client's W3C ``traceparent`` when it sent one)
 with children ``parse``, ``load`` (one per image, ``mmgate.image.source`` saying which cache tier
@@ -18,6 +18,9 @@ from typing import Any
 from mmgate.errors import ConfigError
 
 SERVICE_NAME = "mmgate"
+# Seconds one export may take (a collector that is down or slow costs spans, never requests), and
+# the flush at shutdown.
+EXPORT_TIMEOUT_S = 5.0
 
 
 class Tracing:
@@ -35,7 +38,8 @@ class Tracing:
             raise ConfigError("--otlp-traces-endpoint", "tracing needs the OpenTelemetry packages: "
                               "pip install 'mmgate[otel]'") from exc
         self._provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
-        self._provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
+        exporter = OTLPSpanExporter(endpoint=endpoint, timeout=EXPORT_TIMEOUT_S)
+        self._provider.add_span_processor(BatchSpanProcessor(exporter, export_timeout_millis=EXPORT_TIMEOUT_S * 1000))
         self._tracer = self._provider.get_tracer("mmgate")
         self._propagator = TraceContextTextMapPropagator()
         self._server_kind = SpanKind.SERVER
@@ -49,7 +53,8 @@ class Tracing:
             yield RequestTrace(self, server)
 
     def close(self) -> None:
-        """Export what is buffered and stop (blocking: call it off the event loop)."""
+        """Export what is buffered and stop (blocking, at most about ``EXPORT_TIMEOUT_S``: call it
+        off the event loop)."""
         self._provider.shutdown()
 
 
