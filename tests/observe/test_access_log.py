@@ -82,6 +82,10 @@ async def test_every_route_logs_one_json_line_with_its_request_id(tmp_path: Path
             status, _, headers = await call(s, "POST", gw.url + "/v1/messages", {
                 "model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}, auth)
             assert status == 200 and HEX32.fullmatch(headers["X-Request-Id"])
+            status, _, headers = await call(s, "POST", gw.url + "/v1/responses", {
+                "model": MODEL, "max_output_tokens": 4, "input": "hi"}, {**auth, "X-Request-Id": "resp-3"})
+            assert headers["X-Request-Id"] == "resp-3"
+            responses_status = status
             _, page, _ = await call(s, "GET", gw.url + "/metrics")
     lines = [orjson.loads(line) for line in access_lines]
     by_path = {}
@@ -103,6 +107,9 @@ async def test_every_route_logs_one_json_line_with_its_request_id(tmp_path: Path
     assert (completion_line["request_id"], completion_line["status"]) == ("cmpl.2", 404)
     assert completion_line["model"] == MODEL and completion_line["backend"] == "replica-0"
     assert by_path["/v1/messages"][0]["status"] == 200 and by_path["/v1/messages"][0]["tenant"] == "tenant-a"
+    (responses_line,) = by_path["/v1/responses"]
+    assert responses_line["request_id"] == "resp-3" and responses_line["status"] == responses_status
+    assert responses_line["tenant"] == "tenant-a" and responses_line["model"] == MODEL
     # Per-tenant metrics agree with the log.
     text = page.decode()
     tenant_lines = [line for line in lines if line["tenant"] == "tenant-a"]
