@@ -35,6 +35,8 @@ async def test_every_panel_reads_metrics_a_real_gateway_exports(tmp_path: Path) 
     assert "mmgate_tenant_tokens_total" in names  # the traffic reached the tenant counters
     drawn = panels()
     assert len(drawn) >= 10
+    assert len({p["id"] for p in drawn}) == len(drawn)  # Grafana keys panels by id
+    assert all(p["datasource"]["uid"] == "${datasource}" and p["gridPos"]["w"] <= 24 for p in drawn)
     for panel in drawn:
         assert panel["targets"], f"panel {panel['title']!r} has no query"
         read = set().union(*(names_in(t["expr"]) for t in panel["targets"]))
