@@ -14,7 +14,9 @@ through ``bare_relay.py`` (aiohttp relaying bytes, nothing else): the floor of t
 ``--baseline SRC`` compares two gateways instead, side by side: this tree's and the one whose
 ``src/`` is under SRC (a worktree of an earlier commit), both ``--log-level info`` (so this
 tree's access log is on, written to a file) and without tracing, each request sent to one then
-the other (the order alternating), for the same scenarios.
+the other (the order alternating), for the same scenarios. With ``--trace`` this tree's gateway
+exports its spans (``--otlp-traces-endpoint``) to ``otlp_sink.py``: ``--baseline . --trace`` is
+the cost of tracing.
 """
 
 from __future__ import annotations
@@ -146,7 +148,14 @@ def compare(baseline: str, args: argparse.Namespace) -> None:
     sim = start(["sim", "--port", str(sim_port), "--speedup", "1000000"], sim_port)
     flags = ["--backend", f"vllm=http://127.0.0.1:{sim_port}", "--log-level", "info"]
     here = str(Path(__file__).resolve().parents[1] / "src")
-    a = start(["serve", "--port", str(a_port), *flags], a_port, env={**os.environ, "PYTHONPATH": here})
+    helpers = [sim]
+    a_flags = []
+    if args.trace:
+        sink_port = free_port()
+        helpers.append(start([str(sink_port)], sink_port,
+                             command=[sys.executable, str(Path(__file__).resolve().parent / "otlp_sink.py")]))
+        a_flags = ["--otlp-traces-endpoint", f"http://127.0.0.1:{sink_port}/v1/traces"]
+    a = start(["serve", "--port", str(a_port), *flags, *a_flags], a_port, env={**os.environ, "PYTHONPATH": here})
     b = start(["serve", "--port", str(b_port), *flags], b_port,
               env={**os.environ, "PYTHONPATH": str(Path(baseline).resolve() / "src")})
     try:
@@ -157,16 +166,18 @@ def compare(baseline: str, args: argparse.Namespace) -> None:
                 f"http://127.0.0.1:{a_port}/v1/chat/completions", a.pid,
                 f"http://127.0.0.1:{b_port}/v1/chat/completions", b.pid, body, n))
     finally:
-        for proc in (a, b, sim):
+        for proc in (a, b, *helpers):
             stop(proc)
-    print(f"a = this tree (access log on, tracing off); b = {baseline}; interleaved, one request at a time")
+    tracing = "on" if args.trace else "off"
+    print(f"a = this tree (access log on, tracing {tracing}); b = {baseline}; interleaved, one request at a time")
     print(f"{'scenario':<24}{'a p50':>9}{'b p50':>9}{'a/b p50':>9}{'a p99':>9}{'b p99':>9}{'a CPU/req':>11}{'b CPU/req':>11}")
     for name, r in results.items():
         print(f"{name:<24}{r['a_p50_ms']:>7.3f}ms{r['b_p50_ms']:>7.3f}ms{r['p50_ratio']:>9.3f}{r['a_p99_ms']:>7.3f}ms"
               f"{r['b_p99_ms']:>7.3f}ms{r['a_cpu_ms_per_request']:>9.3f}ms{r['b_cpu_ms_per_request']:>9.3f}ms")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"baseline": baseline, "cpu_count": os.cpu_count(), "results": results}, indent=2))
+    out.write_text(json.dumps({"baseline": baseline, "trace": args.trace, "cpu_count": os.cpu_count(),
+                               "results": results}, indent=2))
     print(f"wrote {out}")
 
 
@@ -176,6 +187,7 @@ def main() -> None:
     parser.add_argument("--image-requests", type=int, default=300, help="requests per image scenario and path")
     parser.add_argument("--out", default="results/gateway_overhead.json")
     parser.add_argument("--baseline", metavar="SRC", help="compare with the gateway of another source tree")
+    parser.add_argument("--trace", action="store_true", help="with --baseline: this tree's gateway exports traces")
     args = parser.parse_args()
     if args.baseline:
         compare(args.baseline, args)
