@@ -23,6 +23,7 @@ from tests.support.serve_process import serve_process
 KEY = "sk-tenant-a-0123456789"
 MODEL = "mmgate-sim-vl"
 SECRET = "tenant-secret-0123456789abcdef"
+BACKEND_KEY = "bk-replica-0123456789"
 HEX32 = re.compile(r"[0-9a-f]{32}")
 
 
@@ -47,13 +48,15 @@ def metric(page: str, name: str, **labels: str) -> float:
 
 
 async def test_every_route_logs_one_json_line_with_its_request_id(tmp_path: Path, access_lines: list[str]) -> None:
-    keys = tmp_path / "keys.txt"
+    keys, backend_keys = tmp_path / "keys.txt", tmp_path / "backend-keys.txt"
     keys.write_text(f"{KEY} tenant-a\n")
+    backend_keys.write_text(f"replica-0 {BACKEND_KEY}\n")
     image = png_data_url(seed=7, width=96)
     auth = {"Authorization": f"Bearer {KEY}", "X-Session-Id": "conv 1 \"quoted\""}
     async with running_sims(1) as sims, recording_proxy(sims[0].url) as proxy:
         settings = gateway_settings(backends=(BackendSpec(kind="vllm", url=proxy.url, name="replica-0"),),
-                                    api_keys_file=str(keys), access_log="json", tenant_secret=SECRET)
+                                    api_keys_file=str(keys), access_log="json", tenant_secret=SECRET,
+                                    backend_keys_file=str(backend_keys))
         async with running_gateway(settings) as gw, aiohttp.ClientSession() as s:
             body = chat(image)
             raw = orjson.dumps(body)
@@ -124,7 +127,8 @@ async def test_every_route_logs_one_json_line_with_its_request_id(tmp_path: Path
     # Never an image, a key or a secret in the log.
     everything = "\n".join(access_lines)
     payload = image.split(",", 1)[1]
-    for secret in (KEY, SECRET, payload[:40], base64.b64decode(payload)[:16].hex(), "data:image"):
+    assert CIMultiDict(proxy.headers[0])["Authorization"] == f"Bearer {BACKEND_KEY}"  # it was in play
+    for secret in (KEY, SECRET, BACKEND_KEY, payload[:40], base64.b64decode(payload)[:16].hex(), "data:image"):
         assert secret not in everything
 
 
