@@ -52,16 +52,22 @@ async def test_spans_reach_the_collector_and_the_trace_reaches_the_backend() -> 
                                   headers={"Content-Type": "application/json"}) as r:
                     assert r.status == 200
                 sent_second = CIMultiDict(proxy.headers[-1])
+                async with s.get(gw.url + "/no/such/path/12345") as r:
+                    assert r.status == 404
             # The gateway stopped: its exporter flushed everything.
     finally:
         await origin.stop()
     assert receiver.content_types and set(receiver.content_types) == {"application/x-protobuf"}
+    (unmatched,) = receiver.named("GET unmatched")  # a bounded span name, whatever the path
+    assert unmatched.attributes["http.response.status_code"] == 404
+    assert unmatched.attributes["url.path"] == "/no/such/path/12345"
     servers = receiver.named("POST /v1/chat/completions")
     assert len(servers) == 2 and {s.service for s in receiver.spans} == {"mmgate"}
     traced = next(s for s in servers if s.trace_id == TRACE_ID)
     fresh = next(s for s in servers if s.trace_id != TRACE_ID)
     assert traced.parent_id == CLIENT_SPAN and traced.kind == 2  # SPAN_KIND_SERVER
     assert traced.attributes["mmgate.request_id"] == "traced-1"
+    assert traced.attributes["url.path"] == "/v1/chat/completions"
     assert traced.attributes["http.response.status_code"] == 200
     assert traced.attributes["gen_ai.request.model"] == MODEL and traced.attributes["mmgate.backend"] == "replica-0"
     children = [s for s in receiver.spans if s.trace_id == TRACE_ID and s.parent_id == traced.span_id]

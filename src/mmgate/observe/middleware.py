@@ -73,8 +73,9 @@ class Observer:
                     await response.prepare(request)
                 await response.write_eof()  # idempotent: a relayed stream has already ended
             else:
-                with self.tracing.request(f"{request.method} {clip(request.path)}", request.headers,
-                                          {"mmgate.request_id": record.request_id}) as trace:
+                with self.tracing.request(f"{request.method} {_route(request)}", request.headers,
+                                          {"mmgate.request_id": record.request_id,
+                                           "url.path": clip(request.path) or ""}) as trace:
                     record.tracer = trace
                     try:
                         response = await self._answer(request, handler)
@@ -164,6 +165,13 @@ class Observer:
         set_attribute("mmgate.images.sent", record.sent)
         set_attribute("mmgate.images.stripped", record.stripped)
         set_attribute("mmgate.images.healed", record.healed)
+
+
+def _route(request: web.Request) -> str:
+    """The route-table path that matched (``/v1/responses/{response_id}``), ``unmatched`` for none:
+    a span name of bounded cardinality, as OpenTelemetry asks."""
+    resource = request.match_info.route.resource
+    return resource.canonical if resource is not None else "unmatched"
 
 
 OBSERVER_KEY = web.AppKey("observer", Observer)
