@@ -91,11 +91,9 @@ class BackendHoldings:
                 lru.pop(key)
 
     def forget_backend(self, backend: str) -> None:
-        """``backend`` may have lost its cache (re-admitted after an ejection): it holds nothing.
-        Who showed each image is kept: that is about the clients, not the backend."""
-        lru = self._held.get(backend)
-        if lru is not None:
-            lru.clear()
+        """``backend`` may have lost its cache (re-admitted after an ejection, or left the fleet): it
+        holds nothing. Who showed each image is kept: that is about the clients, not the backend."""
+        self._held.pop(backend, None)
 
     def num_held(self, backend: str) -> int:
         lru = self._held.get(backend)

@@ -31,7 +31,7 @@ import contextlib
 import logging
 import secrets
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from redis.asyncio import Redis
@@ -103,6 +103,10 @@ class RoutingSync:
         self._wake = asyncio.Event()
         self._last_sent = float("-inf")
         self.subscribed = asyncio.Event()
+
+    def set_names(self, names: Iterable[str]) -> None:
+        """The fleet's backends changed: messages about others are dropped from now on."""
+        self._names = frozenset(names)
 
     # The request path: queue only ---------------------------------------------------------------
 
