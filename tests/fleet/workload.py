@@ -77,13 +77,14 @@ class SessionWorkload:
     requests on it now (what a SIGKILL may fail)."""
 
     def __init__(self, service: Service, *, sessions: int = 24, concurrency: int = 6, max_tokens: int = 16,
-                 new_image_every: int = 4, model: str = MODEL, image_side: int = 64,
+                 new_image_every: int = 4, window: int = 4, model: str = MODEL, image_side: int = 64,
                  timeout_s: float = 60.0) -> None:
         self.service = service
         self.sessions = sessions
         self.concurrency = concurrency
         self.max_tokens = max_tokens
         self.new_image_every = new_image_every
+        self.window = window
         self.model = model
         self.image_side = image_side
         self.timeout_s = timeout_s
@@ -94,11 +95,11 @@ class SessionWorkload:
         self._http: dict[str, aiohttp.ClientSession] = {}
 
     def body(self, session: str, turn: int) -> dict[str, Any]:
-        """The turn's request: every image of the session so far, the newest with its bytes, the
+        """The turn's request: the session's last ``window`` images, a new one with its bytes, the
         others as cache-only references by uuid."""
         images = turn // self.new_image_every + 1
         content: list[dict[str, Any]] = [{"type": "text", "text": f"turn {turn}: what changed?"}]
-        for i in range(images):
+        for i in range(max(0, images - self.window), images):
             uuid = f"{session}-img{i}"
             fresh = turn % self.new_image_every == 0 and i == images - 1
             seed = zlib.crc32(f"{session}-{i}".encode()) & 0xFFFF
@@ -144,6 +145,31 @@ class SessionWorkload:
         outcome.ended = time.monotonic()
         if outcome.status == 200:
             self.turns[session] += 1  # a failed turn is retried as the same turn
+        self.outcomes.append(outcome)
+        return outcome
+
+    async def long_stream(self, gateway: str, session: str, max_tokens: int, answering: asyncio.Event) -> Outcome:
+        """A streamed answer of ``max_tokens`` through ``gateway`` (``answering`` set at its first
+        bytes), recorded with the rest: what a gateway killed under it must lose."""
+        body = {**self.body(session, 0), "stream": True, "max_tokens": max_tokens}
+        started = time.monotonic()
+        outcome = Outcome(started, started, gateway, session, 0)
+        self.in_flight[gateway] += 1
+        try:
+            async with self._client(gateway).post(gateway + CHAT_PATH, json=body,
+                                                  headers={"x-session-id": session}) as r:
+                await r.content.readany()
+                answering.set()
+                data = await r.read()
+                complete = data.rstrip().endswith(b"data: [DONE]")
+                outcome.status = r.status if complete else 0
+                outcome.error = "" if complete else "stream ended without [DONE]"
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:  # the client's view: a failure
+            outcome.error = f"{exc.__class__.__name__}: {exc}"
+        finally:
+            self.in_flight[gateway] -= 1
+            answering.set()
+        outcome.ended = time.monotonic()
         self.outcomes.append(outcome)
         return outcome
 
