@@ -1,20 +1,32 @@
 """Backend discovery (``mmgate.backends.discovery``) against a real DNS server on loopback (dnslib):
 each A/AAAA record a backend named by its address and the configured port, the set applied only
 when it changes, fail static on SERVFAIL/NXDOMAIN/empty answers (counted), bounded by
-``--max-backends``. The backends here are plain records (no I/O): what is checked is the set."""
+``--max-backends``. The backends here are plain records (no I/O): what is checked is the set; the
+last test runs a real gateway in front of a real (echo) backend."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
 
 from mmgate._settings import ConfigError
 from mmgate.backends import BackendKind
-from mmgate.backends.discovery import BackendDiscovery, DiscoveryError, DnsResolver, Wanted, wanted_backends
+from mmgate.backends.discovery import (
+    BackendDiscovery,
+    DiscoveryError,
+    DnsResolver,
+    Wanted,
+    first_backends,
+    wanted_backends,
+)
 from mmgate.config import BackendSpec, GatewaySettings
+from tests.backends.echo_server import echo_backend
 from tests.fleet.dns import loopback_dns
+from tests.support.gateway import gateway_settings, running_gateway
+from tests.support.http import CHAT_PATH, post
 
 NAME = "vllm.mmgate.svc.cluster.local"
 DNS_SPEC = BackendSpec(kind="vllm", url=f"http://{NAME}:8000")
@@ -100,3 +112,30 @@ def test_backend_dns_settings_are_checked_naming_the_flag() -> None:
         GatewaySettings(backend_dns=("vllm.ns.svc:8000",))
     with pytest.raises(ValueError, match="DNS server"):
         GatewaySettings(backend_dns_server="dns.example:53")
+
+
+async def test_start_up_waits_for_a_first_answer_then_fails_naming_the_reason() -> None:
+    with loopback_dns() as (records, server):
+        discovery = BackendDiscovery([], [DNS_SPEC], make, resolver=DnsResolver(server, timeout_s=0.5),
+                                     registry=CollectorRegistry())
+        with pytest.raises(DiscoveryError, match=r"no backend found in 0\.5 s"):
+            await first_backends(discovery, timeout_s=0.5)
+        records.set(NAME, ["127.0.0.2"])
+        assert [b.name for b in await first_backends(discovery, timeout_s=5)] == ["127.0.0.2:8000"]
+
+
+async def test_a_discovered_backend_gets_the_key_given_for_its_dns_url(tmp_path: Path) -> None:
+    async with echo_backend(models=("m1",)) as echo:
+        port = int(echo.url.rsplit(":", 1)[1])
+        url = f"http://echo.fleet.test:{port}"
+        keys = tmp_path / "backend-keys"
+        keys.write_text(f"{url} backend-key-1\n")
+        with loopback_dns() as (records, server):
+            records.set("echo.fleet.test", ["127.0.0.1"])
+            settings = gateway_settings(backend_dns=(f"vllm={url}",), backend_dns_server=server,
+                                        backend_keys_file=str(keys))
+            async with running_gateway(settings) as gw:
+                assert [b.name for b in gw.gateway.router.backends] == [f"127.0.0.1:{port}"]
+                reply = await post(gw.url, {"model": "m1", "messages": [{"role": "user", "content": "hi"}]})
+        assert reply.status == 200
+        assert [s.headers.get("Authorization") for s in echo.seen if s.path_qs == CHAT_PATH] == ["Bearer backend-key-1"]
