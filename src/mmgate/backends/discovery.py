@@ -29,6 +29,7 @@ import dns.exception
 import dns.resolver
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from mmgate._settings import ConfigError
 from mmgate.backends.base import Backend, BackendKind
 from mmgate.config import BackendSpec, dns_server_address
 from mmgate.serving import STOP_WAIT_S, stop_tasks
@@ -64,7 +65,11 @@ class DnsResolver:
 
     def __init__(self, server: str | None = None, *, timeout_s: float = RESOLVE_TIMEOUT_S) -> None:
         if server is None:
-            self._resolver = dns.asyncresolver.Resolver(configure=True)
+            try:
+                self._resolver = dns.asyncresolver.Resolver(configure=True)
+            except dns.exception.DNSException as exc:  # no /etc/resolv.conf, or one without a server
+                raise ConfigError("--backend-dns-server", f"no DNS server configured on this host ({exc}): "
+                                  "name one") from exc
         else:
             ip, port = dns_server_address(server)
             self._resolver = dns.asyncresolver.Resolver(configure=False)

@@ -52,11 +52,6 @@ class Reloader:
             return
         self._task = asyncio.create_task(self._run())
 
-    async def wait(self) -> None:
-        """Until the scheduled reloads are done (tests, shutdown)."""
-        while self._task is not None and not self._task.done():
-            await asyncio.wait({self._task})
-
     async def _run(self) -> bool:
         applied = await self.reload()
         while self._again:
@@ -67,6 +62,9 @@ class Reloader:
     async def reload(self) -> bool:
         """Read and apply; False (and the old values kept, the reason logged) when anything is bad."""
         running = self._running
+        if running.gateway.stopping:
+            log.warning("reload ignored: the gateway is shutting down")
+            return False
         try:
             # Files are read in a thread: a slow volume must not hold the event loop.
             new, tenants, backend_keys = await asyncio.to_thread(self._read_all)
