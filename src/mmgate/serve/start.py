@@ -79,6 +79,7 @@ class RunningGateway:
             if cut:
                 await asyncio.wait(cut, timeout=CUT_GRACE_S)
         await self.runner.cleanup()
+        await self.discovery.close()  # no new backend set for a router that is closing
         await self.gateway.close()
         for cleanup in self._cleanups:
             with contextlib.suppress(Exception):
