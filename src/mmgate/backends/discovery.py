@@ -226,10 +226,11 @@ class BackendDiscovery:
         gone = [b for b in self.backends if id(b) not in kept]
         names = {b.name for b in self.backends}
         joined = [b.name for b in backends if b.name not in names]
+        if self._apply is not None:
+            self._apply(backends)  # first: a set the router refuses is not taken either
         self.backends = backends
         self.count.set(len(backends))
         if self._apply is not None:
-            self._apply(backends)
             left = [b.name for b in gone if b.name not in {w.name for w in wanted}]
             log.info("backends: %d (joined: %s; left: %s)", len(backends), ", ".join(joined) or "none",
                      ", ".join(left) or "none")
