@@ -52,10 +52,9 @@ def _check_names(backends: Sequence[Backend]) -> None:
 
 
 class Router:
-    """Orders the backends for (model, session) and keeps each backend's health and load.
-
-    When every candidate of a model is ejected it fails open, routing over all of them by the same
-    rule rather than a 503: the health view may be stale, and a real attempt gives the real error."""
+    """Orders the backends for (model, session), keeps their health and load. With every candidate
+    ejected it fails open (routes over them all by the same rule rather than a 503): the health
+    view may be stale, and a real attempt gives the real error."""
 
     def __init__(
         self,
@@ -90,12 +89,13 @@ class Router:
             self._publish_health(backend)
             self._publish_outstanding(backend)
 
-    def enable_sync(self, client: Redis, channel: str, *, io_timeout_s: float) -> RoutingSync:
-        """Share this gateway's routing with the others on ``channel`` (``mmgate.routing.sync``):
-        ``client`` publishes and subscribes. Call before ``start``."""
+    def enable_sync(self, client: Redis, channel: str, *, secret: bytes, io_timeout_s: float) -> RoutingSync:
+        """Share this gateway's routing with the others on ``channel`` (``mmgate.routing.sync``),
+        signed with ``secret``: ``client`` publishes and subscribes. Call before ``start``."""
         self.sync = RoutingSync(
             client, channel, [b.name for b in self.backends], self._outstanding, self._apply_routed,
-            on_loads=self._publish_loads, io_timeout_s=io_timeout_s, clock=self._clock, metrics=self._metrics,
+            secret=secret, on_loads=self._publish_loads, io_timeout_s=io_timeout_s, clock=self._clock,
+            metrics=self._metrics,
         )
         return self.sync
 
