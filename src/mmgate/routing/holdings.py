@@ -6,7 +6,9 @@ sender both read. Pure and bounded.
   keys): the router weighs where an image is held, the sender strips an image the backend holds
   down to a cache-only reference.
 * Per image, who showed it: the first session (a 64-bit token, never the id) and whether another
-  session (or none) showed it since — a *shared* image — at most ``max_keys`` images (LRU).
+  session (or none) showed it since — a *shared* image — at most ``max_keys`` images (LRU). A
+  fact about the clients, recorded as a request is routed: two sessions sending one image at
+  once see it shared before any backend has answered.
 
 A backend holds an image once it has answered a request that showed it (this gateway's, or
 another gateway's told by the routing sync): never before, so a failover or a failed send records

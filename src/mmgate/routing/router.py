@@ -191,7 +191,8 @@ class Router:
     def ranked(self, model: str, session_id: str | None, images: Sequence[RoutedImage] = ()) -> list[Backend]:
         """Every candidate in the order to try them: healthy ones by the policy, then the ejected
         ones by the same policy. The first is the choice, the second the failover. Counts the
-        decision's reason (``mmgate_routing_decisions_total``)."""
+        decision's reason and records who showed ``images`` (about the clients, so at once: another
+        session's concurrent request with the same image sees it shared, not its own new one)."""
         candidates = self.candidates(model)
         healthy = [b for b in candidates if self.is_healthy(b)]
         ejected = [b for b in candidates if not self.is_healthy(b)]
@@ -203,16 +204,15 @@ class Router:
             if not order and self._metrics is not None:
                 self._metrics.routing_decisions.labels(decision.reason).inc()
             order.extend(pool[i] for i in decision.order)
+        if images:
+            self.holdings.show([i.key for i in images], session_token(session_id))
         return order
 
     def record_answered(self, backend: Backend, images: Sequence[RoutedImage], session_id: str | None) -> None:
         """``backend`` answered a request showing ``images`` (the reuse sender recorded that it
-        holds them): record who showed them and tell the other gateways."""
-        keys = [i.key for i in images]
-        token = session_token(session_id)
-        self.holdings.show(keys, token)
+        holds them): tell the other gateways, which record it all."""
         if self.sync is not None:
-            self.sync.routed(backend.name, token, keys)
+            self.sync.routed(backend.name, session_token(session_id), [i.key for i in images])
 
     def _apply_routed(self, routed: Routed) -> None:
         """Another gateway's backend answered ``routed``: record it as if this one's had."""
