@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 from mmgate.config import GatewaySettings
 from mmgate.store import ByteLRU
@@ -96,6 +96,11 @@ class BackendHoldings:
         """``backend`` may have lost its cache (re-admitted after an ejection, or left the fleet): it
         holds nothing. Who showed each image is kept: that is about the clients, not the backend."""
         self._held.pop(backend, None)
+
+    def retain(self, backends: Collection[str]) -> None:
+        """Forget every backend not in ``backends`` (they left the fleet)."""
+        for backend in [b for b in self._held if b not in backends]:
+            del self._held[backend]
 
     def num_held(self, backend: str) -> int:
         lru = self._held.get(backend)

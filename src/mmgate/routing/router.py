@@ -128,8 +128,8 @@ class Router:
             if new is None:
                 self._retirements.name_left(name)
                 del self._health[name], self._outstanding[name]
-                self.holdings.forget_backend(name)
                 self._unpublish(name)
+        self.holdings.retain(given)  # also what requests answered by departed ones recorded since
         for backend in joined:
             self._health[backend.name] = self._new_health()
             self._outstanding[backend.name] = 0
