@@ -81,10 +81,16 @@ class Retirements:
         await backend.close()
 
     def spawn(self, work: Coroutine[Any, Any, None], name: str) -> None:
-        """Run ``work`` as a task that ``tasks`` holds until it ends."""
+        """Run ``work`` as a task that ``tasks`` holds until it ends; a failure is logged."""
         task = asyncio.get_running_loop().create_task(work, name=name)
         self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self.tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            # Nothing awaits these tasks: say what failed (the probe loop's next round retries a refresh).
+            log.error("%s failed", task.get_name(), exc_info=task.exception())
 
     def waiting(self) -> list[Backend]:
         """The retired objects not closed yet, handed over (forgotten here) for the caller to close."""

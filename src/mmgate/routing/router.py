@@ -52,10 +52,9 @@ def _check_names(backends: Sequence[Backend]) -> None:
 
 
 class Router:
-    """Orders the backends for (model, session) and keeps each backend's health and load.
-
-    When every candidate of a model is ejected it fails open, routing over all of them by the same
-    rule rather than a 503: the health view may be stale, and a real attempt gives the real error."""
+    """Orders the backends for (model, session), keeps their health and load. With every candidate
+    ejected it fails open (routes over them all by the same rule rather than a 503): the health
+    view may be stale, and a real attempt gives the real error."""
 
     def __init__(
         self,
@@ -90,12 +89,13 @@ class Router:
             self._publish_health(backend)
             self._publish_outstanding(backend)
 
-    def enable_sync(self, client: Redis, channel: str, *, io_timeout_s: float) -> RoutingSync:
-        """Share this gateway's routing with the others on ``channel`` (``mmgate.routing.sync``):
-        ``client`` publishes and subscribes. Call before ``start``."""
+    def enable_sync(self, client: Redis, channel: str, *, secret: bytes, io_timeout_s: float) -> RoutingSync:
+        """Share this gateway's routing with the others on ``channel`` (``mmgate.routing.sync``),
+        signed with ``secret``: ``client`` publishes and subscribes. Call before ``start``."""
         self.sync = RoutingSync(
             client, channel, [b.name for b in self.backends], self._outstanding, self._apply_routed,
-            on_loads=self._publish_loads, io_timeout_s=io_timeout_s, clock=self._clock, metrics=self._metrics,
+            secret=secret, on_loads=self._publish_loads, io_timeout_s=io_timeout_s, clock=self._clock,
+            metrics=self._metrics,
         )
         return self.sync
 
@@ -128,8 +128,8 @@ class Router:
             if new is None:
                 self._retirements.name_left(name)
                 del self._health[name], self._outstanding[name]
-                self.holdings.forget_backend(name)
                 self._unpublish(name)
+        self.holdings.retain(given)  # also what requests answered by departed ones recorded since
         for backend in joined:
             self._health[backend.name] = self._new_health()
             self._outstanding[backend.name] = 0
@@ -191,7 +191,8 @@ class Router:
     def ranked(self, model: str, session_id: str | None, images: Sequence[RoutedImage] = ()) -> list[Backend]:
         """Every candidate in the order to try them: healthy ones by the policy, then the ejected
         ones by the same policy. The first is the choice, the second the failover. Counts the
-        decision's reason (``mmgate_routing_decisions_total``)."""
+        decision's reason and records who showed ``images`` (about the clients, so at once: another
+        session's concurrent request with the same image sees it shared, not its own new one)."""
         candidates = self.candidates(model)
         healthy = [b for b in candidates if self.is_healthy(b)]
         ejected = [b for b in candidates if not self.is_healthy(b)]
@@ -203,16 +204,15 @@ class Router:
             if not order and self._metrics is not None:
                 self._metrics.routing_decisions.labels(decision.reason).inc()
             order.extend(pool[i] for i in decision.order)
+        if images:
+            self.holdings.show([i.key for i in images], session_token(session_id))
         return order
 
     def record_answered(self, backend: Backend, images: Sequence[RoutedImage], session_id: str | None) -> None:
         """``backend`` answered a request showing ``images`` (the reuse sender recorded that it
-        holds them): record who showed them and tell the other gateways."""
-        keys = [i.key for i in images]
-        token = session_token(session_id)
-        self.holdings.show(keys, token)
+        holds them): tell the other gateways, which record it all."""
         if self.sync is not None:
-            self.sync.routed(backend.name, token, keys)
+            self.sync.routed(backend.name, session_token(session_id), [i.key for i in images])
 
     def _apply_routed(self, routed: Routed) -> None:
         """Another gateway's backend answered ``routed``: record it as if this one's had."""
