@@ -27,6 +27,7 @@ from tests.support.redis_servers import RedisClusterServers, running_cluster
 
 DNS_NAME = "vllm.fleet.test"
 TENANT_SECRET = "fleet-tenant-secret-0123456789"
+ROUTING_SYNC_SECRET = "fleet-routing-sync-secret-0123456789abcdef"
 MMGATE = [sys.executable, "-m", "mmgate"]
 
 
@@ -151,10 +152,12 @@ def engine_child(address: str, port: int, workdir: Path, *, vllm: bool, speedup:
 def gateway_child(index: int, workdir: Path, dns_server: str, redis_url: str, engine_port: int,
                   extra: Sequence[str] = ()) -> Child:
     port = free_port()
+    sync_secret = workdir / "routing-sync-secret"
+    sync_secret.write_text(ROUTING_SYNC_SECRET)
     argv = [*MMGATE, "serve", "--port", str(port), "--backend-dns", f"vllm=http://{DNS_NAME}:{engine_port}",
             "--backend-dns-server", dns_server, "--backend-dns-interval", "0.5", "--redis-url", redis_url,
-            "--redis-cluster", "--routing-sync", "--drain-timeout", "10", "--allowed-private", "127.0.0.1",
-            *extra]
+            "--redis-cluster", "--routing-sync", "--routing-sync-secret-file", str(sync_secret),
+            "--drain-timeout", "10", "--allowed-private", "127.0.0.1", *extra]
     return Child(f"gateway {index}", argv, f"http://127.0.0.1:{port}", workdir / f"gateway-{index}.log",
                  env={"MMGATE_TENANT_SECRET": TENANT_SECRET, "PYTHONUNBUFFERED": "1"})
 
