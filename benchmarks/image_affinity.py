@@ -37,11 +37,13 @@ import json
 import os
 import random
 import re
+import secrets
 import shutil
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 import zlib
@@ -132,6 +134,14 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of a live process so far (/proc/PID/stat; Linux)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def sync_secret_file() -> str:
+    """A file holding a routing-sync secret for the gateways of a run (the sync requires one)."""
+    path = Path(tempfile.gettempdir()) / f"mmgate-bench-sync-secret-{os.getpid()}"
+    if not path.exists():
+        path.write_text(secrets.token_hex(32))
+    return str(path)
 
 
 def start_redis(port: int, timeout_s: float = 10.0) -> subprocess.Popen[bytes]:
@@ -236,6 +246,8 @@ def run_one(backends: int, gateways: int, mode: str, sessions: list[list[list[st
     redis_port = free_port() if any("{redis}" in f for f in [*flags, *extra]) else None
     if redis_port is not None:  # --routing-sync-url {redis}: a redis-server of the row's own
         flags, extra = ([f.replace("{redis}", f"redis://127.0.0.1:{redis_port}") for f in fs] for fs in (flags, extra))
+    if any(f.startswith("--routing-sync") for f in [*flags, *extra]) and "--routing-sync-secret-file" not in flags:
+        flags += ["--routing-sync-secret-file", sync_secret_file()]
     gw_cmds = [(["serve", "--port", str(p), "--routing", routing, "--log-level", "warning", *backend_args, *extra,
                  *flags], p) for p in gw_ports]
     procs: list[subprocess.Popen[bytes]] = []

@@ -11,11 +11,11 @@ from __future__ import annotations
 import ipaddress
 import re
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
-from pydantic import ConfigDict, ValidationError, ValidationInfo, field_validator
+from pydantic import ConfigDict, ValidationInfo, field_validator
 
-from mmgate._settings import ConfigError, Frozen, MiB, setting
+from mmgate._settings import Frozen, MiB, setting
+from mmgate.config_backends import BackendSpec, dns_server_address
 from mmgate.config_routing import RoutingSettings, check_redis_url
 
 # One label of a host name (letters, digits, hyphens inside, underscores tolerated), and a label that
@@ -154,33 +154,6 @@ class CacheSettings(Frozen):
         return check_redis_url(value)
 
 
-class BackendSpec(Frozen):
-    """One backend: ``--backend KIND=URL`` on the command line."""
-
-    kind: Literal["vllm", "openai"]
-    url: str
-    name: str = ""
-
-    @field_validator("url")
-    @classmethod
-    def _check_url(cls, value: str) -> str:
-        parts = urlsplit(value)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"backend URL must be http(s)://host[:port], got {value!r}")
-        return value.rstrip("/")
-
-    @classmethod
-    def parse(cls, text: str) -> BackendSpec:
-        """Parse ``KIND=URL`` (``vllm=http://10.0.0.5:8000``)."""
-        kind, sep, url = text.partition("=")
-        if not sep:
-            raise ConfigError("--backend", f"expected KIND=URL (kind vllm or openai), got {text!r}")
-        try:
-            return cls(kind=kind.strip().lower(), url=url.strip())
-        except ValidationError as exc:
-            raise ConfigError("--backend", _first_error(exc)) from exc
-
-
 class GatewaySettings(Frozen):
     """Everything ``mmgate serve`` needs."""
 
@@ -190,6 +163,20 @@ class GatewaySettings(Frozen):
         (), flag="--backend", group="server", metavar="KIND=URL",
         help="a backend, repeatable: vllm=http://host:8000 (understands uuids) or openai=https://... "
         "(any OpenAI-compatible server). None: start embedded sim engines (vLLM stand-ins).")
+    backend_dns: tuple[BackendSpec, ...] = setting(
+        (), flag="--backend-dns", group="server", metavar="KIND=URL",
+        help="backends named by a DNS name, repeatable: vllm=http://vllm.ns.svc:8000 (a headless "
+        "Service) becomes one backend per A/AAAA record, scheme and port from the URL, re-resolved "
+        "every --backend-dns-interval; a failed resolution keeps the last known set")
+    backend_dns_interval_s: float = setting(
+        10.0, flag="--backend-dns-interval", advanced=True, group="server", ge=0.1, le=3600,
+        help="seconds between re-resolutions of the --backend-dns names")
+    backend_dns_server: str | None = setting(
+        None, flag="--backend-dns-server", advanced=True, group="server", metavar="IP[:PORT]",
+        help="the DNS server --backend-dns asks (default: the system's, from /etc/resolv.conf)")
+    max_backends: int = setting(
+        64, flag="--max-backends", advanced=True, group="server", ge=1, le=4096,
+        help="most backends at once (static and discovered); a larger DNS answer is cut to it, logged")
     embedded_engines: int = setting(2, flag="--embedded-engines", group="server", ge=1, le=16,
                                     help="sim engines to start when no --backend is given")
     session_headers: tuple[str, ...] = setting(
@@ -307,12 +294,21 @@ class GatewaySettings(Frozen):
             return tuple(BackendSpec.parse(v) if isinstance(v, str) else v for v in value)
         return value
 
+    @field_validator("backend_dns", mode="before")
+    @classmethod
+    def _parse_backend_dns(cls, value: Any) -> Any:
+        if isinstance(value, tuple | list):
+            return tuple(BackendSpec.parse(v, flag="--backend-dns") if isinstance(v, str) else v for v in value)
+        return value
+
+    @field_validator("backend_dns_server")
+    @classmethod
+    def _check_dns_server(cls, value: str | None) -> str | None:
+        if value is not None:
+            dns_server_address(value)
+        return value
+
     @field_validator("session_headers")
     @classmethod
     def _lower_headers(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         return tuple(v.strip().lower() for v in value if v.strip())
-
-
-def _first_error(exc: ValidationError) -> str:
-    err = exc.errors()[0]
-    return str(err.get("msg", exc))

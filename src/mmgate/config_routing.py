@@ -51,6 +51,10 @@ class RoutingSettings(Frozen):
         None, flag="--routing-sync-url",
         help="Redis (redis://, rediss://, unix://) for the routing sync, when not the --redis-url; "
         "setting it turns the sync on")
+    sync_secret_file: str | None = setting(
+        None, flag="--routing-sync-secret-file",
+        help="file holding the routing sync's shared secret (at least 32 characters, the same on every "
+        "gateway of the fleet): messages are signed with it and unsigned ones dropped; required with the sync")
     sync_channel: str = setting(
         "mmgate:routing", flag="--routing-sync-channel", min_length=1, max_length=200,
         help="pub/sub channel of the routing sync: the same on every gateway of one fleet")

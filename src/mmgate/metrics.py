@@ -98,7 +98,8 @@ class GatewayMetrics:
             "mmgate_routing_sync_messages",
             "Routing-sync messages (--routing-sync) by direction (sent, received) and outcome: ok, error "
             "(Redis failed or timed out: its routed requests go with the next message), invalid (refused whole), "
-            "dropped (routed requests queued past the bound)",
+            "dropped (routed requests queued past the bound), forged (not signed with the fleet's secret), "
+            "replayed (a signed message heard before), over_budget (its sender's share of the event loop was spent)",
             ["direction", "outcome"], registry=registry,
         )
         self.routing_sync_peers = Gauge(

@@ -4,6 +4,7 @@ of a clean checkout, the wheelhouse, and small waits."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -68,10 +69,14 @@ def clean_checkout(dest: Path) -> Path:
 
 
 def fill_wheelhouse(dest: Path, timeout: float) -> int:
-    """Copy the cached wheelhouse into ``dest`` (filling the cache first when empty); the wheel count."""
-    if not any(WHEEL_CACHE.glob("*.whl")):
+    """Copy the cached wheelhouse into ``dest`` (filling the cache first when it is empty or was
+    filled for other dependencies: its stamp is pyproject.toml's hash); the wheel count."""
+    stamp = WHEEL_CACHE / "pyproject.sha256"
+    want = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    if not any(WHEEL_CACHE.glob("*.whl")) or not stamp.exists() or stamp.read_text() != want:
         subprocess.run([str(ROOT / "tools" / "wheelhouse.sh"), str(WHEEL_CACHE), sys.executable],
                        capture_output=True, text=True, timeout=timeout, check=True)
+        stamp.write_text(want)
     wheels = list(WHEEL_CACHE.glob("*.whl"))
     for wheel in wheels:
         shutil.copy2(wheel, dest / wheel.name)

@@ -65,3 +65,13 @@ def test_bad_bounds_are_refused() -> None:
         BackendHoldings(-1, max_entries=1, max_keys=1)
     with pytest.raises(ValueError):
         BackendHoldings(1, max_entries=0, max_keys=1)
+
+
+def test_backends_that_left_the_fleet_are_forgotten_whole() -> None:
+    holdings = BackendHoldings(10**9, max_entries=100, max_keys=100)
+    for backend in ("b0", "b1", "b2"):
+        holdings.hold(backend, [("k", 1024)])
+    holdings.show(["k"], session_token("s"))
+    holdings.retain({"b0", "b2"})
+    assert holdings.holders("k") == ["b0", "b2"] and holdings.num_held("b1") == 0
+    assert holdings.knows("k")  # who showed it is about the clients, not the fleet

@@ -288,3 +288,24 @@ async def test_stop_is_bounded_when_a_background_task_will_not_stop(
     stuck.release.set()
     await asyncio.wait([task], timeout=2)
     assert task.done()
+
+
+async def test_an_image_in_flight_for_one_session_is_shared_for_the_next_before_any_answer() -> None:
+    """Who showed an image is recorded as the request is routed: another session's request with
+    the same image, while the first is still in flight, goes to the image's home under the load
+    cap, not to its own session's home as if the image were its own new one."""
+    from mmgate.routing.weights import RoutedImage
+
+    backends = [StaticBackend(f"b{i}") for i in range(4)]
+    router = Router(backends, GatewaySettings())  # type: ignore[arg-type]
+    await router.refresh_models()
+    names = [b.name for b in backends]
+    image = RoutedImage("content:in-flight", 256.0)
+    home = names[rendezvous_rank(image.key, names)[0]]
+    # A second session whose own home is not the image's home.
+    other = next(s for s in (f"session-{i}" for i in range(100)) if names[rendezvous_rank(s, names)[0]] != home)
+    first = router.ranked(MODEL, "session-first", [image])[0]
+    router.begin(first, [image])  # in flight: no backend has answered, none holds it
+    assert router.holdings.holders(image.key) == []
+    decision = router.policy.decide(names, [0] * 4, other, [image])
+    assert (names[decision.order[0]], decision.reason) == (home, "image_affinity")

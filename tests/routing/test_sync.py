@@ -14,11 +14,13 @@ from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 
 from mmgate.metrics import GatewayMetrics
+from mmgate.routing.admission import unseal
 from mmgate.routing.peers import Routed, decode
 from mmgate.routing.sync import MAX_PENDING, RoutingSync
 from tests.support.redis_servers import RedisServer, running_standalone
 
 NAMES = ("vllm-0", "vllm-1")
+SECRET = b"a test secret of the fleet, 32+ characters"
 
 
 @asynccontextmanager
@@ -28,7 +30,7 @@ async def sync_on(url: str, loads: dict[str, int], got: list[Routed], *, max_age
         return Redis.from_url(url, socket_connect_timeout=0.5, socket_timeout=0.5)
 
     metrics = GatewayMetrics(registry) if registry is not None else None
-    sync = RoutingSync(client(), "test:routing", NAMES, loads, got.append, interval_s=0.01,
+    sync = RoutingSync(client(), "test:routing", NAMES, loads, got.append, secret=SECRET, interval_s=0.01,
                        max_age_s=max_age_s, io_timeout_s=0.5, clock=time.monotonic, metrics=metrics)
     task = asyncio.create_task(sync.run())
     try:
@@ -71,7 +73,7 @@ async def test_the_queue_is_bounded_and_a_failed_publish_is_counted(tmp_path: Pa
     async with asyncio.timeout(10):
         def client() -> Redis:
             return Redis.from_url(url, socket_connect_timeout=0.5, socket_timeout=0.5)
-        sync = RoutingSync(client(), "test:routing", NAMES, {"vllm-0": 1}, lambda r: None,
+        sync = RoutingSync(client(), "test:routing", NAMES, {"vllm-0": 1}, lambda r: None, secret=SECRET,
                            interval_s=0.01, max_age_s=1.0, io_timeout_s=0.5, clock=time.monotonic,
                            metrics=GatewayMetrics(registry))
         for i in range(MAX_PENDING + 10):
@@ -107,7 +109,7 @@ async def test_requests_routed_while_redis_is_down_go_out_once_it_is_back(tmp_pa
     with running_standalone(tmp_path) as server:
         # A is driven by hand (publish_once), so the test knows when it publishes; B listens.
         a = RoutingSync(Redis.from_url(server.url, socket_connect_timeout=0.5, socket_timeout=0.5),
-                        "test:routing", NAMES, {"vllm-0": 1, "vllm-1": 0}, lambda r: None, interval_s=0.01,
+                        "test:routing", NAMES, {"vllm-0": 1, "vllm-1": 0}, lambda r: None, secret=SECRET, interval_s=0.01,
                         max_age_s=1.0, io_timeout_s=0.5, clock=time.monotonic, metrics=GatewayMetrics(registry))
         try:
             async with sync_on(server.url, {"vllm-0": 0, "vllm-1": 0}, got_b) as b:
@@ -134,7 +136,7 @@ async def test_a_failed_publish_keeps_the_queue_within_its_bound(tmp_path: Path)
     with running_standalone(tmp_path) as server:
         url = server.url
     sync = RoutingSync(Redis.from_url(url, socket_connect_timeout=0.5, socket_timeout=0.5), "test:routing",
-                       NAMES, {"vllm-0": 1}, lambda r: None, interval_s=0.01, max_age_s=1.0, io_timeout_s=0.5,
+                       NAMES, {"vllm-0": 1}, lambda r: None, secret=SECRET, interval_s=0.01, max_age_s=1.0, io_timeout_s=0.5,
                        clock=time.monotonic, metrics=GatewayMetrics(registry))
     try:
         for i in range(MAX_PENDING):
@@ -174,8 +176,8 @@ async def test_a_lone_gateway_keeps_to_the_heartbeat_until_it_hears_another(stan
                 a.routed("vllm-0", i, [f"alone-{i}"])
                 await asyncio.sleep(0.02)
             assert 1 <= sent() <= 4, sent()  # at the interval (10 ms) it would have been ~30
-            await eventually(lambda: sum(len(decode(m, frozenset(NAMES)).routed) for m in heard) == 30, 2.0)
-            keys = [r.keys for m in heard for r in decode(m, frozenset(NAMES)).routed]
+            await eventually(lambda: sum(len(decode(unseal(SECRET, m)[2], frozenset(NAMES)).routed) for m in heard) == 30, 2.0)
+            keys = [r.keys for m in heard for r in decode(unseal(SECRET, m)[2], frozenset(NAMES)).routed]
             assert keys == [(f"alone-{i}",) for i in range(30)]  # nothing lost, in order
             async with sync_on(standalone_server.url, {"vllm-0": 0, "vllm-1": 0}, got_b, max_age_s=1.5):
                 # B's first heartbeat goes out as it starts: A hears it, and its changes go at once again.
@@ -229,7 +231,7 @@ class LosingPubSub(PubSub):
 
 async def test_the_sync_stops_when_the_client_loses_its_cancellation(standalone_server: RedisServer) -> None:
     client = LosesCancellations.from_url(standalone_server.url, socket_connect_timeout=0.5, socket_timeout=0.5)
-    sync = RoutingSync(client, "test:routing", NAMES, {"vllm-0": 1}, lambda r: None, interval_s=0.01,
+    sync = RoutingSync(client, "test:routing", NAMES, {"vllm-0": 1}, lambda r: None, secret=SECRET, interval_s=0.01,
                        max_age_s=1.0, io_timeout_s=0.5, clock=time.monotonic)
     task = asyncio.create_task(sync.run())
     try:

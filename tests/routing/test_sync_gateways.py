@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import tempfile
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
@@ -16,6 +17,9 @@ import aiohttp
 import orjson
 import pytest
 
+from mmgate.routing import sync_message
+from mmgate.routing.admission import seal
+from mmgate.routing.peers import encode
 from mmgate.routing.rendezvous import rendezvous_rank
 from mmgate.sim.config import SimSettings
 from tests.routing.test_image_affinity_gateways import AFFINITY, MODEL, body, data_url
@@ -29,13 +33,18 @@ OWN_ONLY = AFFINITY
 SENT_OK = 'mmgate_routing_sync_messages_total{direction="sent",outcome="ok"}'
 RECEIVED_OK = 'mmgate_routing_sync_messages_total{direction="received",outcome="ok"}'
 INVALID = 'mmgate_routing_sync_messages_total{direction="received",outcome="invalid"}'
+FORGED = 'mmgate_routing_sync_messages_total{direction="received",outcome="forged"}'
+SECRET = "the fleet's routing secret, at least 32 characters"
+_SECRET_DIR = tempfile.TemporaryDirectory(prefix="mmgate-sync-secret-")
+SECRET_FILE = Path(_SECRET_DIR.name) / "secret"
+SECRET_FILE.write_text(SECRET + "\n")
 
 
 def synced(url: str, *extra: str, shared_cache: bool = False) -> tuple[str, ...]:
     """The sync on ``url``: its own Redis (``--routing-sync-url``), or the shared cache's
-    (``--routing-sync`` with ``--redis-url``)."""
+    (``--routing-sync`` with ``--redis-url``), signed with the fleet's secret."""
     sync = ("--redis-url", url, "--routing-sync") if shared_cache else ("--routing-sync-url", url)
-    return (*OWN_ONLY, *sync, *extra)
+    return (*OWN_ONLY, *sync, "--routing-sync-secret-file", str(SECRET_FILE), *extra)
 
 
 async def choice(client: aiohttp.ClientSession, gw: str, images: list[str], session: str | None = None) -> str:
@@ -164,7 +173,7 @@ async def _at_most(client: aiohttp.ClientSession, gw: str, sample: str, value: f
     return await metric(client, gw, sample) <= value
 
 
-async def test_garbage_on_the_channel_is_refused_and_changes_nothing(standalone_server: RedisServer) -> None:
+async def test_garbage_and_forgeries_on_the_channel_are_refused_and_change_nothing(standalone_server: RedisServer) -> None:
     channel = "mmgate:routing:garbage-test"
     async with running_sims(2) as sims, gateway_process(
         [s.url for s in sims], *synced(standalone_server.url, "--routing-sync-channel", channel),
@@ -173,15 +182,20 @@ async def test_garbage_on_the_channel_is_refused_and_changes_nothing(standalone_
             names = [x["name"] for x in orjson.loads(await r.read())["backends"]]
         image = data_url(91)
         before = await choice(client, gw, [image])
-        garbage = [b"", b"\x00\xff" * 100, b"{" * 50_000, b'{"v":1,"g":"x","l":{"%s":-5},"s":[]}' % names[0].encode(),
-                   b'{"v":1,"g":"x","l":{},"s":[["%s",1,["%s"]]]}' % (names[0].encode(), b"k" * 5000),
-                   b"x" * 300_000]
+        garbage = [b"", b"\x00\xff" * 20, b"x" * 300_000]  # not even the size of a signed message
+        heavy = {names[0]: 50}
+        unsigned = [b"\x00" * 32 + b"0123456789abcdef" + bytes(8) + encode(heavy, []),
+                    b"{" * 50_000, orjson.dumps({"v": 2, "l": heavy, "s": []}).ljust(200, b" ")]
+        forged = [sync_message(b"not the fleet's secret, 32+ chars", "0123456789abcdef", n, heavy, [])
+                  for n in range(3)]
+        broken = seal(SECRET.encode(), "fedcba9876543210", 0, b'{"v":2,"l":[]}')  # signed, not a message
         with standalone_server.client() as raw:
-            for data in garbage:
+            for data in [*garbage, *unsigned, *forged, broken]:
                 raw.publish(channel, data)
-            # Well-formed but about backends this gateway does not have: applied, and changes nothing.
-            raw.publish(channel, orjson.dumps({"v": 1, "g": "x", "l": {"elsewhere": 50}, "s": [["elsewhere", 1, ["k"]]]}))
-        await until(lambda: _at_least(client, gw, INVALID, len(garbage)))
+            # Signed, but about backends this gateway does not have: applied, and changes nothing.
+            raw.publish(channel, sync_message(SECRET.encode(), "fedcba9876543210", 1, {"elsewhere": 50}, []))
+        await until(lambda: _at_least(client, gw, INVALID, len(garbage) + 1))
+        await until(lambda: _at_least(client, gw, FORGED, len(unsigned) + len(forged)))
         await until(lambda: _at_least(client, gw, RECEIVED_OK, 1))
         for name in names:
             assert await metric(client, gw, f'mmgate_backend_load{{backend="{name}"}}') == 0.0
@@ -193,6 +207,9 @@ async def test_garbage_on_the_channel_is_refused_and_changes_nothing(standalone_
 @pytest.mark.parametrize(("flags", "named", "said"), [
     (("--routing-sync-url", "http://127.0.0.1:6379"), b"--routing-sync-url", b"redis://"),
     (("--routing-sync",), b"--routing-sync", b"--redis-url"),
+    (("--routing-sync-url", "redis://127.0.0.1:9"), b"--routing-sync-secret-file", b"shared secret"),
+    (("--routing-sync-url", "redis://127.0.0.1:9", "--routing-sync-secret-file", __file__),
+     b"--routing-sync-secret-file", b"printable ASCII"),
 ])
 def test_a_sync_without_a_usable_redis_is_refused_at_start_naming_the_flag(
     flags: tuple[str, ...], named: bytes, said: bytes,

@@ -114,6 +114,12 @@ class Gateway:
         # One record of what each backend holds: the router weighs it, the sender strips by it.
         self.reuse = ReuseSender(store, router.holdings, metrics, auto=settings.reuse == "auto")
 
+    def reconfigure(self, *, tenants: TenantKeys | None, keys: KeySpace) -> None:
+        """Swap the API keys and the tenant secret's key space (a reload): a request already
+        authenticated finishes under the key space it started with."""
+        self.tenants = tenants
+        self.keys = keys
+
     def session_id(self, headers: Mapping[str, str]) -> str | None:
         """The first present session header of the configured list (400 when it is not text)."""
         for name in self.settings.session_headers:
@@ -197,20 +203,21 @@ class Gateway:
         note_model(request.model)
         note_stream_options(request.body.get("stream_options"))
         self.router.candidates(request.model)  # an unknown model is a 404 before any image is loaded
+        keys = self.keys  # one key space for the whole request, whatever a reload swaps meanwhile
         salt = request.body.get("cache_salt")
         if salt is not None and not isinstance(salt, str):
             raise InvalidRequestError("'cache_salt' must be a string", param="cache_salt")
         if tenant is not None:  # vLLM's prefix cache, partitioned per tenant (reuse.namespace)
-            request.body["cache_salt"] = self.keys.cache_salt(tenant, salt)
+            request.body["cache_salt"] = keys.cache_salt(tenant, salt)
         for p in request.passthrough:  # audio/video URLs the backend fetches: policed first
             p.part[p.kind]["url"] = await self.loader.check_passthrough(p.url, param=p.param, kind=p.kind)
         # Session scoping promises that nothing crosses sessions: no reuse of known uuids then.
         scoped = self.settings.cache.session_scoping
-        images = {} if scoped else known_by_uuid(self.store, request.slots, self.keys, tenant)
-        tag = self.keys.tenant_tag(tenant) if tenant is not None else None
+        images = {} if scoped else known_by_uuid(self.store, request.slots, keys, tenant)
+        tag = keys.tenant_tag(tenant) if tenant is not None else None
         images.update(await self._load_images([s for s in request.slots if s.index not in images], session_id, tag))
         self._check_request_pixels(request.slots, images)
-        plans = plan_slots(self.store, request.slots, images, self.keys, tenant)
+        plans = plan_slots(self.store, request.slots, images, keys, tenant)
         routed = routed_images(self.store, plans)
         # The router's order of preference, by the images' keys: the first is its pick, the second
         # the failover.

@@ -2,16 +2,18 @@
 llm-d-like image history, round robin) over one record of what each backend holds, with active
 health probes and passive ejection. docs/ROUTING.md has the routing in one page."""
 
+from mmgate.routing.admission import PeerBudget, sync_message
 from mmgate.routing.health import BackendHealth, HealthStatus
 from mmgate.routing.holdings import BackendHoldings, processed_bytes, session_token
 from mmgate.routing.peers import Routed
-from mmgate.routing.peers import encode as encode_sync_message
 from mmgate.routing.policy import Decision, RoutingPolicy
 from mmgate.routing.router import Router
 from mmgate.routing.setup import build_router
+from mmgate.routing.sync import RoutingSync
 from mmgate.routing.weights import RoutedImage, image_tokens, image_weight
 
 __all__ = [
-    "BackendHealth", "BackendHoldings", "Decision", "HealthStatus", "Routed", "RoutedImage", "Router", "RoutingPolicy",
-    "build_router", "encode_sync_message", "image_tokens", "image_weight", "processed_bytes", "session_token",
+    "BackendHealth", "BackendHoldings", "Decision", "HealthStatus", "PeerBudget", "Routed", "RoutedImage", "Router",
+    "RoutingPolicy", "RoutingSync", "build_router", "image_tokens", "image_weight", "processed_bytes",
+    "session_token", "sync_message",
 ]

@@ -1,4 +1,5 @@
-"""The health state machine of one backend. Pure: the caller passes the (monotonic) time.
+"""The health state machine of one backend (pure: the caller passes the monotonic time), and the
+active probe that feeds it.
 
     HEALTHY ──(eject_after_failures consecutive failures)──▶ EJECTED
     EJECTED ──(a success at least readmit_after_s after the ejection)──▶ HEALTHY
@@ -12,7 +13,14 @@ at once (no flapping).
 
 from __future__ import annotations
 
+import asyncio
 import enum
+import logging
+
+from mmgate.backends import Backend
+from mmgate.errors import MmgateError
+
+log = logging.getLogger(__name__)
 
 
 class HealthStatus(enum.Enum):
@@ -61,3 +69,17 @@ class BackendHealth:
         self.status = HealthStatus.HEALTHY
         self.ejected_at = None
         return True
+
+
+async def probe(backend: Backend, timeout_s: float) -> bool:
+    """One active check of ``backend``: True when it answered its health endpoint in time."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await backend.healthy()
+    except (TimeoutError, MmgateError):
+        # No answer in time, or a backend error: the probe failed, which is its answer.
+        return False
+    except Exception:
+        # A bug in a backend's probe must not stop the others: count it as failed and say so.
+        log.exception("health probe of %s raised", backend.name)
+        return False

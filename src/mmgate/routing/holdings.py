@@ -6,7 +6,9 @@ sender both read. Pure and bounded.
   keys): the router weighs where an image is held, the sender strips an image the backend holds
   down to a cache-only reference.
 * Per image, who showed it: the first session (a 64-bit token, never the id) and whether another
-  session (or none) showed it since — a *shared* image — at most ``max_keys`` images (LRU).
+  session (or none) showed it since — a *shared* image — at most ``max_keys`` images (LRU). A
+  fact about the clients, recorded as a request is routed: two sessions sending one image at
+  once see it shared before any backend has answered.
 
 A backend holds an image once it has answered a request that showed it (this gateway's, or
 another gateway's told by the routing sync): never before, so a failover or a failed send records
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 from mmgate.config import GatewaySettings
 from mmgate.store import ByteLRU
@@ -91,11 +93,14 @@ class BackendHoldings:
                 lru.pop(key)
 
     def forget_backend(self, backend: str) -> None:
-        """``backend`` may have lost its cache (re-admitted after an ejection): it holds nothing.
-        Who showed each image is kept: that is about the clients, not the backend."""
-        lru = self._held.get(backend)
-        if lru is not None:
-            lru.clear()
+        """``backend`` may have lost its cache (re-admitted after an ejection, or left the fleet): it
+        holds nothing. Who showed each image is kept: that is about the clients, not the backend."""
+        self._held.pop(backend, None)
+
+    def retain(self, backends: Collection[str]) -> None:
+        """Forget every backend not in ``backends`` (they left the fleet)."""
+        for backend in [b for b in self._held if b not in backends]:
+            del self._held[backend]
 
     def num_held(self, backend: str) -> int:
         lru = self._held.get(backend)

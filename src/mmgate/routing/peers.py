@@ -16,22 +16,27 @@ Dynamo's router replicas share their active-sequence state): one message every s
 The receiver records each routed request in its own record of what each backend holds, as if it had routed
 it, and counts the sender's in-flight requests until ``max_age_s`` after its last message.
 
-A message is untrusted input (anything that can publish on the channel can send one): ``decode``
-refuses it whole (``InvalidSync``) unless every field has its type and bound, and drops the
-backends this gateway does not know; nothing in a message can grow a structure past its bound.
+This is the body of a signed message (``mmgate.routing.admission`` has the envelope: its sender,
+number and signature, checked before the body is read). A body is still checked field by field:
+``decode`` refuses it whole (``InvalidSync``) unless every field has its type and bound, and drops
+the backends this gateway does not know; nothing in a message can grow a structure past its bound.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import orjson
 
-VERSION = 1
+VERSION = 2
 MAX_MESSAGE_BYTES = 256 * 1024
 MAX_EVENTS = 256  # routed requests per message; the rest go in the next one
 MAX_KEYS = 64  # image keys per routed request (a request with more sends its first 64)
+# Image keys per message: what bounds the work one message costs a receiver (each key is recorded);
+# at one message per 10 ms still ~100k keys a second.
+MAX_MESSAGE_KEYS = 1024
 MAX_KEY_CHARS = 512
 MAX_BACKENDS = 256
 MAX_INFLIGHT = 1_000_000
@@ -54,19 +59,30 @@ class Routed:
 
 @dataclass(frozen=True, slots=True)
 class SyncMessage:
-    gateway: str
     loads: dict[str, int]
     routed: list[Routed]
 
 
-def encode(gateway: str, loads: Mapping[str, int], routed: Sequence[Routed]) -> bytes:
-    """One message (``routed`` at most ``MAX_EVENTS``, each at most ``MAX_KEYS`` keys)."""
-    body = {"v": VERSION, "g": gateway, "l": dict(loads),
-            "s": [[r.backend, r.token, list(r.keys[:MAX_KEYS])] for r in routed[:MAX_EVENTS]]}
+def take(pending: deque[Routed]) -> list[Routed]:
+    """The routed requests of the next message, off the front of ``pending``: at most
+    ``MAX_EVENTS``, ``MAX_MESSAGE_KEYS`` keys in all (each request's first ``MAX_KEYS``)."""
+    batch: list[Routed] = []
+    keys = 0
+    while pending and len(batch) < MAX_EVENTS and keys + min(MAX_KEYS, len(pending[0].keys)) <= MAX_MESSAGE_KEYS:
+        routed = pending.popleft()
+        batch.append(routed)
+        keys += min(MAX_KEYS, len(routed.keys))
+    return batch
+
+
+def encode(loads: Mapping[str, int], routed: Sequence[Routed]) -> bytes:
+    """One message's body (``routed`` as ``take`` would cut it)."""
+    batch = take(deque(routed))
+    body = {"v": VERSION, "l": dict(loads), "s": [[r.backend, r.token, list(r.keys[:MAX_KEYS])] for r in batch]}
     return orjson.dumps(body)
 
 
-def decode(data: bytes, names: Collection[str]) -> SyncMessage:
+def decode(data: bytes | memoryview, names: Collection[str]) -> SyncMessage:
     """The message in ``data``, keeping only backends in ``names``; ``InvalidSync`` otherwise."""
     if len(data) > MAX_MESSAGE_BYTES:
         raise InvalidSync(f"message of {len(data)} bytes (at most {MAX_MESSAGE_BYTES})")
@@ -75,10 +91,8 @@ def decode(data: bytes, names: Collection[str]) -> SyncMessage:
     except orjson.JSONDecodeError as exc:  # deep nesting and bad UTF-8 too
         raise InvalidSync(f"not JSON: {exc}") from None
     if not isinstance(body, dict) or body.get("v") != VERSION:
-        raise InvalidSync("not a version-1 sync message")
-    gateway, loads, routed = body.get("g"), body.get("l"), body.get("s")
-    if not isinstance(gateway, str) or not 0 < len(gateway) <= 64:
-        raise InvalidSync("'g' must be a gateway id of 1-64 characters")
+        raise InvalidSync(f"not a version-{VERSION} sync message")
+    loads, routed = body.get("l"), body.get("s")
     if not isinstance(loads, dict) or len(loads) > MAX_BACKENDS:
         raise InvalidSync(f"'l' must be an object of at most {MAX_BACKENDS} backends")
     kept: dict[str, int] = {}
@@ -89,6 +103,9 @@ def decode(data: bytes, names: Collection[str]) -> SyncMessage:
             kept[name] = count
     if not isinstance(routed, list) or len(routed) > MAX_EVENTS:
         raise InvalidSync(f"'s' must be a list of at most {MAX_EVENTS} routed requests")
+    if sum(len(event[2]) for event in routed if isinstance(event, list) and len(event) == 3
+           and isinstance(event[2], list)) > MAX_MESSAGE_KEYS:
+        raise InvalidSync(f"'s' must hold at most {MAX_MESSAGE_KEYS} image keys in all")
     events = []
     for i, event in enumerate(routed):
         if not (isinstance(event, list) and len(event) == 3 and isinstance(event[0], str)
@@ -98,7 +115,7 @@ def decode(data: bytes, names: Collection[str]) -> SyncMessage:
             raise InvalidSync(f"'s[{i}]' must be [backend, session token, [image keys]] within bounds")
         if event[0] in names:
             events.append(Routed(event[0], event[1], tuple(event[2])))
-    return SyncMessage(gateway, kept, events)
+    return SyncMessage(kept, events)
 
 
 def _is_int(value: object) -> bool:

@@ -1,37 +1,22 @@
-"""Backend choice by a routing policy over the healthy backends; passive ejection and active
-health probes; the one record of what each backend holds.
+"""The router: orders the healthy backends serving a model by the routing policy
+(``mmgate.routing.policy``), keeps each backend's health, load and the one record of what it holds
+(``mmgate.routing.holdings``), and follows the fleet as it changes (``set_backends``).
 
-Backends are grouped by the models they serve, learnt from their ``/v1/models``; ``Router.models``
-is the union the gateway's own ``/v1/models`` shows. For one request:
-
-* candidates: the backends serving the model that are healthy (then the ejected ones);
-* their order comes from the ``RoutingPolicy`` (``RoutingSettings.mode``, see
-  ``mmgate.routing.policy``): by default ``image-affinity``, the images where they are held or at
-  their rendezvous homes, a session's own images at the session's home, under a bounded-load cap.
-
-Routing keys are the session id, configured backend names and each image's backend key
-(tenant-scoped uuid or content hash, as the reuse plan computed it): a client can steer its own
-requests by its images, but the load cap keeps any one image from piling a fleet's load on one
-backend. No key is ever a metric label.
-
-What each backend holds (``holdings``, ``mmgate.routing.holdings``) is the record the policy weighs
-and the reuse sender strips by: the sender records a request's images once a backend answered it
-and forgets them on a heal; the router records who showed them (``record_answered``), forgets a
-backend's on its re-admission, and applies the other gateways' records from the routing sync.
-
-Load: the policy balances by each backend's requests in flight (``begin``/``end``); with the
-routing sync (``mmgate.routing.sync``) the gateways also tell each other what their backends
-answered and how many requests each has in flight, and every gateway's count with it.
-
-Health: ``report_failure`` (the gateway, on a connect error or a timeout) ejects a backend after
-``eject_after_failures`` consecutive failures; ``start()`` runs one background task that probes every
-backend each ``health_interval_s`` and re-admits ejected ones that answer (no sooner than
-``readmit_after_s`` after their ejection), then refreshes the model lists. See ``health``.
+Backends are grouped by the models their ``/v1/models`` lists; ``Router.models`` is the union the
+gateway shows. Routing keys (session ids, backend names, image keys) are hash keys, never labels.
+The reuse sender records a request's images on a backend once it answered and forgets them on a
+heal; the router records who showed them (``record_answered``), forgets a backend's on its
+re-admission and applies the other gateways' records from the routing sync (``mmgate.routing.sync``).
+Load is each backend's requests in flight (``begin``/``end``), every synced gateway's included.
+Health: ``report_failure`` ejects after ``eject_after_failures`` consecutive failures; ``start()``
+probes every ``health_interval_s``, re-admits (no sooner than ``readmit_after_s``) and refreshes
+the models (``mmgate.routing.health``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
@@ -43,10 +28,11 @@ from mmgate.backends import Backend
 from mmgate.config import GatewaySettings
 from mmgate.errors import MmgateError, ModelNotFoundError
 from mmgate.metrics import GatewayMetrics
-from mmgate.routing.health import BackendHealth
+from mmgate.routing.health import BackendHealth, probe
 from mmgate.routing.holdings import BackendHoldings, processed_bytes, session_token
 from mmgate.routing.peers import Routed
 from mmgate.routing.policy import RoutingPolicy
+from mmgate.routing.retire import Retirements
 from mmgate.routing.sync import RoutingSync
 from mmgate.routing.weights import UNKNOWN_IMAGE_TOKENS, RoutedImage
 from mmgate.serving import STOP_WAIT_S, stop_tasks
@@ -57,14 +43,18 @@ log = logging.getLogger(__name__)
 REMOTE_IMAGE_BYTES = processed_bytes(UNKNOWN_IMAGE_TOKENS)
 
 
-class Router:
-    """Orders the backends for (model, session) and keeps each backend's health and load.
+def _check_names(backends: Sequence[Backend]) -> None:
+    if not backends:
+        raise ValueError("at least one backend is required")
+    names = [b.name for b in backends]
+    if len(set(names)) != len(names):
+        raise ValueError(f"backend names must be unique (they are hash keys and labels): {names}")
 
-    When every candidate of a model is ejected the router fails open: it routes over all of them
-    with the same rule (same session → same backend) instead of refusing with 503, because the
-    health view may be stale (the backends may be back before the next probe) and a real attempt
-    gives the client the real error (502/504) at worst.
-    """
+
+class Router:
+    """Orders the backends for (model, session), keeps their health and load. With every candidate
+    ejected it fails open (routes over them all by the same rule rather than a 503): the health
+    view may be stale, and a real attempt gives the real error."""
 
     def __init__(
         self,
@@ -75,42 +65,89 @@ class Router:
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if not backends:
-            raise ValueError("at least one backend is required")
-        names = [b.name for b in backends]
-        if len(set(names)) != len(names):
-            raise ValueError(f"backend names must be unique (they are hash keys and labels): {names}")
+        _check_names(backends)
         self.backends = list(backends)
+        self._current = {b.name: b for b in self.backends}
         self._metrics = metrics
         self._health_interval_s = settings.health_interval_s
         self._health_timeout_s = settings.health_timeout_s
         self.holdings = BackendHoldings.for_settings(settings)
         self.policy = RoutingPolicy(settings.routing, self.holdings, rng=rng if rng is not None else random.Random())
         self._clock = clock
-        self._health = {
-            b.name: BackendHealth(
-                eject_after_failures=settings.eject_after_failures, readmit_after_s=settings.readmit_after_s,
-            )
-            for b in self.backends
-        }
-        self._outstanding = dict.fromkeys(names, 0)
+        self._new_health = lambda: BackendHealth(
+            eject_after_failures=settings.eject_after_failures, readmit_after_s=settings.readmit_after_s)
+        self._health = {b.name: self._new_health() for b in self.backends}
+        self._outstanding = {b.name: 0 for b in self.backends}
+        self._retirements = Retirements(settings.drain_timeout_s)  # its tasks: model refreshes too
         self.sync: RoutingSync | None = None
         self._syncer: asyncio.Task[None] | None = None
         self._models: dict[str, list[Backend]] = {}
         self._answered = False
         self._prober: asyncio.Task[None] | None = None
         for backend in self.backends:
+            self._retirements.track(backend)
             self._publish_health(backend)
             self._publish_outstanding(backend)
 
-    def enable_sync(self, client: Redis, channel: str, *, io_timeout_s: float) -> RoutingSync:
-        """Share this gateway's routing with the others on ``channel`` (``mmgate.routing.sync``):
-        ``client`` publishes and subscribes. Call before ``start``."""
+    def enable_sync(self, client: Redis, channel: str, *, secret: bytes, io_timeout_s: float) -> RoutingSync:
+        """Share this gateway's routing with the others on ``channel`` (``mmgate.routing.sync``),
+        signed with ``secret``: ``client`` publishes and subscribes. Call before ``start``."""
         self.sync = RoutingSync(
             client, channel, [b.name for b in self.backends], self._outstanding, self._apply_routed,
-            on_loads=self._publish_loads, io_timeout_s=io_timeout_s, clock=self._clock, metrics=self._metrics,
+            secret=secret, on_loads=self._publish_loads, io_timeout_s=io_timeout_s, clock=self._clock,
+            metrics=self._metrics,
         )
         return self.sync
+
+    # Membership -------------------------------------------------------------------------------
+
+    def set_backends(self, backends: Sequence[Backend]) -> None:
+        """Make ``backends`` the fleet, at run time; call it on the event loop the router runs on.
+
+        A backend is known by its name. A name that stays keeps its health, load and holdings;
+        given as another object (rebuilt by a reload), the new object serves from now on and the
+        old one retires. A new name joins healthy, holding nothing; it becomes a candidate once a
+        background refresh (started here, never on the request path) has learnt its models. A name
+        that goes leaves at once: its health, load and holdings are forgotten and no new request
+        goes to it; requests already in flight on it finish. Rendezvous moves only the images and
+        sessions whose home came or went.
+
+        The router owns every ``Backend`` it was given: it closes a retired one (gone, or replaced)
+        once its requests in flight have ended (streams included), after ``--drain-timeout`` at
+        most, and ``close()`` closes any still waiting. A caller never closes a backend it handed over.
+        """
+        _check_names(backends)
+        asyncio.get_running_loop()  # retirements and the model refresh are tasks on it
+        given = {b.name: b for b in backends}
+        joined = [b for b in backends if b.name not in self._current]
+        for name, old in self._current.items():
+            new = given.get(name)
+            if new is old:
+                continue
+            self._retirements.retire(old, counts_for_name=new is not None)
+            if new is None:
+                self._retirements.name_left(name)
+                del self._health[name], self._outstanding[name]
+                self._unpublish(name)
+        self.holdings.retain(given)  # also what requests answered by departed ones recorded since
+        for backend in joined:
+            self._health[backend.name] = self._new_health()
+            self._outstanding[backend.name] = 0
+        self.backends, self._current = list(backends), given
+        models = {m: [given[b.name] for b in bs if b.name in given] for m, bs in self._models.items()}
+        self._models = {m: bs for m, bs in models.items() if bs}
+        if self.sync is not None:
+            self.sync.set_names(given)
+        for backend in backends:
+            self._retirements.track(backend)
+            self._publish_health(backend)
+            self._publish_outstanding(backend)
+        if joined:
+            self._retirements.spawn(self.refresh_models(), "mmgate-router-refresh")
+
+    def _counts_for_name(self, backend: Backend) -> bool:
+        """True when ``backend``'s requests count in its name's load (current, or replaced)."""
+        return self._current.get(backend.name) is backend or self._retirements.counts_for_name(backend)
 
     # Models -----------------------------------------------------------------------------------
 
@@ -120,20 +157,22 @@ class Router:
         return sorted(self._models)
 
     async def refresh_models(self) -> None:
-        """Ask every backend which models it serves (unreachable ones keep their last answer)."""
-        results = await asyncio.gather(*(b.models() for b in self.backends), return_exceptions=True)
-        models: dict[str, list[Backend]] = {}
-        previous = {b.name: [m for m, bs in self._models.items() if b in bs] for b in self.backends}
-        for backend, result in zip(self.backends, results, strict=True):
+        """Ask every backend which models it serves (unreachable ones keep their last answer, so do
+        the ones that joined while it asked; the ones that left are dropped)."""
+        asked = list(self.backends)
+        results = await asyncio.gather(*(b.models() for b in asked), return_exceptions=True)
+        served = {id(b): [m for m, bs in self._models.items() if b in bs] for b in self.backends}
+        for backend, result in zip(asked, results, strict=True):
             if isinstance(result, BaseException):
                 if not isinstance(result, MmgateError):
                     raise result
                 log.warning("model refresh failed for %s: %s", backend.name, result.message)
-                served = previous.get(backend.name, [])
-            else:
+            elif id(backend) in served:
                 self._answered = True
-                served = result
-            for model in served:
+                served[id(backend)] = result
+        models: dict[str, list[Backend]] = {}
+        for backend in self.backends:
+            for model in served[id(backend)]:
                 models.setdefault(model, []).append(backend)
         self._models = models
 
@@ -152,7 +191,8 @@ class Router:
     def ranked(self, model: str, session_id: str | None, images: Sequence[RoutedImage] = ()) -> list[Backend]:
         """Every candidate in the order to try them: healthy ones by the policy, then the ejected
         ones by the same policy. The first is the choice, the second the failover. Counts the
-        decision's reason (``mmgate_routing_decisions_total``)."""
+        decision's reason and records who showed ``images`` (about the clients, so at once: another
+        session's concurrent request with the same image sees it shared, not its own new one)."""
         candidates = self.candidates(model)
         healthy = [b for b in candidates if self.is_healthy(b)]
         ejected = [b for b in candidates if not self.is_healthy(b)]
@@ -164,16 +204,15 @@ class Router:
             if not order and self._metrics is not None:
                 self._metrics.routing_decisions.labels(decision.reason).inc()
             order.extend(pool[i] for i in decision.order)
+        if images:
+            self.holdings.show([i.key for i in images], session_token(session_id))
         return order
 
     def record_answered(self, backend: Backend, images: Sequence[RoutedImage], session_id: str | None) -> None:
         """``backend`` answered a request showing ``images`` (the reuse sender recorded that it
-        holds them): record who showed them and tell the other gateways."""
-        keys = [i.key for i in images]
-        token = session_token(session_id)
-        self.holdings.show(keys, token)
+        holds them): tell the other gateways, which record it all."""
         if self.sync is not None:
-            self.sync.routed(backend.name, token, keys)
+            self.sync.routed(backend.name, session_token(session_id), [i.key for i in images])
 
     def _apply_routed(self, routed: Routed) -> None:
         """Another gateway's backend answered ``routed``: record it as if this one's had."""
@@ -183,18 +222,21 @@ class Router:
     # Load -------------------------------------------------------------------------------------
 
     def outstanding(self, backend: Backend) -> int:
-        """Requests in flight to ``backend`` (between ``begin`` and ``end``)."""
-        return self._outstanding[backend.name]
+        """Requests in flight to ``backend`` (between ``begin`` and ``end``; 0 once it left)."""
+        return self._outstanding.get(backend.name, 0)
 
     def load(self, backend: Backend) -> int:
         """Requests in flight to ``backend`` from this gateway and, with the routing sync, from the
         others as they last said."""
-        own = self._outstanding[backend.name]
+        own = self._outstanding.get(backend.name, 0)
         return own if self.sync is None else own + self.sync.peer_load(backend.name)
 
     def begin(self, backend: Backend, images: Sequence[RoutedImage] = ()) -> None:
         """One more request in flight to ``backend``, showing ``images``; pair every call with
         ``end``. Counts the image weight ``backend`` is believed to hold (the weight hit ratio)."""
+        self._retirements.begin(backend)
+        if not self._counts_for_name(backend):
+            return  # it left the fleet after this request chose it: it counts only for its retirement
         if self._metrics is not None and images:
             hit = sum(i.weight for i in images if self.holdings.holds(backend.name, i.key))
             self._metrics.routing_image_weight.labels(backend.name, "hit").inc(hit)
@@ -206,6 +248,9 @@ class Router:
 
     def end(self, backend: Backend) -> None:
         """One request to ``backend`` finished (its stream included); never goes below zero."""
+        self._retirements.end(backend)
+        if not self._counts_for_name(backend):
+            return
         self._outstanding[backend.name] = max(0, self._outstanding[backend.name] - 1)
         if self.sync is not None:
             self.sync.changed()
@@ -214,11 +259,15 @@ class Router:
     # Health -----------------------------------------------------------------------------------
 
     def is_healthy(self, backend: Backend) -> bool:
-        return self._health[backend.name].is_healthy
+        """False for a backend that left the fleet."""
+        health = self._health.get(backend.name)
+        return health is not None and health.is_healthy
 
     def report_failure(self, backend: Backend) -> None:
-        """A request to ``backend`` failed in a way that says it is down (connect error, timeout)."""
-        if self._health[backend.name].record_failure(self._clock()):
+        """A request to ``backend`` failed in a way that says it is down (connect error, timeout);
+        ignored once it left the fleet."""
+        health = self._health.get(backend.name)
+        if health is not None and health.record_failure(self._clock()):
             log.warning("backend %s ejected after %d consecutive failure(s)", backend.name,
                         self._health[backend.name].consecutive_failures)
             if self._metrics is not None:
@@ -227,7 +276,8 @@ class Router:
 
     def report_success(self, backend: Backend) -> None:
         """``backend`` answered (any HTTP status): resets its failures, may re-admit it."""
-        if self._health[backend.name].record_success(self._clock()):
+        health = self._health.get(backend.name)
+        if health is not None and health.record_success(self._clock()):
             log.info("backend %s re-admitted", backend.name)
             # Back from an ejection it may have restarted: believe it holds no image.
             self.holdings.forget_backend(backend.name)
@@ -235,25 +285,14 @@ class Router:
 
     async def probe_once(self) -> None:
         """One round of active checks: probe every backend concurrently, then refresh the models."""
-        results = await asyncio.gather(*(self._probe(b) for b in self.backends))
-        for backend, ok in zip(self.backends, results, strict=True):
+        asked = list(self.backends)
+        results = await asyncio.gather(*(probe(b, self._health_timeout_s) for b in asked))
+        for backend, ok in zip(asked, results, strict=True):
             if ok:
                 self.report_success(backend)
             else:
                 self.report_failure(backend)
         await self.refresh_models()
-
-    async def _probe(self, backend: Backend) -> bool:
-        try:
-            async with asyncio.timeout(self._health_timeout_s):
-                return await backend.healthy()
-        except (TimeoutError, MmgateError):
-            # No answer in time, or a backend error: the probe failed, which is its answer.
-            return False
-        except Exception:
-            # A bug in a backend's probe must not stop the others: count it as failed and say so.
-            log.exception("health probe of %s raised", backend.name)
-            return False
 
     async def start(self) -> None:
         """Start the background probe task and the routing sync (idempotent); ``close()`` stops them."""
@@ -272,21 +311,34 @@ class Router:
             await asyncio.sleep(self._health_interval_s)
 
     async def stop(self) -> None:
-        """Stop the probe and sync tasks; the backends stay open."""
-        tasks = [t for t in (self._prober, self._syncer) if t is not None]
+        """Stop the probe, sync and membership tasks; the backends stay open, retired ones too."""
+        tasks = [t for t in (self._prober, self._syncer, *self._retirements.tasks) if t is not None]
         self._prober = self._syncer = None
         await stop_tasks(tasks, STOP_WAIT_S)  # bounded: a stuck task must not hold the shutdown
 
     async def close(self) -> None:
-        """Stop probing and close every backend."""
+        """Stop probing and close every backend, the retired ones still draining too."""
         await self.stop()
         if self.sync is not None:
             await self.sync.close()
-        await asyncio.gather(*(b.close() for b in self.backends), return_exceptions=True)
+        closing = [*self.backends, *self._retirements.waiting()]
+        await asyncio.gather(*(b.close() for b in closing), return_exceptions=True)
 
     def _publish_health(self, backend: Backend) -> None:
         if self._metrics is not None:
             self._metrics.backend_healthy.labels(backend.name).set(1 if self.is_healthy(backend) else 0)
+
+    def _unpublish(self, name: str) -> None:
+        """Drop a departed backend's label series (labels stay bounded by the fleet)."""
+        if self._metrics is None:
+            return
+        m = self._metrics
+        for gauge in (m.backend_healthy, m.backend_outstanding, m.backend_load):
+            with contextlib.suppress(KeyError):
+                gauge.remove(name)
+        for outcome in ("hit", "miss"):
+            with contextlib.suppress(KeyError):
+                m.routing_image_weight.remove(name, outcome)
 
     def _publish_loads(self) -> None:
         for backend in self.backends:
@@ -294,5 +346,5 @@ class Router:
 
     def _publish_outstanding(self, backend: Backend) -> None:
         if self._metrics is not None:
-            self._metrics.backend_outstanding.labels(backend.name).set(self._outstanding[backend.name])
+            self._metrics.backend_outstanding.labels(backend.name).set(self.outstanding(backend))
             self._metrics.backend_load.labels(backend.name).set(self.load(backend))

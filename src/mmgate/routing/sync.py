@@ -18,8 +18,10 @@ Nothing on the request path waits for Redis: ``routed``/``changed`` only queue (
 publish that fails or times out is counted and its routed requests go again with the next message
 (at least once; the queue's bound still holds), the listener reconnects with backoff
 (0.25 s doubling to 5 s), and a gateway whose messages stop counts no more after
-``max_age_s``: every gateway falls back to its own counts. A message that is not
-one (``InvalidSync``) is dropped whole and counted; it cannot reach the record.
+``max_age_s``: every gateway falls back to its own counts. Messages are signed with the fleet's
+shared secret and each sender is held to a budget of the event loop (``mmgate.routing.admission``);
+a message that is not signed, is a replay, is over its budget or is not a message
+(``InvalidSync``) is dropped whole and counted by why; it cannot reach the record.
 
 Redis Cluster: PUBLISH on any node reaches subscribers on every node, so the URL may name any one.
 """
@@ -30,8 +32,9 @@ import asyncio
 import contextlib
 import logging
 import secrets
+import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from redis.asyncio import Redis
@@ -40,7 +43,8 @@ from redis.exceptions import RedisError
 from mmgate.config import CacheSettings
 from mmgate.errors import ConfigError
 from mmgate.metrics import GatewayMetrics
-from mmgate.routing.peers import MAX_EVENTS, InvalidSync, PeerLoads, Routed, decode, encode
+from mmgate.routing.admission import MAC_BYTES, SENDER_CHARS, PeerBudget, Refused, seal, unseal
+from mmgate.routing.peers import InvalidSync, PeerLoads, Routed, decode, encode, take
 from mmgate.store.redis.client import build_client
 
 log = logging.getLogger(__name__)
@@ -81,12 +85,16 @@ class RoutingSync:
 
     def __init__(
         self, client: Redis, channel: str, names: Sequence[str], loads: Mapping[str, int],
-        on_routed: Callable[[Routed], None], *, on_loads: Callable[[], None] | None = None,
+        on_routed: Callable[[Routed], None], *, secret: bytes, on_loads: Callable[[], None] | None = None,
         io_timeout_s: float, clock: Callable[[], float], metrics: GatewayMetrics | None = None,
-        interval_s: float = INTERVAL_S, max_age_s: float = MAX_AGE_S,
+        interval_s: float = INTERVAL_S, max_age_s: float = MAX_AGE_S, budget: PeerBudget | None = None,
     ) -> None:
-        self.gateway_id = secrets.token_hex(8)
+        self.gateway_id = secrets.token_hex(SENDER_CHARS // 2)
+        self._own = self.gateway_id.encode()
+        self._secret = secret
+        self._number = 0  # of this gateway's next message: the others drop any not above the last
         self.peers = PeerLoads(max_age_s)
+        self.budget = budget if budget is not None else PeerBudget()
         self._client = client  # publishes on pooled connections; the subscription holds one of its own
         self._channel = channel
         self._names = frozenset(names)
@@ -103,6 +111,10 @@ class RoutingSync:
         self._wake = asyncio.Event()
         self._last_sent = float("-inf")
         self.subscribed = asyncio.Event()
+
+    def set_names(self, names: Iterable[str]) -> None:
+        """The fleet's backends changed: messages about others are dropped from now on."""
+        self._names = frozenset(names)
 
     # The request path: queue only ---------------------------------------------------------------
 
@@ -147,11 +159,12 @@ class RoutingSync:
         now = self._clock()
         if now - self._last_sent < self._heartbeat_s and (not self._dirty or not self.peers.fresh(now)):
             return True  # nothing new; or no other gateway on the channel: the heartbeat carries it
-        batch = [self._pending.popleft() for _ in range(min(MAX_EVENTS, len(self._pending)))]
+        batch = take(self._pending)
         self._dirty = bool(self._pending)
         if self._dirty:
             self._wake.set()
-        data = encode(self.gateway_id, self._loads, batch)
+        data = seal(self._secret, self.gateway_id, self._number, encode(self._loads, batch))
+        self._number += 1
         try:
             async with asyncio.timeout(self._io_timeout_s):
                 await self._client.publish(self._channel, data)
@@ -165,18 +178,28 @@ class RoutingSync:
         return True
 
     def apply(self, data: bytes) -> bool:
-        """Apply one message from the channel (False: refused as invalid)."""
+        """Apply one message from the channel (False: dropped, counted by why)."""
+        if data[MAC_BYTES:MAC_BYTES + SENDER_CHARS] == self._own:
+            return True  # our own, handed back by the channel (a forgery of it is as harmless)
+        started = time.perf_counter()
         try:
-            message = decode(data, self._names)
+            sender, number, body = unseal(self._secret, data)
+            self.budget.admit(sender, number, self._clock())
+        except Refused as exc:
+            self._count("received", exc.outcome)
+            log.debug("routing sync message dropped: %s", exc)
+            return False
+        try:
+            message = decode(body, self._names)
+            self.peers.update(sender, message.loads, self._clock())
+            for routed in message.routed:
+                self._on_routed(routed)
         except InvalidSync as exc:
             self._count("received", "invalid")
             log.debug("routing sync message refused: %s", exc)
             return False
-        if message.gateway == self.gateway_id:
-            return True  # our own, handed back by the channel
-        self.peers.update(message.gateway, message.loads, self._clock())
-        for routed in message.routed:
-            self._on_routed(routed)
+        finally:
+            self.budget.charge(sender, time.perf_counter() - started)
         self._count("received", "ok")
         return True
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import signal
 import sys
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from mmgate._env import env_value
 from mmgate._settings import (
@@ -26,6 +28,9 @@ from mmgate._settings import (
 from mmgate.config import GatewaySettings
 from mmgate.serving import install_uvloop, serve_forever
 from mmgate.sim import SimSettings
+
+if TYPE_CHECKING:
+    from mmgate.serve.start import RunningGateway
 
 log = logging.getLogger("mmgate")
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -94,6 +99,15 @@ def log_level(args: argparse.Namespace) -> str:
     return raw.strip().lower()
 
 
+def _reload_on_sighup(running: RunningGateway, args: argparse.Namespace) -> None:
+    """SIGHUP re-reads the settings as start-up read them and applies what can change
+    (``mmgate.serve.reload``)."""
+    from mmgate.serve.reload import Reloader
+
+    reloader = Reloader(running, lambda: settings_from_args(args))
+    asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reloader.schedule)
+
+
 def run(args: argparse.Namespace) -> int:
     """Serve until interrupted."""
     logging.basicConfig(level=log_level(args).upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -105,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
         from mmgate.serve.start import start_gateway
 
         running = await start_gateway(settings, sim_settings=sim_settings)
+        _reload_on_sighup(running, args)
         backends = ", ".join(f"{b.name}={b.url}" for b in running.gateway.router.backends)
         log.info("mmgate gateway on %s (backends: %s; models: %s)", running.url, backends,
                  ", ".join(running.gateway.router.models) or "none yet")

@@ -17,8 +17,17 @@ from prometheus_client import CollectorRegistry
 from mmgate.api import Gateway, build_app
 from mmgate.api.edge import GuardedSite, connection_cap
 from mmgate.api.frontsite import FrontDoorSite, front_door_supported
-from mmgate.backends import HTTPBackend
+from mmgate.backends import Backend, HTTPBackend
+from mmgate.backends.discovery import (
+    BackendDiscovery,
+    DiscoveryError,
+    DnsResolver,
+    MakeBackend,
+    Wanted,
+    first_backends,
+)
 from mmgate.config import GatewaySettings
+from mmgate.errors import ConfigError
 from mmgate.media import MediaLoader
 from mmgate.metrics import GatewayMetrics
 from mmgate.reuse import KeySpace, TenantKeys, UUIDStore
@@ -32,6 +41,8 @@ from mmgate.store import build_shared_tier
 log = logging.getLogger(__name__)
 # Seconds a request cut at shutdown gets to write its last SSE frame.
 CUT_GRACE_S = 2.0
+# Seconds start-up waits for a --backend-dns name to resolve (replicas may start with the gateway).
+DISCOVERY_START_S = 30.0
 
 
 @dataclass
@@ -42,6 +53,9 @@ class RunningGateway:
     runner: web.AppRunner
     port: int
     host: str
+    discovery: BackendDiscovery
+    embedded: bool = False
+    backend_keys: dict[str, str] = field(default_factory=dict, repr=False)
     _cleanups: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
     @property
@@ -65,6 +79,7 @@ class RunningGateway:
             if cut:
                 await asyncio.wait(cut, timeout=CUT_GRACE_S)
         await self.runner.cleanup()
+        await self.discovery.close()  # no new backend set for a router that is closing
         await self.gateway.close()
         for cleanup in self._cleanups:
             with contextlib.suppress(Exception):
@@ -80,10 +95,12 @@ async def start_gateway(
     starts; a failure part-way through stops what was started. With embedded engines, the caches'
     budgets not set explicitly are laptop-sized (``embedded_defaults``).
     """
-    if not settings.backends:
+    embedded = not settings.backends and not settings.backend_dns
+    if embedded:
         settings = embedded_defaults(settings)
     tenants = TenantKeys.from_file(settings.api_keys_file) if settings.api_keys_file else None
-    backend_keys = read_backend_keys(settings.backend_keys_file, settings.backends) if settings.backend_keys_file else {}
+    backend_keys = read_backend_keys(settings.backend_keys_file, [*settings.backends, *settings.backend_dns]
+                                     ) if settings.backend_keys_file else {}
     admin_key = read_admin_key(settings.admin_key_file) if settings.admin_key_file else None
     registry = CollectorRegistry()
     shared = build_shared_tier(settings.cache, settings.media, registry)
@@ -93,28 +110,26 @@ async def start_gateway(
     gateway: Gateway | None = None
     try:
         specs = list(settings.backends)
-        if not specs:
+        if embedded:
             first_port = settings.port + 1 if 0 < settings.port < 65535 - settings.embedded_engines else 0
             specs, stop_engines = await start_embedded_engines(
                 settings.embedded_engines, sim_settings, first_port=first_port
             )
             cleanups.insert(0, stop_engines)
-        backends = [
-            HTTPBackend(
-                spec.name or f"{spec.kind}-{i}",
-                spec.kind,
-                spec.url,
-                connect_timeout_s=settings.backend_connect_timeout_s,
-                read_timeout_s=settings.backend_read_timeout_s,
-                max_connections=settings.backend_max_connections,
-                keepalive_s=settings.backend_keepalive_s,
-                api_key=backend_keys.get(spec.url),
-            )
-            for i, spec in enumerate(specs)
-        ]
+        discovery = BackendDiscovery(
+            specs, settings.backend_dns, backend_factory(settings, backend_keys),
+            resolver=DnsResolver(settings.backend_dns_server) if settings.backend_dns else None,
+            interval_s=settings.backend_dns_interval_s, max_backends=settings.max_backends,
+            registry=registry)
+        cleanups.insert(0, discovery.close)
+        try:
+            backends = await first_backends(discovery, timeout_s=DISCOVERY_START_S)
+        except DiscoveryError as exc:
+            raise ConfigError("--backend-dns", str(exc)) from exc
         metrics = GatewayMetrics(registry)
         loader = MediaLoader(settings.media, settings.cache, registry=registry, shared=shared)
         router = build_router(backends, settings, metrics=metrics)
+        discovery.on_change(router.set_backends)
         store = UUIDStore(settings.uuid_store_bytes, settings.uuid_ttl_s, shared)
         if tenants is not None and shared is not None and not settings.tenant_secret:
             log.warning("tenants and a shared Redis without --tenant-secret: this gateway's uuid keys "
@@ -124,6 +139,7 @@ async def start_gateway(
                           tenants=tenants, keys=keys)
         await router.refresh_models()
         await router.start()
+        await discovery.start()
         if shared is not None:
             await shared.start()  # a cluster's slot map, learnt once before the first request
         runner, port = await _serve(gateway, settings, admin_key)
@@ -134,7 +150,25 @@ async def start_gateway(
             with contextlib.suppress(Exception):
                 await cleanup()
         raise
-    return RunningGateway(gateway=gateway, runner=runner, port=port, host=settings.host, _cleanups=cleanups)
+    return RunningGateway(gateway=gateway, runner=runner, port=port, host=settings.host, discovery=discovery,
+                          embedded=embedded, backend_keys=backend_keys, _cleanups=cleanups)
+
+
+def backend_factory(settings: GatewaySettings, backend_keys: dict[str, str]) -> MakeBackend:
+    """Builds each backend of the set with the settings' timeouts and pool, and the key the keys
+    file gives its configured URL (a discovered backend: its ``--backend-dns`` URL's)."""
+
+    def make(wanted: Wanted) -> Backend:
+        return HTTPBackend(
+            wanted.name, wanted.kind, wanted.url,
+            connect_timeout_s=settings.backend_connect_timeout_s,
+            read_timeout_s=settings.backend_read_timeout_s,
+            max_connections=settings.backend_max_connections,
+            keepalive_s=settings.backend_keepalive_s,
+            api_key=backend_keys.get(wanted.configured_url),
+        )
+
+    return make
 
 
 async def _serve(gateway: Gateway, settings: GatewaySettings, admin_key: str | None) -> tuple[web.AppRunner, int]:
