@@ -15,7 +15,7 @@ from dnslib.server import BaseResolver, DNSLogger, DNSServer
 from tests.support.ports import free_port
 
 
-class Records(BaseResolver):  # type: ignore[misc]
+class Records(BaseResolver):
     """Name → addresses, changed by the test; every answer has a 1 s TTL."""
 
     def __init__(self) -> None:
