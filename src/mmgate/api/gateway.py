@@ -33,6 +33,7 @@ from mmgate.reuse import (
     SlotPlan,
     TenantKeys,
     UUIDStore,
+    client_cache_salt,
     known_by_uuid,
     plan_slots,
 )
@@ -192,9 +193,7 @@ class Gateway:
                 raise InvalidRequestError("'model' is required: no backend has listed its model yet", param="model")
             request.model = request.body["model"] = model
         self.router.candidates(request.model)  # an unknown model is a 404 before any image is loaded
-        salt = request.body.get("cache_salt")
-        if salt is not None and not isinstance(salt, str):
-            raise InvalidRequestError("'cache_salt' must be a string", param="cache_salt")
+        salt = client_cache_salt(request.body)
         if tenant is not None:  # vLLM's prefix cache, partitioned per tenant (reuse.namespace)
             request.body["cache_salt"] = self.keys.cache_salt(tenant, salt)
         for p in request.passthrough:  # audio/video URLs the backend fetches: policed first
