@@ -43,6 +43,7 @@ async def test_a_client_that_hangs_up_stops_its_decode() -> None:
         while not workers_alive():  # the gateway has read, parsed and probed it: the decode runs
             assert time.monotonic() < deadline and not request.done(), "the decode never started"
             await asyncio.sleep(0.02)
+        (worker,) = workers_alive()
         await asyncio.sleep(0.1)
         request.cancel()  # the client hangs up mid-decode
         await asyncio.gather(request, return_exceptions=True)
@@ -51,7 +52,7 @@ async def test_a_client_that_hangs_up_stops_its_decode() -> None:
             assert time.monotonic() < deadline, "the decode was not abandoned"
             await asyncio.sleep(0.05)
         deadline = time.monotonic() + 0.2  # the decode itself has ~0.4 s (far more on a loaded machine) to go
-        while workers_alive():  # killed, not left to finish
+        while worker.is_alive():  # killed, not left to finish
             assert time.monotonic() < deadline, "the decode's worker still runs"
             await asyncio.sleep(0.02)
         assert sims[0].stats.requests == 0

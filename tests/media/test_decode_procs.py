@@ -27,6 +27,17 @@ def workers_alive() -> list[multiprocessing.process.BaseProcess]:
     return [p for p in multiprocessing.active_children() if p.name == "mmgate-decode"]
 
 
+def pids_alive() -> set[int | None]:
+    return {p.pid for p in workers_alive()}
+
+
+async def wait_until(condition: object, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.02)
+
+
 @pytest.fixture
 async def make_pool() -> AsyncIterator[type[DecodeProcesses]]:
     pools: list[DecodeProcesses] = []
@@ -39,13 +50,7 @@ async def make_pool() -> AsyncIterator[type[DecodeProcesses]]:
     yield factory  # type: ignore[misc]
     for pool in pools:
         pool.close()
-
-
-async def wait_until(condition: object, timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.02)
+    await wait_until(lambda: not workers_alive())  # the next test counts only its own workers
 
 
 async def test_results_and_refusals_come_back(make_pool: type[DecodeProcesses]) -> None:
@@ -63,22 +68,26 @@ async def test_a_cancelled_decode_is_killed(make_pool: type[DecodeProcesses]) ->
     pool = make_pool(2, time_limit_s=30, slow_after_s=10)
     decode = asyncio.create_task(pool.validate("t-a", SLOW, FORMATS, 10**8))
     await wait_until(lambda: len(workers_alive()) == 1)
+    (pid,) = pids_alive()
     await asyncio.sleep(0.1)
     decode.cancel()
     with pytest.raises(asyncio.CancelledError):
         await decode
-    await wait_until(lambda: not workers_alive(), timeout_s=1.0)  # the work stopped, not just the wait
+    await wait_until(lambda: pid not in pids_alive(), timeout_s=0.3)  # the work stopped, not just the wait
     assert pool.abandoned == 1
+    await wait_until(lambda: len(pool._idle) == 1)  # its replacement waits for the next decode
     assert (await pool.validate("t-a", SMALL, FORMATS, 10**6)).width == 64  # a fresh worker serves on
 
 
 async def test_a_decode_past_the_time_limit_is_refused_and_killed(make_pool: type[DecodeProcesses]) -> None:
     pool = make_pool(1, time_limit_s=0.1, slow_after_s=10)
+    await pool.validate(None, SMALL, FORMATS, 10**6)  # a worker started
+    (pid,) = pids_alive()
     started = time.monotonic()
     with pytest.raises(UnsupportedImageError, match=r"took more than 0\.1 s"):
         await pool.validate(None, SLOW, FORMATS, 10**8)
     assert time.monotonic() - started < 0.45  # well before the decode itself would have ended
-    await wait_until(lambda: not workers_alive(), timeout_s=1.0)
+    await wait_until(lambda: pid not in pids_alive(), timeout_s=0.3)
     assert pool.abandoned == 1
 
 
@@ -90,7 +99,9 @@ async def test_a_slow_decode_drops_to_the_lowest_priority(make_pool: type[Decode
     assert pid is not None
     await wait_until(lambda: os.getpriority(os.PRIO_PROCESS, pid) == 19, timeout_s=2.0)
     assert (await decode).width == 2000
-    await wait_until(lambda: not workers_alive(), timeout_s=1.0)  # replaced, not reused at priority 19
+    await wait_until(lambda: pid not in pids_alive(), timeout_s=1.0)  # replaced, not reused at priority 19
+    await wait_until(lambda: len(pool._idle) == 1)
+    assert os.getpriority(os.PRIO_PROCESS, pool._idle[0].process.pid or 0) == os.getpriority(os.PRIO_PROCESS, 0)
 
 
 async def test_one_tenants_costly_decodes_leave_another_a_worker(make_pool: type[DecodeProcesses]) -> None:

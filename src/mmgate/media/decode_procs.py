@@ -26,6 +26,7 @@ import multiprocessing
 import os
 from collections import OrderedDict, deque
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
@@ -40,6 +41,9 @@ _REFUSALS: dict[str, type[MediaError]] = {
     "ImageTooLargeError": ImageTooLargeError, "UnsupportedImageError": UnsupportedImageError,
 }
 _LOWEST_PRIORITY = 19
+# An image this small is written to its worker from the event loop: far below a local socket's
+# send buffer, so the write completes at once whether or not the worker reads yet.
+_INLINE_SEND_BYTES = 32 * 1024
 
 
 def _serve(conn: Connection) -> None:
@@ -91,8 +95,15 @@ class DecodeProcesses:
         self.time_limit_s = time_limit_s
         self.slow_after_s = slow_after_s
         self._ctx = multiprocessing.get_context("forkserver")
-        self._ctx.set_forkserver_preload(["mmgate.media.validate"])
+        # "__main__": the server imports the main script once, so its children do not each
+        # import it again (multiprocessing's preparation skips a main the process already has).
+        self._ctx.set_forkserver_preload(["__main__", "mmgate.media.validate"])
         self._idle: list[_Worker] = []
+        self._live = 0  # workers started or starting, not yet killed
+        # Sends of big images and worker starts: threads of the pool's own (the loop's default
+        # executor is shared, and a send waits for its worker to read).
+        self._io = ThreadPoolExecutor(max_workers=workers + 2, thread_name_prefix="mmgate-decode-io")
+        self._refills: set[asyncio.Task[None]] = set()
         self._busy = 0  # slots handed out (a worker running or being started)
         self._running: dict[str | None, int] = {}
         self._waiting: OrderedDict[str | None, deque[asyncio.Future[None]]] = OrderedDict()
@@ -116,7 +127,7 @@ class DecodeProcesses:
             reply = await self._decode(worker, data, allowed_formats, max_pixels)
         except BaseException as exc:
             if worker is not None:
-                worker.kill()
+                self._kill(worker)
                 worker = None
                 self._abandoned(exc)
             raise
@@ -140,10 +151,13 @@ class DecodeProcesses:
         replied: asyncio.Future[None] = loop.create_future()
         fd = worker.conn.fileno()
         loop.add_reader(fd, _set_once, replied)
-        slow = loop.call_later(self.slow_after_s, worker.lower_priority)
+        slow: asyncio.TimerHandle | None = None
         try:
-            # A big image fills the pipe before the worker reads it: sent from a thread.
-            await asyncio.to_thread(_send, worker.conn, data, (allowed, max_pixels))
+            if len(data) <= _INLINE_SEND_BYTES:  # fits the socket's buffer: the write never waits
+                _send(worker.conn, data, (allowed, max_pixels))
+            else:  # a big image fills it before the worker reads: sent from a thread of our own
+                await loop.run_in_executor(self._io, _send, worker.conn, data, (allowed, max_pixels))
+            slow = loop.call_later(self.slow_after_s, worker.lower_priority)
             try:
                 await asyncio.wait_for(asyncio.shield(replied), self.time_limit_s)
             except TimeoutError:
@@ -154,18 +168,50 @@ class DecodeProcesses:
         except (EOFError, OSError) as exc:  # the worker died (killed by the OS: memory)
             raise UnsupportedImageError("the image could not be decoded (its decoder ran out of resources)") from exc
         finally:
-            slow.cancel()
+            if slow is not None:
+                slow.cancel()
             loop.remove_reader(fd)
 
     async def _spawn(self) -> _Worker:
         """A fresh worker, started from a thread (forking from the server takes milliseconds; the
         first start launches the server). One started for a waiter that went away is killed."""
-        started = asyncio.ensure_future(asyncio.to_thread(self._start))
+        self._live += 1
+        started = asyncio.ensure_future(asyncio.get_running_loop().run_in_executor(self._io, self._start))
         try:
             return await asyncio.shield(started)
         except asyncio.CancelledError:
-            started.add_done_callback(_kill_unclaimed)
+            started.add_done_callback(self._kill_unclaimed)
             raise
+        except BaseException:
+            self._live -= 1
+            raise
+
+    def _kill_unclaimed(self, started: asyncio.Future[_Worker]) -> None:
+        if not started.cancelled() and started.exception() is None:
+            self._kill(started.result())
+        else:
+            self._live -= 1
+
+    def _kill(self, worker: _Worker) -> None:
+        """Kill ``worker`` and start its replacement now (in the background), so the next decode
+        finds a worker waiting instead of starting one."""
+        worker.kill()
+        self._live -= 1
+        if not self._closed and self._live < self.workers:
+            task = asyncio.ensure_future(self._refill())
+            self._refills.add(task)
+            task.add_done_callback(self._refills.discard)
+
+    async def _refill(self) -> None:
+        try:
+            worker = await self._spawn()
+        except Exception:  # could not start one: the next decode starts its own (and reports why)
+            log.warning("could not start an image decode process", exc_info=True)
+            return
+        if self._closed or self._live > self.workers:
+            self._kill(worker)
+        else:
+            self._idle.append(worker)
 
     def _start(self) -> _Worker:
         parent, child = self._ctx.Pipe()
@@ -212,8 +258,8 @@ class DecodeProcesses:
         else:
             del self._running[tenant]
         if worker is not None:
-            if worker.lowered or self._closed:
-                worker.kill()  # at the lowest priority for good: a fresh worker replaces it
+            if worker.lowered or self._closed or self._live > self.workers:
+                self._kill(worker)  # at the lowest priority for good (or one too many): replaced
             else:
                 self._idle.append(worker)
         self._dispatch()
@@ -240,18 +286,16 @@ class DecodeProcesses:
         """Kill every idle worker; busy ones are killed when their decode returns."""
         self._closed = True
         for worker in self._idle:
-            worker.kill()
+            self._kill(worker)
         self._idle.clear()
+        for task in self._refills:
+            task.cancel()
+        self._io.shutdown(wait=False, cancel_futures=True)
 
 
 def _set_once(replied: asyncio.Future[None]) -> None:
     if not replied.done():
         replied.set_result(None)
-
-
-def _kill_unclaimed(started: asyncio.Future[_Worker]) -> None:
-    if not started.cancelled() and started.exception() is None:
-        started.result().kill()
 
 
 def _send(conn: Connection, data: bytes, header: tuple[tuple[str, ...], int]) -> None:
