@@ -15,8 +15,10 @@ in a process of its own, doing one thing:
   (2000x2000: under the structure check's limit, ~0.5 s of decode each);
 * ``uuid flood``: 4 at a time, requests of 4 new 256x256 noise PNGs, each with a new uuid.
 
-The table: the victim's requests, errors, p50 and p99, p99 over the unloaded phase's, the
-gateway process's RSS at the phase's start and its growth (peak in the phase over the start).
+The table: the victim's requests, errors, p50 and p99, p99 over the unloaded phase's, the p99 of
+``GET /health`` asked every 50 ms meanwhile (the gateway's own delay: no backend in it), the
+gateway process's RSS at the phase's start and its growth (peak in the phase over the start), and
+the CPU seconds the gateway and the sim spent in the phase.
 
 Then the side channel, over ``--tries`` tries of a new image each: tenant A sends it, then tenant
 B sends the same image. So that the two cases differ in nothing else, they are two worlds: a
@@ -200,6 +202,20 @@ class RssSampler:
         self._thread.join()
 
 
+async def health_probe(url: str, stop: asyncio.Event) -> list[float]:
+    """``GET /health`` every 50 ms on a connection of its own: the gateway's own delay, no backend."""
+    latencies = []
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+        while not stop.is_set():
+            t0 = time.perf_counter()
+            with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                async with session.get(url + "/health") as r:
+                    await r.read()
+            latencies.append(1000 * (time.perf_counter() - t0))
+            await asyncio.sleep(0.05)
+    return latencies
+
+
 async def victim(session: aiohttp.ClientSession, url: str, seconds: float, seed: list[int]) -> tuple[list[float], int]:
     latencies: list[float] = []
     errors = 0
@@ -236,8 +252,12 @@ async def run_phases(url: str, port: int, pid: int, sim_pid: int, seconds: float
                 attacker.start()
                 await asyncio.sleep(1.0)
             cpu = (cpu_seconds(pid), cpu_seconds(sim_pid))
+            stop = asyncio.Event()
+            probe = asyncio.create_task(health_probe(url, stop))
             with RssSampler(pid) as rss:
                 latencies, errors = await victim(session, url, seconds, seed)
+            stop.set()
+            health = await probe
             cpu = (cpu_seconds(pid) - cpu[0], cpu_seconds(sim_pid) - cpu[1])
             if attacker is not None:
                 attacker.join(timeout=30)
@@ -247,7 +267,7 @@ async def run_phases(url: str, port: int, pid: int, sim_pid: int, seconds: float
             rows.append({"attack": attack, "n": len(latencies), "errors": errors,
                          "p50_ms": statistics.median(latencies), "p99_ms": pct(latencies, 99),
                          "rss_start_mib": rss.start_rss / MiB, "rss_growth_mib": (rss.peak - rss.start_rss) / MiB,
-                         "gateway_cpu_s": cpu[0], "sim_cpu_s": cpu[1]})
+                         "gateway_cpu_s": cpu[0], "sim_cpu_s": cpu[1], "health_p99_ms": pct(health, 99)})
             await asyncio.sleep(2.0)  # what the attack left running drains
     base = rows[0]["p99_ms"]
     for row in rows:
@@ -339,6 +359,7 @@ def main() -> int:
                   Column("victim n", 9, lambda r: str(r["n"])), Column("errors", 7, lambda r: str(r["errors"])),
                   Column("p50 ms", 9, lambda r: f"{r['p50_ms']:.1f}"), Column("p99 ms", 9, lambda r: f"{r['p99_ms']:.1f}"),
                   Column("p99/unloaded", 13, lambda r: f"{r['p99_vs_unloaded']:.2f}x"),
+                  Column("/health p99", 12, lambda r: f"{r['health_p99_ms']:.1f}"),
                   Column("RSS MiB", 9, lambda r: f"{r['rss_start_mib']:.0f}"),
                   Column("RSS growth MiB", 15, lambda r: f"{r['rss_growth_mib']:.1f}"),
                   Column("gateway CPU s", 14, lambda r: f"{r['gateway_cpu_s']:.1f}"),
