@@ -120,10 +120,11 @@ async def victim_window(arm: str, attack: str, seconds: float, attackers: int, s
         while not stop.is_set():
             bomb = seeds.bomb()
             load = asyncio.ensure_future(loader.load(bomb, budget=loader.pixel_budget(1), tenant_tag="attacker"))
-            if attack == "bombs, hang up":
-                await asyncio.wait([load], timeout=0.3)
-            else:
-                await asyncio.wait([load])
+            try:
+                await asyncio.wait([load], timeout=0.3 if attack == "bombs, hang up" else None)
+            finally:
+                if not load.done():  # the window ended while it decoded
+                    load.cancel()
             if load.done():
                 done["finished"] += 1
                 with contextlib.suppress(Exception):

@@ -39,8 +39,8 @@ _T = TypeVar("_T")
 # the largest accepted size decode in a second or two; only a decode bomb, or a machine so loaded
 # that the request would time out anyway, comes near it.
 DECODE_TIME_LIMIT_S = 20.0
-# A decode still running after this is moved to the lowest CPU priority (a 4-megapixel JPEG decodes
-# in ~50 ms: what runs longer is large or costly, and must not take the CPU from the rest).
+# A decode that has used this much CPU is moved to the lowest CPU priority (a 4-megapixel JPEG
+# decodes in ~50 ms: what costs more is large or costly, and must not take the CPU from the rest).
 SLOW_DECODE_S = 0.5
 
 

@@ -7,9 +7,11 @@ worker process (``forkserver``: Pillow is imported once, in the server), and:
 * a decode that is cancelled (every request waiting for it went away) or runs past
   ``time_limit_s`` is abandoned: its worker is killed and a fresh one is started on demand, so the
   work stops at once (a timeout is the client's 415: the image costs too much to decode);
-* a decode still running after ``slow_after_s`` is moved to the lowest CPU priority (and its worker
-  replaced when it ends: a process cannot raise its priority back), so a costly image takes the CPU
-  the others leave; a ``low_priority`` decode (a large image) starts there;
+* a decode that has used ``slow_after_s`` of CPU is moved to the lowest CPU priority (and its
+  worker replaced when it ends: a process cannot raise its priority back), so a costly image takes
+  the CPU the others leave; a ``low_priority`` decode (a large image) starts there. CPU, not wall
+  time: on a loaded machine a small image waits for the CPU too, and must not be sent to the back
+  for it (where the process's CPU time cannot be read, wall time stands in);
 * with tenants, one tenant runs at most ``workers - 1`` decodes at once (when ``workers`` > 1), so
   another tenant always finds a worker free or freed by its own next decode, and waiting decodes are
   started tenant by tenant in turn, not in arrival order.
@@ -29,6 +31,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
+from pathlib import Path
 from typing import Any
 
 from mmgate.errors import ImageTooLargeError, MediaError, UnsupportedImageError
@@ -41,6 +44,7 @@ _REFUSALS: dict[str, type[MediaError]] = {
     "ImageTooLargeError": ImageTooLargeError, "UnsupportedImageError": UnsupportedImageError,
 }
 _LOWEST_PRIORITY = 19
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 # An image this small is written to its worker from the event loop: far below a local socket's
 # send buffer, so the write completes at once whether or not the worker reads yet.
 _INLINE_SEND_BYTES = 32 * 1024
@@ -70,6 +74,14 @@ class _Worker:
         self.process = process
         self.conn = conn
         self.lowered = False  # at the lowest CPU priority: replaced once its decode ends
+
+    def cpu_seconds(self) -> float | None:
+        """CPU time the worker has used (user and system), or None where it cannot be read."""
+        try:
+            fields = Path(f"/proc/{self.process.pid}/stat").read_bytes().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            return None
+        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
 
     def lower_priority(self) -> None:
         if self.lowered or self.process.pid is None:
@@ -152,12 +164,13 @@ class DecodeProcesses:
         fd = worker.conn.fileno()
         loop.add_reader(fd, _set_once, replied)
         slow: asyncio.TimerHandle | None = None
+        decoding: asyncio.Future[None] = loop.create_future()  # done when this decode ends, however
         try:
             if len(data) <= _INLINE_SEND_BYTES:  # fits the socket's buffer: the write never waits
                 _send(worker.conn, data, (allowed, max_pixels))
             else:  # a big image fills it before the worker reads: sent from a thread of our own
                 await loop.run_in_executor(self._io, _send, worker.conn, data, (allowed, max_pixels))
-            slow = loop.call_later(self.slow_after_s, worker.lower_priority)
+            slow = loop.call_later(self.slow_after_s, self._check_slow, worker, worker.cpu_seconds(), decoding)
             try:
                 await asyncio.wait_for(asyncio.shield(replied), self.time_limit_s)
             except TimeoutError:
@@ -168,9 +181,21 @@ class DecodeProcesses:
         except (EOFError, OSError) as exc:  # the worker died (killed by the OS: memory)
             raise UnsupportedImageError("the image could not be decoded (its decoder ran out of resources)") from exc
         finally:
+            decoding.set_result(None)
             if slow is not None:
                 slow.cancel()
             loop.remove_reader(fd)
+
+    def _check_slow(self, worker: _Worker, cpu_at_start: float | None, done: asyncio.Future[None]) -> None:
+        """Lower ``worker``'s priority once its decode has used ``slow_after_s`` of CPU (module
+        docstring); until then look again every ``slow_after_s`` while the decode runs."""
+        if done.done():
+            return
+        cpu = worker.cpu_seconds()
+        if cpu is None or cpu_at_start is None or cpu - cpu_at_start >= self.slow_after_s:
+            worker.lower_priority()
+            return
+        asyncio.get_running_loop().call_later(self.slow_after_s, self._check_slow, worker, cpu_at_start, done)
 
     async def _spawn(self) -> _Worker:
         """A fresh worker, started from a thread (forking from the server takes milliseconds; the
