@@ -7,12 +7,15 @@ a worker."""
 from __future__ import annotations
 
 import asyncio
+import io
 import multiprocessing
 import os
+import random
 import time
 from collections.abc import AsyncIterator
 
 import pytest
+from PIL import Image
 
 from mmgate.errors import ImageTooLargeError, UnsupportedImageError
 from mmgate.media.decode_procs import DecodeProcesses
@@ -118,3 +121,22 @@ async def test_one_tenants_costly_decodes_leave_another_a_worker(make_pool: type
     assert done == ["b"]  # B's small image did not wait for any of A's costly ones
     await asyncio.gather(*flood)
     assert done == ["b", "a0", "a1", "a2"]
+
+
+def test_big_images_under_uvloop() -> None:
+    """uvloop makes a socket it watches non-blocking: images bigger than a socket buffer must still
+    reach a reused worker whole (the gateway runs on uvloop)."""
+    uvloop = pytest.importorskip("uvloop")
+    buf = io.BytesIO()
+    Image.frombytes("RGB", (600, 600), random.Random(1).randbytes(600 * 600 * 3)).save(buf, "PNG", compress_level=0)
+    big = buf.getvalue()
+    assert len(big) > 1 << 20  # several times a local socket's buffer
+
+    async def main() -> list[int]:
+        pool = DecodeProcesses(1, time_limit_s=30, slow_after_s=10)
+        try:
+            return [(await pool.validate(None, big, FORMATS, 10**8)).width for _ in range(3)]
+        finally:
+            pool.close()
+
+    assert uvloop.run(main()) == [600, 600, 600]

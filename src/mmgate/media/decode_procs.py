@@ -162,7 +162,7 @@ class DecodeProcesses:
         loop = asyncio.get_running_loop()
         replied: asyncio.Future[None] = loop.create_future()
         fd = worker.conn.fileno()
-        loop.add_reader(fd, _set_once, replied)
+        watching = False
         slow: asyncio.TimerHandle | None = None
         decoding: asyncio.Future[None] = loop.create_future()  # done when this decode ends, however
         try:
@@ -171,20 +171,30 @@ class DecodeProcesses:
             else:  # a big image fills it before the worker reads: sent from a thread of our own
                 await loop.run_in_executor(self._io, _send, worker.conn, data, (allowed, max_pixels))
             slow = loop.call_later(self.slow_after_s, self._check_slow, worker, worker.cpu_seconds(), decoding)
+            # Watched only once sent: an event loop may make a watched socket non-blocking (uvloop
+            # does), and the send from a thread must block until the worker has read it all.
+            loop.add_reader(fd, _set_once, replied)
+            watching = True
             try:
                 await asyncio.wait_for(asyncio.shield(replied), self.time_limit_s)
             except TimeoutError:
                 raise UnsupportedImageError(
                     f"the image took more than {self.time_limit_s:g} s to decode: re-encode it "
                     "(a baseline JPEG or a plain PNG)") from None
+            loop.remove_reader(fd)
+            watching = False
+            os.set_blocking(fd, True)  # the reply is there: read whole, and the next send blocks again
             return worker.conn.recv()
         except (EOFError, OSError) as exc:  # the worker died (killed by the OS: memory)
+            log.warning("an image decode process failed (%s: %s); it is replaced", type(exc).__name__, exc,
+                        exc_info=log.isEnabledFor(logging.DEBUG))
             raise UnsupportedImageError("the image could not be decoded (its decoder ran out of resources)") from exc
         finally:
             decoding.set_result(None)
             if slow is not None:
                 slow.cancel()
-            loop.remove_reader(fd)
+            if watching:
+                loop.remove_reader(fd)
 
     def _check_slow(self, worker: _Worker, cpu_at_start: float | None, done: asyncio.Future[None]) -> None:
         """Lower ``worker``'s priority once its decode has used ``slow_after_s`` of CPU (module
