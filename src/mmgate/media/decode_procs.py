@@ -25,7 +25,9 @@ import asyncio
 import contextlib
 import logging
 import multiprocessing
+import multiprocessing.forkserver
 import os
+import threading
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -110,6 +112,9 @@ class DecodeProcesses:
         # "__main__": the server imports the main script once, so its children do not each
         # import it again (multiprocessing's preparation skips a main the process already has).
         self._ctx.set_forkserver_preload(["__main__", "mmgate.media.validate"])
+        # The server itself starts now, in the background: the first decode only forks.
+        threading.Thread(target=multiprocessing.forkserver.ensure_running, name="mmgate-forkserver-start",
+                         daemon=True).start()
         self._idle: list[_Worker] = []
         self._live = 0  # workers started or starting, not yet killed
         # Sends of big images and worker starts: threads of the pool's own (the loop's default
