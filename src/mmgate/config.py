@@ -72,7 +72,7 @@ class MediaSettings(Frozen):
         help="most pixels of large images queued or decoding at once; a request is admitted with all "
         "its large images or refused (429 with Retry-After) before any is decoded")
     decode_workers: int = setting(2, flag="--decode-workers", advanced=True, ge=1, le=64,
-                                  help="threads validating (decoding) images")
+                                  help="processes decoding images (and threads hashing and encoding them)")
 
     @field_validator("allowed_private")
     @classmethod

@@ -86,22 +86,30 @@ async def test_a_cancelled_waiter_does_not_cancel_the_others() -> None:
     assert len(m) == 0
 
 
-async def test_entry_removed_when_every_waiter_is_cancelled() -> None:
+async def test_work_is_cancelled_when_every_waiter_is_cancelled() -> None:
     m: InflightMap[str, int] = InflightMap()
-    release = asyncio.Event()
-    finished = asyncio.Event()
+    started = asyncio.Event()
+    cancelled = asyncio.Event()
 
     async def work() -> int:
-        await release.wait()
-        finished.set()
+        started.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
         return 1
 
-    waiter = asyncio.create_task(m.run("k", work))
+    first = asyncio.create_task(m.run("k", work))
+    second = asyncio.create_task(m.run("k", work))
+    await asyncio.wait_for(started.wait(), 5)
+    first.cancel()
+    await asyncio.gather(first, return_exceptions=True)
     await asyncio.sleep(0.01)
-    waiter.cancel()
-    await asyncio.gather(waiter, return_exceptions=True)
-    release.set()
-    await asyncio.wait_for(finished.wait(), 5)  # the work itself ran to the end
+    assert not cancelled.is_set() and len(m) == 1  # one waiter left: the work goes on for it
+    second.cancel()
+    await asyncio.gather(second, return_exceptions=True)
+    await asyncio.wait_for(cancelled.wait(), 5)  # nobody waits any more: the work is stopped
     await asyncio.sleep(0)
     assert len(m) == 0
 

@@ -35,6 +35,7 @@ from mmgate.api.police import may_carry_media, police
 from mmgate.api.relay import request_tenant
 from mmgate.api.relay import tracked as run_tracked
 from mmgate.errors import InvalidRequestError
+from mmgate.reuse import client_cache_salt
 
 # Status counted for a client that went away before its answer was complete (nginx's convention).
 # Bytes of a multipart upload read ahead for its ``model`` field (clients send fields before files).
@@ -57,20 +58,21 @@ class Endpoint:
     method: str
     treatment: Treatment
     pipeline: bool = False
+    salted: bool = False  # vLLM reads a ``cache_salt`` here (its prefix cache): set per tenant
 
 
 CLIENT_ENDPOINTS: tuple[Endpoint, ...] = (
-    Endpoint("/v1/completions", "POST", "json"),
+    Endpoint("/v1/completions", "POST", "json", salted=True),
     Endpoint("/tokenize", "POST", "json"),
     Endpoint("/detokenize", "POST", "json"),
-    Endpoint("/v1/embeddings", "POST", "json", pipeline=True),
-    Endpoint("/pooling", "POST", "json", pipeline=True),
-    Endpoint("/classify", "POST", "json"),
-    Endpoint("/score", "POST", "json"),
-    Endpoint("/v1/score", "POST", "json"),
-    Endpoint("/rerank", "POST", "json"),
-    Endpoint("/v1/rerank", "POST", "json"),
-    Endpoint("/v2/rerank", "POST", "json"),
+    Endpoint("/v1/embeddings", "POST", "json", pipeline=True, salted=True),
+    Endpoint("/pooling", "POST", "json", pipeline=True, salted=True),
+    Endpoint("/classify", "POST", "json", salted=True),
+    Endpoint("/score", "POST", "json", salted=True),
+    Endpoint("/v1/score", "POST", "json", salted=True),
+    Endpoint("/rerank", "POST", "json", salted=True),
+    Endpoint("/v1/rerank", "POST", "json", salted=True),
+    Endpoint("/v2/rerank", "POST", "json", salted=True),
     Endpoint("/v1/audio/transcriptions", "POST", "upload"),
     Endpoint("/v1/audio/translations", "POST", "upload"),
     Endpoint("/version", "GET", "get"),
@@ -157,6 +159,9 @@ async def _serve_json(request: web.Request, gateway: Gateway, endpoint: Endpoint
             return await deliver(request, outcome.reply, outcome.headers, gateway)
         finally:
             outcome.close()
+    if endpoint.salted and tenant is not None:  # vLLM's prefix cache, partitioned per tenant
+        body["cache_salt"] = gateway.keys.cache_salt(tenant, client_cache_salt(body))
+        raw = orjson.dumps(body)
     if may_carry_media(raw):
         async def check(url: str, param: str, kind: str) -> str:
             return await gateway.loader.check_passthrough(url, param=param, kind=kind)

@@ -35,6 +35,7 @@ from mmgate.reuse import (
     SlotPlan,
     TenantKeys,
     UUIDStore,
+    client_cache_salt,
     known_by_uuid,
     plan_slots,
 )
@@ -204,9 +205,7 @@ class Gateway:
         note_stream_options(request.body.get("stream_options"))
         self.router.candidates(request.model)  # an unknown model is a 404 before any image is loaded
         keys = self.keys  # one key space for the whole request, whatever a reload swaps meanwhile
-        salt = request.body.get("cache_salt")
-        if salt is not None and not isinstance(salt, str):
-            raise InvalidRequestError("'cache_salt' must be a string", param="cache_salt")
+        salt = client_cache_salt(request.body)
         if tenant is not None:  # vLLM's prefix cache, partitioned per tenant (reuse.namespace)
             request.body["cache_salt"] = keys.cache_salt(tenant, salt)
         for p in request.passthrough:  # audio/video URLs the backend fetches: policed first

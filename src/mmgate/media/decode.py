@@ -1,9 +1,10 @@
 """Where image validation work runs, and how much of it a request may ask for or leave queued.
 
-* Two lanes of threads. Images of at most ``large_image_pixels`` decode in the normal lane
-  (``decode_workers`` threads); larger ones in a lane of their own (one thread, at the lowest CPU
-  priority), so one client's giant images never queue ahead of everybody's small ones nor take the
-  CPU from them.
+* Two lanes. Images of at most ``large_image_pixels`` decode in the normal lane (up to
+  ``decode_workers`` processes at once); larger ones one at a time, in a process at the lowest CPU
+  priority, so one client's giant images never queue ahead of everybody's small ones nor take the
+  CPU from them. The lighter work around a decode (base64, hashes, header probes) runs in
+  ``decode_workers`` threads (``run``; a lane of one low-priority thread for large work).
 * The large lane's queue is bounded in pixels, queued and running together
   (``max_decode_queue_pixels``): past it a request gets ``BusyError`` (429 with ``Retry-After``)
   instead of waiting behind work it cannot see. A request is admitted whole or not at all
@@ -13,6 +14,9 @@
   empty lane.
 * ``PixelBudget``: the pixels decoded for one request (``max_request_pixels``); past it, 400 before
   the image that would cross it is decoded. Cached images cost nothing: they are not decoded again.
+* The full decode itself (Pillow) runs in worker processes (``mmgate.media.decode_procs``): a
+  decode nobody waits for any more, or one past ``DECODE_TIME_LIMIT_S``, is killed, and tenants take
+  turns.
 """
 
 from __future__ import annotations
@@ -26,8 +30,18 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
 from mmgate.errors import BusyError, ImageTooLargeError
+from mmgate.media.decode_procs import DecodeProcesses
+from mmgate.media.metrics import AbandonReason
+from mmgate.media.validate import ImageInfo
 
 _T = TypeVar("_T")
+# A decode past this is abandoned (its worker killed) and the image refused (415). Real images of
+# the largest accepted size decode in a second or two; only a decode bomb, or a machine so loaded
+# that the request would time out anyway, comes near it.
+DECODE_TIME_LIMIT_S = 20.0
+# A decode that has used this much CPU is moved to the lowest CPU priority (a 4-megapixel JPEG
+# decodes in ~50 ms: what costs more is large or costly, and must not take the CPU from the rest).
+SLOW_DECODE_S = 0.5
 
 
 def _lower_priority() -> None:
@@ -130,7 +144,8 @@ def _retrieve(future: asyncio.Future[None]) -> None:
 class DecodeLanes:
     """The normal and the large decode lane (module docstring)."""
 
-    def __init__(self, *, workers: int, large_image_pixels: int, max_queue_pixels: int) -> None:
+    def __init__(self, *, workers: int, large_image_pixels: int, max_queue_pixels: int,
+                 on_abandon: Callable[[AbandonReason], None] | None = None) -> None:
         self._normal = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mmgate-media")
         self._large = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mmgate-media-large",
                                          initializer=_lower_priority)
@@ -138,6 +153,9 @@ class DecodeLanes:
         self.max_queue_pixels = max_queue_pixels
         self._queued = 0  # pixels submitted to the large lane and not finished (queued + running)
         self._lock = threading.Lock()  # released from worker threads
+        self.processes = DecodeProcesses(workers, time_limit_s=DECODE_TIME_LIMIT_S, slow_after_s=SLOW_DECODE_S,
+                                         on_abandon=on_abandon)
+        self._large_turn = asyncio.Semaphore(1)  # large decodes: one at a time
 
     @property
     def queued_large_pixels(self) -> int:
@@ -161,6 +179,20 @@ class DecodeLanes:
         future.add_done_callback(functools.partial(self._release, pixels))
         return await asyncio.wrap_future(future)
 
+    async def decode(self, pixels: int, tenant: str | None, data: bytes, allowed_formats: tuple[str, ...],
+                     max_pixels: int, *, reserved: bool = False) -> ImageInfo:
+        """The full decode of an image of ``pixels`` (``validate_image``) in a worker process, for
+        ``tenant`` (its tag; None without tenants). ``reserved``: as for ``run``."""
+        if pixels <= self.large_image_pixels:
+            return await self.processes.validate(tenant, data, allowed_formats, max_pixels)
+        if not reserved:
+            self.reserve(pixels)
+        try:
+            async with self._large_turn:
+                return await self.processes.validate(tenant, data, allowed_formats, max_pixels, low_priority=True)
+        finally:
+            self.release(pixels)
+
     def reserve(self, pixels: int) -> None:
         """Count ``pixels`` into the large lane's queue, or raise ``BusyError`` when they do not fit
         (an empty lane takes anything)."""
@@ -181,5 +213,6 @@ class DecodeLanes:
             self._queued -= pixels
 
     def shutdown(self) -> None:
+        self.processes.close()
         self._normal.shutdown(wait=False, cancel_futures=True)
         self._large.shutdown(wait=False, cancel_futures=True)

@@ -2,7 +2,8 @@
 
 The shared work runs in a task owned by the map, and every caller awaits it through
 ``asyncio.shield``: a caller that is cancelled (its client went away) stops waiting without
-cancelling the work for the others. A failure is handed to everyone waiting at that moment and
+cancelling the work for the others; when the last caller waiting has gone, the work is cancelled
+(a fetch closed, a decode's worker process killed): nobody would see its result. A failure is handed to everyone waiting at that moment and
 never remembered: the next call starts afresh. The entry is removed when the task ends, however
 it ends. Entries are bounded by the number of distinct keys being loaded right now.
 """
@@ -23,6 +24,7 @@ class InflightMap(Generic[K, V]):
 
     def __init__(self) -> None:
         self._tasks: dict[K, asyncio.Task[V]] = {}
+        self._waiters: dict[asyncio.Task[V], int] = {}
 
     def __len__(self) -> int:
         return len(self._tasks)
@@ -42,7 +44,15 @@ class InflightMap(Generic[K, V]):
             task = asyncio.create_task(_as_coroutine(work))
             self._tasks[key] = task
             task.add_done_callback(functools.partial(self._forget, key))
-        return await asyncio.shield(task), joined
+        self._waiters[task] = self._waiters.get(task, 0) + 1
+        try:
+            return await asyncio.shield(task), joined
+        finally:
+            left = self._waiters.pop(task) - 1
+            if left:
+                self._waiters[task] = left
+            elif not task.done():  # the last waiter went away (cancelled): nobody needs the value
+                task.cancel()
 
     def _forget(self, key: K, task: asyncio.Task[V]) -> None:
         if self._tasks.get(key) is task:

@@ -11,9 +11,9 @@ second decode. A ``data:`` URL is keyed by a hash of its base64 text: a repeat c
 (no base64 decode, no image decode). Every ``MediaError`` raised carries the caller's ``param``.
 
 Validation runs in two steps: a header probe (format, size: cheap, normal lane), then the full
-decode in the lane the image's size picks, after the request's ``PixelBudget`` has been charged
-(``mmgate.media.decode``): one request's giant images neither hold up other requests nor cost more
-than the per-request pixel limit.
+decode in a worker process, in the lane the image's size picks, after the request's ``PixelBudget``
+has been charged (``mmgate.media.decode``): one request's giant images neither hold up other
+requests nor cost more than the per-request pixel limit, and a decode nobody waits for is killed.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from mmgate.media.metrics import MediaMetrics, Outcome
 from mmgate.media.origin import OriginFetcher
 from mmgate.media.passthrough import check_passthrough_url
 from mmgate.media.policy import UrlPolicy
-from mmgate.media.validate import ImageInfo, probe_image, validate_image
+from mmgate.media.validate import ImageInfo, probe_image
 from mmgate.store import ByteLRU, LoadedImage, SharedTier
 
 log = logging.getLogger(__name__)
@@ -88,6 +88,7 @@ class MediaLoader:
         self._lanes = DecodeLanes(
             workers=media.decode_workers, large_image_pixels=media.large_image_pixels,
             max_queue_pixels=media.max_decode_queue_pixels,
+            on_abandon=lambda reason: self.metrics.decodes_abandoned.labels(reason=reason).inc(),
         )
         lanes = self._lanes
         self.metrics.decode_queue_pixels.set_function(lambda: lanes.queued_large_pixels)  # read at scrape
@@ -168,7 +169,7 @@ class MediaLoader:
             raise ForbiddenURLError(f"malformed image URL: {exc}") from exc
 
         async def produce() -> LoadedImage:
-            return await self._validated(await self._fetcher.fetch(url), ticket)
+            return await self._validated(await self._fetcher.fetch(url), ticket, tenant_tag)
 
         return await self._through_tiers(key, session_id, produce, ticket, tenant_tag)
 
@@ -185,7 +186,7 @@ class MediaLoader:
             key = data_url_key(payload_digest(parsed))
 
         async def produce() -> LoadedImage:
-            return await self._validated(parsed, ticket)
+            return await self._validated(parsed, ticket, tenant_tag)
 
         return await self._through_tiers(key, session_id, produce, ticket, tenant_tag)
 
@@ -240,9 +241,10 @@ class MediaLoader:
         self.metrics.local_cache_bytes.set(self.local.num_cached_bytes)
         self.metrics.local_cache_entries.set(len(self.local))
 
-    async def _validated(self, source: bytes | DataURL, ticket: _Ticket | None) -> LoadedImage:
+    async def _validated(self, source: bytes | DataURL, ticket: _Ticket | None, tenant_tag: str | None) -> LoadedImage:
         """Decode (data: URLs) and probe ``source``, charge the request's budget and wait for its
-        admission (all its images together), then validate and hash it in the lane its size picks."""
+        admission (all its images together), then validate it in a decode process (the tenant's
+        turn, the lane its size picks) and hash it."""
         media = self._media
         try:
             data, probed = await self._in_pool(_decode_probe, source, media.allowed_formats, media.max_image_pixels)
@@ -254,9 +256,9 @@ class MediaLoader:
         finally:
             if ticket is not None:
                 ticket.stand_aside()  # failed before its admission: a no-op once it asked
-        info, digest, data_url = await self._lanes.run(
-            pixels, _validate_hash, data, media.allowed_formats, media.max_image_pixels, reserved=reserved
-        )
+        info = await self._lanes.decode(pixels, tenant_tag, data, media.allowed_formats, media.max_image_pixels,
+                                        reserved=reserved)
+        digest, data_url = await self._in_pool(_hash_encode, data, info.mime)
         return LoadedImage(data=data, mime=info.mime, width=info.width, height=info.height, digest=digest,
                            _data_url=data_url)
 
@@ -288,14 +290,10 @@ def _decode_probe(
     return data, probe_image(data, allowed_formats=allowed_formats, max_pixels=max_pixels)
 
 
-def _validate_hash(
-    data: bytes, allowed_formats: tuple[str, ...], max_pixels: int
-) -> tuple[ImageInfo, str, str]:
-    """Validate, hash and encode the data URL that will be forwarded: all three release the GIL
-    (Pillow, hashlib, pybase64), so none of it stalls the event loop."""
-    info = validate_image(data, allowed_formats=allowed_formats, max_pixels=max_pixels)
-    data_url = f"data:{info.mime};base64," + pybase64.b64encode_as_string(data)
-    return info, hashlib.sha256(data).hexdigest(), data_url
+def _hash_encode(data: bytes, mime: str) -> tuple[str, str]:
+    """The image's SHA-256 and the data URL that will be forwarded: both release the GIL (hashlib,
+    pybase64), so neither stalls the event loop."""
+    return hashlib.sha256(data).hexdigest(), f"data:{mime};base64," + pybase64.b64encode_as_string(data)
 
 
 def _with_param(exc: MediaError, param: str | None) -> MediaError:

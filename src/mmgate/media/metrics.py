@@ -8,6 +8,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 Outcome = Literal["local_hit", "shared_hit", "inflight_join", "origin", "error"]
 OUTCOMES: tuple[Outcome, ...] = ("local_hit", "shared_hit", "inflight_join", "origin", "error")
+AbandonReason = Literal["cancelled", "time_limit", "died"]
+ABANDON_REASONS: tuple[AbandonReason, ...] = ("cancelled", "time_limit", "died")
 
 
 class MediaMetrics:
@@ -42,6 +44,16 @@ class MediaMetrics:
             "decoding; a request whose large images do not fit under --max-decode-queue-pixels gets 429",
             registry=registry,
         )
+
+        self.decodes_abandoned = Counter(
+            "mmgate_image_decodes_abandoned",
+            "Image decodes stopped before their end (the decode process killed), by reason: cancelled "
+            "(no request waits for it any more), time_limit (refused: too costly), died (the process failed)",
+            ["reason"],
+            registry=registry,
+        )
+        for reason in ABANDON_REASONS:
+            self.decodes_abandoned.labels(reason=reason)
 
     def load(self, outcome: Outcome) -> None:
         self.image_loads.labels(outcome=outcome).inc()

@@ -1,5 +1,6 @@
 """Image validation with Pillow: format allow-list, pixel limit, full decode. Blocking: the
-loader runs it in its thread pool.
+loader runs the header probe in its threads and the full decode in a worker process
+(``mmgate.media.decode_procs``).
 
 The only module that calls Pillow for media; Pillow's exceptions (``UnidentifiedImageError``,
 ``OSError`` "truncated", ``SyntaxError`` from some plugins, ``DecompressionBombError`` …) are
@@ -12,8 +13,9 @@ entropy-decodes the whole stream (so truncation is caught) at a fraction of the 
 Pixels do not bound a decode's work on their own: a progressive JPEG of thousands of (empty)
 scans costs the decoder a pass over the image per scan, and a PNG of hundreds of thousands of
 empty ancillary chunks holds the interpreter in Pillow's chunk walk. ``check_structure`` counts
-them before the decode and refuses an image past limits no real encoder reaches (a decode thread
-cannot be cancelled, so the work must be bounded before it starts).
+them before the decode and refuses an image past limits no real encoder reaches: the work is
+bounded before it starts, here and in the backend that decodes the image again (the worker
+process only bounds the gateway's own decode, by its time limit).
 """
 
 from __future__ import annotations

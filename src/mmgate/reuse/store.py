@@ -1,5 +1,7 @@
 """The UUID store: backend uuid → the image's encoded bytes, tenant-scoped, on the same local and
-shared tiers as the image caches (its own key space), with a TTL.
+shared tiers as the image caches (its own key space), with a TTL. The local tier is shared fairly
+between tenants (``mmgate.reuse.shares``): one tenant's flood of uuids evicts its own, not
+another's.
 
 It is what lets the gateway heal a backend's cache miss and resolve cache-only references for
 backends that have no uuid cache. Filled whenever a uuid arrives with its image.
@@ -11,14 +13,16 @@ import asyncio
 import contextlib
 import logging
 
-from mmgate.store import ByteLRU, LoadedImage, SharedTier
+from mmgate.reuse.shares import FairShareLRU
+from mmgate.store import LoadedImage, SharedTier
 
 log = logging.getLogger(__name__)
 SHARED_PREFIX = "uuid:"
 
 
 class UUIDStore:
-    """uuid → LoadedImage, local byte-bounded LRU with TTL in front of the optional shared tier.
+    """uuid → LoadedImage, local byte-bounded LRU (fair between tenants) with TTL in front of the
+    optional shared tier.
 
     Writes to the shared tier run in the background (a request never waits on Redis for them);
     at most ``max_pending_writes`` at once — past that a write is skipped (fail-open: the entry
@@ -28,9 +32,8 @@ class UUIDStore:
     def __init__(
         self, local_bytes: int, ttl_s: float, shared: SharedTier | None = None, *, max_pending_writes: int = 64
     ) -> None:
-        self._local: ByteLRU[str, LoadedImage] = ByteLRU(
-            local_bytes, size_of=lambda i: i.footprint_bytes, ttl_s=ttl_s, count_entries=True
-        )
+        self._local: FairShareLRU[LoadedImage] = FairShareLRU(
+            local_bytes, size_of=lambda i: i.footprint_bytes, ttl_s=ttl_s)
         self._shared = shared
         self._pending: set[asyncio.Task[None]] = set()
         self._max_pending = max_pending_writes
@@ -38,6 +41,10 @@ class UUIDStore:
     @property
     def num_cached_bytes(self) -> int:
         return self._local.num_cached_bytes
+
+    def tenant_bytes(self, tag: str) -> int:
+        """Local bytes the tenant ``tag`` holds (``KeySpace.tenant_tag``; "" without tenants)."""
+        return self._local.tenant_bytes(tag)
 
     def __len__(self) -> int:
         return len(self._local)

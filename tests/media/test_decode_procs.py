@@ -1,0 +1,148 @@
+"""Decodes in worker processes (``DecodeProcesses``), with real forkserver workers and real costly
+images (a progressive JPEG of 90 repeated scans: under the structure check's limit, still ~0.5 s
+of Pillow's CPU): results and refusals come back, a cancelled or overlong decode is killed at once,
+a slow one drops to the lowest CPU priority, and one tenant's costly decodes leave another tenant
+a worker."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import multiprocessing
+import os
+import random
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+from PIL import Image
+
+from mmgate.errors import ImageTooLargeError, UnsupportedImageError
+from mmgate.media.decode_procs import DecodeProcesses
+from tests.support.bombs import many_scans, progressive_jpeg
+
+FORMATS = ("JPEG", "PNG")
+SLOW = many_scans(90, 2000)  # ~0.5 s of decode on an idle core
+SMALL = progressive_jpeg(64)
+
+
+def workers_alive() -> list[multiprocessing.process.BaseProcess]:
+    return [p for p in multiprocessing.active_children() if p.name == "mmgate-decode"]
+
+
+def pids_alive() -> set[int | None]:
+    return {p.pid for p in workers_alive()}
+
+
+async def wait_until(condition: object, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.02)
+
+
+@pytest.fixture
+async def make_pool() -> AsyncIterator[type[DecodeProcesses]]:
+    pools: list[DecodeProcesses] = []
+
+    def factory(*args: object, **kwargs: object) -> DecodeProcesses:
+        pool = DecodeProcesses(*args, **kwargs)  # type: ignore[arg-type]
+        pools.append(pool)
+        return pool
+
+    yield factory  # type: ignore[misc]
+    for pool in pools:
+        pool.close()
+    await wait_until(lambda: not workers_alive())  # the next test counts only its own workers
+
+
+async def test_results_and_refusals_come_back(make_pool: type[DecodeProcesses]) -> None:
+    pool = make_pool(2, time_limit_s=30, slow_after_s=10)
+    info = await pool.validate(None, SMALL, FORMATS, 10**6)
+    assert (info.format, info.width, info.height) == ("JPEG", 64, 64)
+    with pytest.raises(UnsupportedImageError, match="corrupt or truncated"):
+        await pool.validate(None, SMALL[: len(SMALL) // 2], FORMATS, 10**6)
+    with pytest.raises(ImageTooLargeError, match="pixel limit"):
+        await pool.validate(None, SMALL, FORMATS, 100)
+    assert pool.abandoned == 0 and len(workers_alive()) == 1  # one worker did all three in turn
+
+
+async def test_a_cancelled_decode_is_killed(make_pool: type[DecodeProcesses]) -> None:
+    pool = make_pool(2, time_limit_s=30, slow_after_s=10)
+    decode = asyncio.create_task(pool.validate("t-a", SLOW, FORMATS, 10**8))
+    await wait_until(lambda: len(workers_alive()) == 1)
+    (pid,) = pids_alive()
+    await asyncio.sleep(0.1)
+    decode.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await decode
+    await wait_until(lambda: pid not in pids_alive(), timeout_s=0.3)  # the work stopped, not just the wait
+    assert pool.abandoned == 1
+    await wait_until(lambda: len(pool._idle) == 1)  # its replacement waits for the next decode
+    assert (await pool.validate("t-a", SMALL, FORMATS, 10**6)).width == 64  # a fresh worker serves on
+
+
+async def test_a_decode_past_the_time_limit_is_refused_and_killed(make_pool: type[DecodeProcesses]) -> None:
+    unlimited = make_pool(1, time_limit_s=30, slow_after_s=30)
+    started = time.monotonic()
+    await unlimited.validate(None, SLOW, FORMATS, 10**8)
+    whole_decode_s = time.monotonic() - started
+    unlimited.close()
+    await wait_until(lambda: not workers_alive())
+    pool = make_pool(1, time_limit_s=0.1, slow_after_s=10)
+    await pool.validate(None, SMALL, FORMATS, 10**6)  # a worker started
+    (pid,) = pids_alive()
+    started = time.monotonic()
+    with pytest.raises(UnsupportedImageError, match=r"took more than 0\.1 s"):
+        await pool.validate(None, SLOW, FORMATS, 10**8)
+    assert time.monotonic() - started < whole_decode_s  # refused before the decode could have ended
+    await wait_until(lambda: pid not in pids_alive(), timeout_s=0.3)
+    assert pool.abandoned == 1
+
+
+async def test_a_slow_decode_drops_to_the_lowest_priority(make_pool: type[DecodeProcesses]) -> None:
+    pool = make_pool(1, time_limit_s=30, slow_after_s=0.05)
+    decode = asyncio.create_task(pool.validate(None, SLOW, FORMATS, 10**8))
+    await wait_until(lambda: len(workers_alive()) == 1)
+    pid = workers_alive()[0].pid
+    assert pid is not None
+    await wait_until(lambda: os.getpriority(os.PRIO_PROCESS, pid) == 19, timeout_s=2.0)
+    assert (await decode).width == 2000
+    await wait_until(lambda: pid not in pids_alive(), timeout_s=1.0)  # replaced, not reused at priority 19
+    await wait_until(lambda: len(pool._idle) == 1)
+    assert os.getpriority(os.PRIO_PROCESS, pool._idle[0].process.pid or 0) == os.getpriority(os.PRIO_PROCESS, 0)
+
+
+async def test_one_tenants_costly_decodes_leave_another_a_worker(make_pool: type[DecodeProcesses]) -> None:
+    pool = make_pool(2, time_limit_s=30, slow_after_s=10)
+    done: list[str] = []
+
+    async def run(tenant: str, data: bytes, name: str) -> None:
+        await pool.validate(tenant, data, FORMATS, 10**8)
+        done.append(name)
+
+    flood = [asyncio.create_task(run("t-a", SLOW, f"a{i}")) for i in range(3)]
+    await asyncio.sleep(0.05)
+    await run("t-b", SMALL, "b")
+    assert done == ["b"]  # B's small image did not wait for any of A's costly ones
+    await asyncio.gather(*flood)
+    assert done == ["b", "a0", "a1", "a2"]
+
+
+def test_big_images_under_uvloop() -> None:
+    """uvloop makes a socket it watches non-blocking: images bigger than a socket buffer must still
+    reach a reused worker whole (the gateway runs on uvloop)."""
+    uvloop = pytest.importorskip("uvloop")
+    buf = io.BytesIO()
+    Image.frombytes("RGB", (600, 600), random.Random(1).randbytes(600 * 600 * 3)).save(buf, "PNG", compress_level=0)
+    big = buf.getvalue()
+    assert len(big) > 1 << 20  # several times a local socket's buffer
+
+    async def main() -> list[int]:
+        pool = DecodeProcesses(1, time_limit_s=30, slow_after_s=10)
+        try:
+            return [(await pool.validate(None, big, FORMATS, 10**8)).width for _ in range(3)]
+        finally:
+            pool.close()
+
+    assert uvloop.run(main()) == [600, 600, 600]
