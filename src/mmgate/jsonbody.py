@@ -123,11 +123,11 @@ def _restore(node: Any, values: dict[str, Any]) -> Any:
 
 async def dumps_body(body: Any) -> bytes:
     """``orjson.dumps(body)``, writing the big strings of a large body one at a time."""
+    if _big_string_bytes(body) < LARGE_BODY_BYTES:
+        return orjson.dumps(body)  # the common body: no copy of its containers, no nonce
     big: list[str] = []
     nonce = secrets.token_hex(8)
     skeleton = _cut(body, big, nonce)
-    if sum(len(s) for s in big) < LARGE_BODY_BYTES:
-        return orjson.dumps(body)
     head = orjson.dumps(skeleton)
     markers = [f'"@mmgate-{nonce}-{i}"'.encode() for i in range(len(big))]
     # Each marker is written once (the nonce is new); in the order of the text, whatever the walk's.
@@ -146,6 +146,22 @@ async def dumps_body(body: Any) -> bytes:
             await asyncio.sleep(0)
     pieces.append(head[pos:])
     return await asyncio.to_thread(b"".join, pieces)  # bytes.join drops the GIL for large joins
+
+
+def _big_string_bytes(node: Any) -> int:
+    """The length of ``node``'s big strings together (those ``_cut`` would cut out)."""
+    total = 0
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if len(item) >= BIG_STRING_BYTES:
+                total += len(item)
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return total
 
 
 def _cut(node: Any, big: list[str], nonce: str) -> Any:
