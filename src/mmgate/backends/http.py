@@ -172,8 +172,11 @@ class HTTPBackend:
                     resp.release()
                 return BackendReply(status=resp.status, content_type=content_type, body=body)
             streaming = True  # the stream holds its connection until it is released
+            content = resp.content
             return BackendReply(status=200, content_type=content_type, stream=self._relay(resp),
-                                _release=self._releaser(resp))
+                                _release=self._releaser(resp),
+                                _arrived=lambda: content.total_bytes > 0 or content.is_eof(),
+                                _ended=content.at_eof)
         finally:
             if not streaming:
                 self._in_use -= 1
