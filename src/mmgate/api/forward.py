@@ -230,6 +230,11 @@ async def deliver(
                                          ended=reply.stream_ended)
 
 
+# A write that leaves the transport's buffer at most this full cannot wait for the client (asyncio's
+# and uvloop's transports pause their writer above 64 KiB).
+_UNBLOCKED_BYTES = 16 * 1024
+
+
 class _HeadWithFirstChunk(web.StreamResponse):
     """An event stream whose head waits for the first write, so a head and a chunk that are both
     at hand leave in one write (one send on the socket, not two): aiohttp's own ``Response``
@@ -250,18 +255,21 @@ async def relay_stream(
     chunk and the stream's end leave in one write."""
     first = True
     stall_s = gateway.settings.stream_stall_timeout_s
+    transport = request.transport
     try:
         async for chunk in chunks:
             if first and on_first is not None:
                 on_first()
             first = False
+            last = ended is not None and ended()
+            if transport is not None and transport.get_write_buffer_size() + len(chunk) <= _UNBLOCKED_BYTES:
+                # Far below the transport's high-water mark the write cannot wait: no timer to arm.
+                await (response.write_eof(chunk) if last else response.write(chunk))
+                continue
             # A client that stops reading fills its socket and the write waits: past the stall
             # timeout the stream is cut, so its backend connection (and engine slot) is freed.
             async with asyncio.timeout(stall_s):
-                if ended is not None and ended():
-                    await response.write_eof(chunk)
-                else:
-                    await response.write(chunk)
+                await (response.write_eof(chunk) if last else response.write(chunk))
     except TimeoutError:
         gateway.metrics.streams_stalled.inc()
         log.info("cut a stream whose client read nothing for %gs (--stream-stall-timeout)", stall_s)
