@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
-from mmgate.jsonbody import BIG_STRING_BYTES, LARGE_BODY_BYTES, dumps_body, loads_body
+from mmgate.jsonbody import BIG_STRING_BYTES, LARGE_BODY_BYTES, THREAD_JOIN_BYTES, dumps_body, loads_body
 
 
 def data_url(n: int, seed: int) -> str:
@@ -41,6 +41,13 @@ async def test_a_large_body_is_written_as_orjson_writes_it() -> None:
     assert await dumps_body(body) == orjson.dumps(body)
     small = {"model": "m", "x": "data:" + "A" * 100}
     assert await dumps_body(small) == orjson.dumps(small)
+    # Big enough to be joined in a thread, and small bodies of big strings joined on the loop.
+    huge = {"model": "m", "images": [data_url(1_000_000, i) for i in range(5)], "n": 1}
+    assert len(orjson.dumps(huge)) > THREAD_JOIN_BYTES
+    assert await dumps_body(huge) == orjson.dumps(huge)
+    one = {"model": "m", "x": [data_url(1_000_000, 9)], "y": "é"}
+    assert LARGE_BODY_BYTES < len(orjson.dumps(one)) < THREAD_JOIN_BYTES
+    assert await dumps_body(one) == orjson.dumps(one)
 
 
 async def test_broken_large_bodies_are_refused_exactly_when_orjson_refuses_them() -> None:

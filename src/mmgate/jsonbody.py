@@ -29,6 +29,7 @@ import orjson
 LARGE_BODY_BYTES = 1 << 20  # smaller bodies: plain orjson
 BIG_STRING_BYTES = 64 << 10  # strings at least this long are parsed or written on their own
 _YIELD_EVERY_BYTES = 4 << 20  # the loop is given back after about this much string work
+THREAD_JOIN_BYTES = 4 << 20  # bodies written at least this big are joined in a thread
 _OPEN = b'"data:'
 _WHITESPACE = b" \t\r\n"
 
@@ -145,6 +146,10 @@ async def dumps_body(body: Any) -> bytes:
             done = 0
             await asyncio.sleep(0)
     pieces.append(head[pos:])
+    if sum(map(len, pieces)) < THREAD_JOIN_BYTES:
+        # A join of a few MiB holds the loop for well under a millisecond; the hop to a thread
+        # and back costs more than that, in latency and in CPU.
+        return b"".join(pieces)
     return await asyncio.to_thread(b"".join, pieces)  # bytes.join drops the GIL for large joins
 
 
