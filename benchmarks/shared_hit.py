@@ -1,14 +1,14 @@
 """A shared-tier hit against a raw redis-py ``GET`` of the same entry, interleaved, in one run.
 
 Starts its own redis-server on loopback (persistence off), stores one image entry through
-``RedisSharedTier.put``, then times, call by call in turn: redis-py's own ``GET`` of the stored
-value (the floor: what the wire and the client cost), ``RedisSharedTier.get`` of it (the same GET
-plus the entry's checks and unpacking), and ``RedisSharedTier.get`` of the same image stored as
-a version-1 entry (CRC-32, the checksum entries had before XXH3), each with redis-py's
-pure-Python reply parser and with hiredis's (when installed). Prints p50 per path and the tier's ratio to the raw GET with the same
-parser; writes JSON.
+``RedisSharedTier.put``, then times, call by call in a shuffled order each round: redis-py's own
+``GET`` of the stored value (the floor: what the wire and the client cost), ``RedisSharedTier.get``
+of it (the same GET plus the entry's checks and unpacking), and ``RedisSharedTier.get`` of the
+same image stored as a version-1 entry (CRC-32, the checksum entries had before XXH3), each with
+redis-py's pure-Python reply parser and with hiredis's (when installed). Prints p50 per path and
+the tier's ratio to the raw GET with the same parser; writes JSON.
 
-    .venv/bin/python benchmarks/shared_hit.py --iterations 2000
+    .venv/bin/python benchmarks/shared_hit.py --iterations 3000
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import asyncio
 import functools
 import json
 import os
+import random
 import statistics
 import struct
 import sys
@@ -91,8 +92,11 @@ async def run(port: int, size: int, iterations: int) -> dict[str, list[float]]:
     for _ in range(50):  # warm: connections, pools
         for call in calls.values():
             await call()
+    order = list(calls.items())
+    shuffle = random.Random(0).shuffle
     for _ in range(iterations):
-        for name, call in calls.items():
+        shuffle(order)  # no path always first (or after the same one) in its round
+        for name, call in order:
             t0 = time.perf_counter_ns()
             await call()
             samples[name].append((time.perf_counter_ns() - t0) / 1000)
