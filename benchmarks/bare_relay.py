@@ -1,8 +1,10 @@
 """The floor for an aiohttp-based gateway: a relay that parses nothing, routes nothing, counts nothing.
 
 POST /v1/chat/completions is forwarded to one backend and its reply relayed chunk by chunk (SSE) —
-the I/O every aiohttp gateway must do. ``gateway_overhead.py`` runs it beside mmgate so the CPU
-mmgate adds on top of its HTTP stack can be read off.
+the I/O every aiohttp gateway must do, with the writes coalesced as mmgate's relay coalesces them
+(the head with a first chunk at hand, the last chunk with the end). ``gateway_overhead.py`` and
+``router_compare.py`` run it beside mmgate so the CPU mmgate adds on top of its HTTP stack can be
+read off.
 
     python benchmarks/bare_relay.py PORT BACKEND_PORT
 """
@@ -17,6 +19,10 @@ import uvloop
 from aiohttp import web
 
 
+class _HeadWithFirstChunk(web.StreamResponse):
+    _send_headers_immediately = False
+
+
 async def main(port: int, backend_port: int) -> None:
     session = aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar())
     url = f"http://127.0.0.1:{backend_port}/v1/chat/completions"
@@ -27,10 +33,13 @@ async def main(port: int, backend_port: int) -> None:
             if not upstream.content_type.startswith("text/event-stream"):
                 return web.Response(body=await upstream.read(), status=upstream.status,
                                     content_type=upstream.content_type)
-            response = web.StreamResponse(status=upstream.status, headers={"Content-Type": "text/event-stream"})
+            response = _HeadWithFirstChunk(status=upstream.status, headers={"Content-Type": "text/event-stream"})
             await response.prepare(request)
-            async for chunk in upstream.content.iter_any():
-                await response.write(chunk)
+            content = upstream.content
+            if not (content.total_bytes or content.is_eof()):
+                await response.write(b"")
+            async for chunk in content.iter_any():
+                await (response.write_eof(chunk) if content.at_eof() else response.write(chunk))
             await response.write_eof()
             return response
 

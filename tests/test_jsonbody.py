@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
-from mmgate.jsonbody import BIG_STRING_BYTES, LARGE_BODY_BYTES, dumps_body, loads_body
+from mmgate.jsonbody import BIG_STRING_BYTES, LARGE_BODY_BYTES, THREAD_JOIN_BYTES, dumps_body, loads_body
 
 
 def data_url(n: int, seed: int) -> str:
@@ -41,6 +41,13 @@ async def test_a_large_body_is_written_as_orjson_writes_it() -> None:
     assert await dumps_body(body) == orjson.dumps(body)
     small = {"model": "m", "x": "data:" + "A" * 100}
     assert await dumps_body(small) == orjson.dumps(small)
+    # Big enough to be joined in a thread, and small bodies of big strings joined on the loop.
+    huge = {"model": "m", "images": [data_url(1_000_000, i) for i in range(5)], "n": 1}
+    assert len(orjson.dumps(huge)) > THREAD_JOIN_BYTES
+    assert await dumps_body(huge) == orjson.dumps(huge)
+    one = {"model": "m", "x": [data_url(1_000_000, 9)], "y": "é"}
+    assert LARGE_BODY_BYTES < len(orjson.dumps(one)) < THREAD_JOIN_BYTES
+    assert await dumps_body(one) == orjson.dumps(one)
 
 
 async def test_broken_large_bodies_are_refused_exactly_when_orjson_refuses_them() -> None:
@@ -67,3 +74,23 @@ async def test_broken_large_bodies_are_refused_exactly_when_orjson_refuses_them(
 @pytest.mark.parametrize("raw", [b'{"a": 1}', b"[1, 2]", b'"data:x"'])
 async def test_small_bodies_take_plain_orjson(raw: bytes) -> None:
     assert await loads_body(raw) == orjson.loads(raw)
+
+
+@pytest.mark.parametrize("inside", [b"\x01", b"\x1f", b"\t", b"\n", b"\xff", b"\xc3", b"\xed\xa0\x80"])
+async def test_a_big_string_with_a_raw_control_byte_or_bad_utf8_is_refused_as_orjson_refuses_it(inside: bytes) -> None:
+    raw = orjson.dumps({"a": [data_url(900_000, 1)], "b": 1})
+    at = raw.index(b"base64,") + 5000
+    mutated = raw[:at] + inside + raw[at:]
+    with pytest.raises(orjson.JSONDecodeError):
+        orjson.loads(mutated)
+    with pytest.raises(orjson.JSONDecodeError):
+        await loads_body(mutated)
+
+
+@pytest.mark.parametrize("inside", [b"\x7f", b" ", "\u00e9".encode(), "\u2603".encode(), b"\\u0041", b"\\n", b"\\\\"])
+async def test_a_big_string_reads_as_orjson_reads_it_whatever_it_holds(inside: bytes) -> None:
+    raw = orjson.dumps({"a": [data_url(900_000, 2)], "b": 1})
+    at = raw.index(b"base64,") + 5000
+    mutated = raw[:at] + inside + raw[at:]
+    expected = orjson.loads(mutated)
+    assert await loads_body(mutated) == expected

@@ -217,7 +217,7 @@ async def deliver(
     if reply.stream is None:
         return web.Response(body=reply.body, status=reply.status,
                             headers={**headers, "Content-Type": reply.content_type}), True
-    response = web.StreamResponse(
+    response = _HeadWithFirstChunk(
         status=reply.status,
         headers={
             "Content-Type": reply.content_type,
@@ -227,27 +227,52 @@ async def deliver(
         },
     )
     await response.prepare(request)
-    return response, await relay_stream(request, response, observed_stream(reply.stream), gateway, on_first=on_first)
+    if not reply.stream_arrived():
+        await response.write(b"")  # nothing to send with the head: the client gets it now
+    return response, await relay_stream(request, response, observed_stream(reply.stream), gateway, on_first=on_first,
+                                         ended=reply.stream_ended)
+
+
+# A write that leaves the transport's buffer at most this full cannot wait for the client (asyncio's
+# and uvloop's transports pause their writer above 64 KiB).
+_UNBLOCKED_BYTES = 16 * 1024
+
+
+class _HeadWithFirstChunk(web.StreamResponse):
+    """An event stream whose head waits for the first write, so a head and a chunk that are both
+    at hand leave in one write (one send on the socket, not two): aiohttp's own ``Response``
+    does the same for whole bodies."""
+
+    _send_headers_immediately = False
 
 
 async def relay_stream(
     request: web.Request, response: web.StreamResponse, chunks: AsyncIterator[bytes], gateway: Gateway, *,
     on_first: Callable[[], None] | None = None, error_frame: Callable[[MmgateError], bytes] = error_frame,
+    ended: Callable[[], bool] | None = None,
 ) -> bool:
     """Relay ``chunks`` into the prepared ``response``; True when it went out complete. A backend
     error mid-stream ends it with ``error_frame`` (the API's own shape: the status is sent); a client
-    that reads nothing for ``--stream-stall-timeout`` is cut, freeing the backend's connection."""
+    that reads nothing for ``--stream-stall-timeout`` is cut, freeing the backend's connection.
+    ``ended``: whether ``chunks`` has nothing left (``BackendReply.stream_ended``), so the last
+    chunk and the stream's end leave in one write."""
     first = True
     stall_s = gateway.settings.stream_stall_timeout_s
+    transport = request.transport
     try:
         async for chunk in chunks:
             if first and on_first is not None:
                 on_first()
             first = False
+            last = ended is not None and ended()
+            if transport is not None and transport.get_write_buffer_size() + len(chunk) <= _UNBLOCKED_BYTES:
+                # Far below the transport's high-water mark the write cannot wait: no timer to arm.
+                await (response.write_eof(chunk) if last else response.write(chunk))
+                continue
             # A client that stops reading fills its socket and the write waits: past the stall
             # timeout the stream is cut, so its backend connection (and engine slot) is freed.
             async with asyncio.timeout(stall_s):
-                await response.write(chunk)
+                await (response.write_eof(chunk) if last else response.write(chunk))
     except TimeoutError:
         gateway.metrics.streams_stalled.inc()
         log.info("cut a stream whose client read nothing for %gs (--stream-stall-timeout)", stall_s)

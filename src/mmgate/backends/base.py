@@ -11,7 +11,7 @@ inspect them (cache-miss healing) before anything reached the client.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, AsyncIterator, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -33,12 +33,25 @@ class BackendReply:
     body: bytes | None = None
     stream: AsyncIterator[bytes] | None = None
     _release: Any = field(default=None, repr=False)
+    # Of the stream: has its first chunk arrived; has it delivered all it had (see the methods).
+    _arrived: Callable[[], bool] | None = field(default=None, repr=False)
+    _ended: Callable[[], bool] | None = field(default=None, repr=False)
 
     def release(self) -> None:
         """Return the connection to the pool (idempotent)."""
         if self._release is not None:
             release, self._release = self._release, None
             release()
+
+    def stream_arrived(self) -> bool:
+        """Whether the stream's first chunk (or its end) is already here, so it can go out with
+        the response's head in one write; False when unknown (the head goes out alone)."""
+        return self._arrived is not None and self._arrived()
+
+    def stream_ended(self) -> bool:
+        """Whether the stream has nothing left beyond the chunks it has yielded, so the last
+        one can go out with the response's end in one write; False when unknown."""
+        return self._ended is not None and self._ended()
 
 
 class Backend(Protocol):

@@ -6,9 +6,9 @@ which is decided before ``chat`` is called. aiohttp errors are translated here a
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping
+from types import TracebackType
 
 import aiohttp
 import orjson
@@ -86,35 +86,9 @@ class HTTPBackend:
             self._probe_session = self._new_session(_PROBE_CONNECTIONS)
         return self._probe_session
 
-    @contextlib.contextmanager
-    def _translated(self, doing: str, *, sent: bool) -> Iterator[None]:
-        """The one place aiohttp's errors become mmgate's. ``sent``: the request had reached the
-        backend, so a dropped connection is a broken answer (502), not an unreachable backend
-        (502, and safe to retry elsewhere). The client reads the backend's name only; its address
-        and aiohttp's words (which name it) go to the log."""
-        try:
-            yield
-        except aiohttp.ConnectionTimeoutError as exc:
-            # Also a TimeoutError, so caught first: no connection was made (or none came free in
-            # the pool), nothing was sent, and another backend may take the request.
-            self._log(doing, exc)
-            raise BackendConnectError(f"backend {self.name} did not accept a connection "
-                                      f"within the connect timeout") from exc
-        except aiohttp.ClientConnectorError as exc:
-            # Refused, reset or unreachable while connecting (before a byte of the request left).
-            self._log(doing, exc)
-            raise BackendConnectError(f"backend {self.name} is unreachable") from exc
-        except TimeoutError as exc:
-            # A read timeout (aiohttp's SocketTimeoutError or our own): the request was sent.
-            raise BackendTimeoutError(f"backend {self.name} timed out {doing}") from exc
-        except aiohttp.ClientConnectionError as exc:
-            self._log(doing, exc)
-            if not sent:
-                raise BackendConnectError(f"backend {self.name} is unreachable") from exc
-            raise BackendProtocolError(f"backend {self.name} broke off {doing}") from exc
-        except aiohttp.ClientError as exc:
-            self._log(doing, exc)
-            raise BackendProtocolError(f"backend {self.name} failed {doing}") from exc
+    def _translated(self, doing: str, *, sent: bool) -> _Translated:
+        """The one place aiohttp's errors become mmgate's (``_Translated``)."""
+        return _Translated(self, doing, sent)
 
     def _log(self, doing: str, exc: BaseException) -> None:
         log.warning("backend %s (%s) failed %s: %s", self.name, self.url, doing, exc or type(exc).__name__)
@@ -177,8 +151,11 @@ class HTTPBackend:
                     resp.release()
                 return BackendReply(status=resp.status, content_type=content_type, body=body)
             streaming = True  # the stream holds its connection until it is released
+            content = resp.content
             return BackendReply(status=200, content_type=content_type, stream=self._relay(resp),
-                                _release=self._releaser(resp))
+                                _release=self._releaser(resp),
+                                _arrived=lambda: content.total_bytes > 0 or content.is_eof(),
+                                _ended=content.at_eof)
         finally:
             if not streaming:
                 self._in_use -= 1
@@ -235,6 +212,49 @@ class HTTPBackend:
         for session in (self._session, self._probe_session):
             if session is not None:
                 await session.close()
+
+
+class _Translated:
+    """A ``with`` block whose aiohttp errors become mmgate's. ``sent``: the request had reached
+    the backend, so a dropped connection is a broken answer (502), not an unreachable backend
+    (502, and safe to retry elsewhere). The client reads the backend's name only; its address and
+    aiohttp's words (which name it) go to the log. A class, not a generator: it is entered on
+    every request, and a generator-based context manager costs several times as much."""
+
+    __slots__ = ("backend", "doing", "sent")
+
+    def __init__(self, backend: HTTPBackend, doing: str, sent: bool) -> None:
+        self.backend = backend
+        self.doing = doing
+        self.sent = sent
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        if exc is None or not isinstance(exc, aiohttp.ClientError | TimeoutError):
+            return  # no error, or not aiohttp's (CancelledError included): it goes on as it is
+        backend, doing = self.backend, self.doing
+        name = backend.name
+        if isinstance(exc, aiohttp.ConnectionTimeoutError):
+            # Also a TimeoutError, so tested first: no connection was made (or none came free in
+            # the pool), nothing was sent, and another backend may take the request.
+            backend._log(doing, exc)
+            raise BackendConnectError(f"backend {name} did not accept a connection "
+                                      f"within the connect timeout") from exc
+        if isinstance(exc, aiohttp.ClientConnectorError):
+            # Refused, reset or unreachable while connecting (before a byte of the request left).
+            backend._log(doing, exc)
+            raise BackendConnectError(f"backend {name} is unreachable") from exc
+        if isinstance(exc, TimeoutError):
+            # A read timeout (aiohttp's SocketTimeoutError or our own): the request was sent.
+            raise BackendTimeoutError(f"backend {name} timed out {doing}") from exc
+        backend._log(doing, exc)
+        if isinstance(exc, aiohttp.ClientConnectionError):
+            if not self.sent:
+                raise BackendConnectError(f"backend {name} is unreachable") from exc
+            raise BackendProtocolError(f"backend {name} broke off {doing}") from exc
+        raise BackendProtocolError(f"backend {name} failed {doing}") from exc
 
 
 def status_error(backend: str, status: int, body: bytes) -> BackendStatusError:

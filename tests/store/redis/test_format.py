@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import struct
+import zlib
 
 import pytest
 
@@ -112,3 +114,30 @@ def test_size_bucket(num_bytes: int | None, label: str) -> None:
 def test_size_bucket_labels_are_bounded() -> None:
     assert len(SIZE_BUCKET_LABELS) == 8
     assert {size_bucket(n) for n in range(0, 64 * MiB, 97 * KiB)} <= set(SIZE_BUCKET_LABELS)
+
+
+def _version1_entry(image: LoadedImage) -> bytes:
+    """An entry as gateways before XXH3 wrote it: a CRC-32 (u32) over the same bytes."""
+    mime, digest = image.mime.encode(), image.digest.encode()
+    fixed = struct.pack(">4sBBBxIIQ", b"MMGI", 1, len(mime), len(digest), image.width, image.height,
+                        len(image.data))
+    crc = zlib.crc32(image.data, zlib.crc32(digest, zlib.crc32(mime, zlib.crc32(fixed))))
+    return fixed + struct.pack(">I", crc) + mime + digest + image.data
+
+
+def test_version1_entries_are_still_read_and_checked() -> None:
+    image = _image()
+    raw = _version1_entry(image)
+    back = decode_entry(raw)
+    assert (back.data, back.mime, back.width, back.height, back.digest) == (
+        image.data, image.mime, image.width, image.height, image.digest)
+    assert entry_payload_size(raw) == len(image.data)
+    damaged = bytearray(raw)
+    damaged[-7] ^= 0x10
+    with pytest.raises(CorruptEntryError, match="checksum"):
+        decode_entry(bytes(damaged))
+
+
+def test_new_entries_carry_the_current_version() -> None:
+    raw = encode_entry(_image())
+    assert raw[4] == 2 and len(raw) == HEADER_SIZE + len("image/png") + 64 + 4096

@@ -3,7 +3,7 @@
 ``RedisSharedTier`` implements ``mmgate.store.types.SharedTier``:
 
 * one Redis string per image (header + bytes, see ``mmgate.store.redis.format``), written with ``SET … EX``;
-  a hit checks the header's CRC and never decodes the image; a corrupt or truncated entry is
+  a hit checks the entry's checksum and never decodes the image; a corrupt or truncated entry is
   deleted and reported as a miss, so the loader refills it from the origin;
 * every operation is one attempt (no client retries) on the node that owns its key
   (``mmgate.store.redis.nodes``), bounded as a whole — pool wait, connect, I/O and one cluster redirect — by
@@ -57,8 +57,8 @@ log = logging.getLogger(__name__)
 _LATENCY_BUCKETS = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
 )
-# Entries at least this big are checksummed/serialised in a thread (zlib releases the GIL), so
-# a 16 MiB image does not stall the event loop for milliseconds.
+# Entries at least this big are checksummed, copied and serialised in a thread, so a 16 MiB
+# image does not stall the event loop for milliseconds.
 _THREAD_BYTES = 2 * MiB
 # wait_for_fill polls every 5 ms at first, backing off to 50 ms.
 _POLL_FIRST_S = 0.005

@@ -1,0 +1,88 @@
+"""When a streamed reply's head leaves the gateway, through a real ``mmgate serve``: with its first
+chunk when both are at hand (one write), at once when the backend has sent only its head (a
+client must not wait for the first token to see the response start), and the stream's bytes
+unchanged either way. The backend is a real aiohttp server on loopback, in a thread of its own."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from tests.support.ports import free_port
+from tests.support.serve_process import serve_process
+
+FRAMES = [b'data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\n\n', b"data: [DONE]\n\n"]
+FIRST_CHUNK_DELAY_S = 1.5
+
+
+async def _chat(request: web.Request) -> web.StreamResponse:
+    body = await request.json()
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)  # the head goes out now (aiohttp sends it at prepare)
+    if body.get("slow"):
+        await asyncio.sleep(FIRST_CHUNK_DELAY_S)
+    for frame in FRAMES:
+        await response.write(frame)
+    await response.write_eof()
+    return response
+
+
+async def _models(request: web.Request) -> web.Response:
+    return web.json_response({"object": "list", "data": [{"id": "m", "object": "model"}]})
+
+
+@pytest.fixture
+def backend() -> Iterator[str]:
+    port = free_port()
+    loop = asyncio.new_event_loop()
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", _chat)
+    app.router.add_get("/v1/models", _models)
+    runner = web.AppRunner(app)
+    loop.run_until_complete(runner.setup())
+    loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(timeout=10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)
+        loop.close()
+
+
+async def _stream(url: str, *, slow: bool) -> tuple[float, float, bytes]:
+    """Seconds to the response's head, seconds to its end, and its body."""
+    async with aiohttp.ClientSession() as s:
+        started = time.monotonic()
+        async with s.post(url + "/v1/chat/completions",
+                          json={"model": "m", "stream": True, "slow": slow,
+                                "messages": [{"role": "user", "content": "hi"}]}) as r:
+            head_s = time.monotonic() - started
+            assert r.status == 200 and r.content_type == "text/event-stream"
+            body = await r.read()
+        return head_s, time.monotonic() - started, body
+
+
+async def test_a_head_without_a_chunk_reaches_the_client_before_the_first_token(
+        tmp_path: Path, backend: str) -> None:
+    with serve_process(tmp_path, "--backend", f"openai={backend}") as gw:
+        head_s, end_s, body = await _stream(gw.url, slow=True)
+    assert end_s >= FIRST_CHUNK_DELAY_S  # the backend did hold its first chunk back
+    assert head_s < FIRST_CHUNK_DELAY_S / 2, f"the head waited {head_s:.2f}s for the first chunk"
+    assert body == b"".join(FRAMES)
+
+
+async def test_a_stream_at_hand_goes_out_whole_and_unchanged(tmp_path: Path, backend: str) -> None:
+    with serve_process(tmp_path, "--backend", f"openai={backend}") as gw:
+        for _ in range(3):  # a fresh connection and a reused one
+            _, _, body = await _stream(gw.url, slow=False)
+            assert body == b"".join(FRAMES)
