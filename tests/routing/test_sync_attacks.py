@@ -113,7 +113,7 @@ async def test_a_flood_of_the_largest_valid_messages_gets_at_most_its_senders_bu
     standalone_server: RedisServer,
 ) -> None:
     budget = PeerBudget()
-    count = 120
+    count = 400  # unbounded, ~0.3 s of event loop: three times what the budget allows here
     async with victim(standalone_server.url, budget) as v:
         started = time.monotonic()
         with standalone_server.client() as raw:
@@ -126,8 +126,9 @@ async def test_a_flood_of_the_largest_valid_messages_gets_at_most_its_senders_bu
         assert applied < count
         assert v.applied == applied * (MAX_MESSAGE_KEYS // MAX_KEYS)
         # Event-loop time it got: the burst, the refill over the flood, and the one message that
-        # was let in while the budget still had some left (charged after it ran).
-        one_message = budget.spent_s / applied
+        # was let in while the budget still had some left (charged after it ran; 3x the mean
+        # message for a slow one on a busy machine).
+        one_message = 3 * budget.spent_s / applied
         assert budget.spent_s <= budget.burst_s + budget.cpu_per_s * elapsed + one_message
 
 
