@@ -19,7 +19,8 @@ least B requests in flight.
 ``--variant LABEL=MODE FLAGS`` adds a mode of its own label (``ia-lf2=image-affinity
 --routing-load-factor 2``; a ``NAME=value`` among the flags goes to the gateways' environment;
 ``{redis}`` in a flag is the URL of a redis-server the row starts for itself:
-``ia-sync=image-affinity --routing-sync-url {redis}``); ``--repeats N`` runs every row N times,
+``ia-sync=image-affinity --routing-sync-url {redis}``; a row with the sync gets a
+``--routing-sync-secret-file`` of its own); ``--repeats N`` runs every row N times,
 the modes interleaved round by round, and prints the medians (JSON keeps every run), and each
 mode's TTFT p50 over ``--baseline``'s (lru-history) round by round: the median ratio, and in how
 many rounds it was at or below.

@@ -181,7 +181,7 @@ async def flood(url: str, port: int, path: str, args: argparse.Namespace,
         return {"lag_p50_ms": pct(lags, 50), "lag_p99_ms": pct(lags, 99), "lag_max_ms": max(lags),
                 "cpu_share": cpu / wall, "sent": float(count), "applied": received(registry, "ok"),
                 "dropped": sum(received(registry, o) for o in ("over_budget", "forged", "replayed")),
-                "loop_s_applying": sync.budget.spent_s}
+                "cpu_s_applying": sync.budget.spent_s}
     finally:
         task.cancel()
         await asyncio.wait([task])
@@ -261,7 +261,7 @@ def main() -> None:
                  Column("sent", 6, lambda r: f"{r['sent']:.0f}"),
                  Column("applied", 8, lambda r: f"{r['applied']:.0f}"),
                  Column("dropped", 8, lambda r: f"{r['dropped']:.0f}"),
-                 Column("loop s applying", 16, lambda r: f"{r['loop_s_applying']:.3f}")], flood_rows)
+                 Column("CPU s applying", 15, lambda r: f"{r['cpu_s_applying']:.3f}")], flood_rows)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"args": vars(args), "command": " ".join(sys.argv), "costs": cost_rows,

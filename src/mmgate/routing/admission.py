@@ -12,7 +12,7 @@ apply of the largest message (``mmgate.routing.peers``) as often as it likes. So
   sender is a replay (``replayed``), dropped before it is parsed, so a recorded message sent again
   costs a hash and takes nothing from its sender's budget;
 * **within its sender's budget** (``PeerBudget``): each sender may take ``CPU_PER_S`` seconds of
-  the event loop a second (up to ``BURST_S`` at once) and ``MESSAGES_PER_S`` messages, and every
+  the event loop's CPU a second (up to ``BURST_S`` at once) and ``MESSAGES_PER_S`` messages, and every
   sender together ``TOTAL_CPU_PER_S``; past it its messages are dropped unparsed (``over_budget``)
   until the budget refills. A key holder (a gateway of the fleet, or whoever stole the secret) is
   held to that bound too.
@@ -100,7 +100,8 @@ class PeerBudget:
         self.max_senders = max_senders
         self._senders: OrderedDict[str, _Sender] = OrderedDict()
         self._total = _Sender(0, burst_s, 0.0, float("-inf"))
-        self.spent_s = 0.0  # event-loop time every admitted message took, in all
+        self.spent_s = 0.0  # CPU time every admitted message took, in all
+        self.largest_s = 0.0  # the most one message took: what a bucket can be overdrawn by
 
     def admit(self, sender: str, number: int, now: float) -> None:
         """Let one message of ``sender`` in (then ``charge`` what it took), or raise ``Refused``."""
@@ -125,9 +126,10 @@ class PeerBudget:
         state.messages -= 1
 
     def charge(self, sender: str, seconds: float) -> None:
-        """``sender``'s admitted message took ``seconds`` of the event loop."""
+        """``sender``'s admitted message took ``seconds`` of the event loop's CPU."""
         state = self._senders.get(sender)
         if state is not None:
             state.cpu_s -= seconds
         self._total.cpu_s -= seconds
         self.spent_s += seconds
+        self.largest_s = max(self.largest_s, seconds)

@@ -5,8 +5,8 @@
 Backends are grouped by the models their ``/v1/models`` lists; ``Router.models`` is the union the
 gateway shows. Routing keys (session ids, backend names, image keys) are hash keys, never labels.
 The reuse sender records a request's images on a backend once it answered and forgets them on a
-heal; the router records who showed them (``record_answered``), forgets a backend's on its
-re-admission and applies the other gateways' records from the routing sync (``mmgate.routing.sync``).
+heal; the router records who showed them as it ranks, forgets a backend's on its re-admission,
+and shares and applies answered requests over the routing sync (``mmgate.routing.sync``).
 Load is each backend's requests in flight (``begin``/``end``), every synced gateway's included.
 Health: ``report_failure`` ejects after ``eject_after_failures`` consecutive failures; ``start()``
 probes every ``health_interval_s``, re-admits (no sooner than ``readmit_after_s``) and refreshes
