@@ -62,7 +62,7 @@ class MediaSettings(Frozen):
         None, flag="--allowed-local-media-path",
         help="directory file: image URLs may read from (file: is refused without it)")
     max_request_pixels: int = setting(
-        160_000_000, flag="--max-request-pixels", gt=0,
+        160_000_000, flag="--max-request-pixels", advanced=True, gt=0,
         help="most pixels decoded for one request's images (400 past it; cached images are free)")
     large_image_pixels: int = setting(
         4_000_000, flag="--large-image-pixels", advanced=True, gt=0,

@@ -56,7 +56,7 @@ class RoutingSettings(Frozen):
         help="file holding the routing sync's shared secret (at least 32 characters, the same on every "
         "gateway of the fleet): messages are signed with it and unsigned ones dropped; required with the sync")
     sync_channel: str = setting(
-        "mmgate:routing", flag="--routing-sync-channel", min_length=1, max_length=200,
+        "mmgate:routing", flag="--routing-sync-channel", advanced=True, min_length=1, max_length=200,
         help="pub/sub channel of the routing sync: the same on every gateway of one fleet")
 
     @field_validator("sync_url")
