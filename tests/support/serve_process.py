@@ -30,8 +30,11 @@ class GatewayProcess:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")[-4000:]
+    def log(self, tail: int | None = 4000) -> str:
+        """What the process wrote (its last ``tail`` characters; None: all of it, for a search
+        that the access log's lines must not push out of view)."""
+        text = self.log_path.read_text(errors="replace")
+        return text if tail is None else text[-tail:]
 
     def metrics(self) -> str:
         with urllib.request.urlopen(self.url + "/metrics", timeout=5) as resp:
