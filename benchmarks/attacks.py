@@ -12,7 +12,7 @@ in a process of its own, doing one thing:
   receive buffer), opened again every 5 s;
 * ``compressed bodies``: 4 at a time, a 250 KB gzip body that inflates to 256 MiB;
 * ``decode bombs``: 2 at a time, requests of two new progressive JPEGs of 90 repeated scans
-  (2000x2000: under the structure check's limit, ~0.5 s of decode each);
+  (2000x2000: under the structure check's limit and the CPU budget, ~0.25 s of decode each);
 * ``uuid flood``: 4 at a time, requests of 4 new 256x256 noise PNGs, each with a new uuid.
 
 Two controls tell the gateway's share of the victim's delay from the machine's (attacker, victim,

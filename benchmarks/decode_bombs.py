@@ -16,7 +16,7 @@ the bombs are refused before Pillow reads a byte). Medians of ``--repeats``.
 
 Part 2 (``--victim-seconds``, 0 skips it): one ``MediaLoader``, two tenants. The victim loads a new
 64x64 PNG (a data URL) one after another; the attacker keeps ``--attackers`` loads of new
-progressive JPEGs of 90 repeated scans running (under the structure check's limit: ~0.5 s of Pillow
+progressive JPEGs of 90 repeated scans running (under the structure check's limit: ~0.25 s of Pillow
 each at 2000x2000), either awaiting them (``bombs``) or hanging up 0.3 s into each and sending the
 next (``bombs, hang up``). Two arms, interleaved window by window: ``processes`` (the gateway's
 decode workers) and ``threads`` (the full decode in the decode threads, as before the workers:

@@ -1,5 +1,5 @@
 """Decodes in worker processes (``DecodeProcesses``), with real forkserver workers and real costly
-images (a progressive JPEG of 90 repeated scans: under the structure check's limit, still ~0.5 s
+images (a progressive JPEG of 90 repeated scans: under the structure check's limit, still ~0.25 s
 of Pillow's CPU): results and refusals come back, a cancelled or overlong decode is killed at once,
 a slow one drops to the lowest CPU priority, and one tenant's costly decodes leave another tenant
 a worker."""
@@ -22,7 +22,7 @@ from mmgate.media.decode_procs import DecodeProcesses
 from tests.support.bombs import many_scans, progressive_jpeg
 
 FORMATS = ("JPEG", "PNG")
-SLOW = many_scans(90, 2000)  # ~0.5 s of decode on an idle core
+SLOW = many_scans(90, 2000)  # ~0.25 s of decode on an idle core
 SMALL = progressive_jpeg(64)
 
 
