@@ -12,19 +12,27 @@ in a process of its own, doing one thing:
   receive buffer), opened again every 5 s;
 * ``compressed bodies``: 4 at a time, a 250 KB gzip body that inflates to 256 MiB;
 * ``decode bombs``: 2 at a time, requests of two new progressive JPEGs of 90 repeated scans
-  (2000x2000: under the structure check's limit, ~0.5 s of decode each);
+  (2000x2000: under the structure check's limit and the CPU budget, ~0.25 s of decode each);
 * ``uuid flood``: 4 at a time, requests of 4 new 256x256 noise PNGs, each with a new uuid.
 
-The table: the victim's requests, errors, p50 and p99, p99 over the unloaded phase's, the p99 of
-``GET /health`` asked every 50 ms meanwhile (the gateway's own delay: no backend in it), the
-gateway process's RSS at the phase's start and its growth (peak in the phase over the start), and
-the CPU seconds the gateway and the sim spent in the phase.
+Two controls tell the gateway's share of the victim's delay from the machine's (attacker, victim,
+sim and gateway share its cores): between its gateway requests the victim sends the same chat
+turn without the uuid reference (a new 64x64 PNG) to the sim directly (``direct``: what the load
+does to the engine and the machine, no gateway in the path), and next to the gateway's
+``GET /health`` (every 50 ms: the gateway's event loop, no backend in it) the same probe asks an
+idle aiohttp process of its own (``idle proc``: the machine's scheduling delay alone).
+
+The table: the victim's requests, errors, p50 and p99, p99 over the unloaded phase's, the direct
+requests' p99 and its ratio, the two probes' p99, the gateway process's RSS at the phase's start
+and its growth (peak in the phase over the start), and the CPU seconds the gateway and the sim
+spent in the phase, and the attacker's requests answered a second (none for the streams, which
+are never answered whole).
 
 Then the side channel, over ``--tries`` tries of a new image each: tenant A sends it, then tenant
 B sends the same image. So that the two cases differ in nothing else, they are two worlds: a
 second gateway and sim like the first (one tenant secret); A sends the image in one of them (each
 in turn) and, in the other, another image of its size (only the image differs) or nothing (A's
-activity differs too), and B asks both (each first in turn). B compares its status, headers (all but ``Date``) and body (all but ``id`` and
+activity differs too), and B asks both (each first in turn). B compares its status, headers (all but ``Date`` and the random ``X-Request-Id``) and body (all but ``id`` and
 ``created``) between the two, its latency (medians, and how often the world where A sent was the
 faster), and tries ``/metrics`` with its key.
 
@@ -97,11 +105,12 @@ def noise_png(seed: int, side: int = 256) -> str:
 
 # -- the attacker (a process of its own: its CPU is not the victim's client's) ----------------------
 
-def attacker_main(attack: str, url: str, port: int, seconds: float) -> None:
-    asyncio.run(_attack(attack, url, port, seconds))
+def attacker_main(attack: str, url: str, port: int, seconds: float, answered: Any) -> None:
+    asyncio.run(_attack(attack, url, port, seconds, answered))
 
 
-async def _attack(attack: str, url: str, port: int, seconds: float) -> None:
+async def _attack(attack: str, url: str, port: int, seconds: float, answered: Any) -> None:
+    """``answered``: a shared counter of the attacker's requests answered (any status)."""
     deadline = time.monotonic() + seconds
     if attack == "unread streams":
         await _unread_streams(port, deadline)
@@ -118,6 +127,8 @@ async def _attack(attack: str, url: str, port: int, seconds: float) -> None:
                     async with session.post(url + "/v1/chat/completions", data=data,
                                             headers={**auth(ATTACKER), **headers}) as r:
                         await r.read()
+                        with answered.get_lock():
+                            answered.value += 1
 
         await asyncio.gather(*(worker(n) for n in range(4 if attack != "decode bombs" else 2)))
 
@@ -202,8 +213,18 @@ class RssSampler:
         self._thread.join()
 
 
+IDLE_SERVER = """
+import sys
+from aiohttp import web
+app = web.Application()
+app.router.add_get("/health", lambda request: web.Response(text="ok"))
+web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None)
+"""
+
+
 async def health_probe(url: str, stop: asyncio.Event) -> list[float]:
-    """``GET /health`` every 50 ms on a connection of its own: the gateway's own delay, no backend."""
+    """``GET /health`` every 50 ms on a connection of its own: the gateway's own delay, no backend
+    (or, for the idle process, the machine's)."""
     latencies = []
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
         while not stop.is_set():
@@ -216,27 +237,41 @@ async def health_probe(url: str, stop: asyncio.Event) -> list[float]:
     return latencies
 
 
-async def victim(session: aiohttp.ClientSession, url: str, seconds: float, seed: list[int]) -> tuple[list[float], int]:
+async def _timed_post(session: aiohttp.ClientSession, url: str, body: dict[str, Any],
+                      headers: dict[str, str]) -> tuple[float, bool]:
+    t0 = time.perf_counter()
+    try:
+        async with session.post(url + "/v1/chat/completions", json=body, headers=headers) as r:
+            await r.read()
+            ok = r.status == 200
+    except (aiohttp.ClientError, TimeoutError):
+        ok = False
+    return 1000 * (time.perf_counter() - t0), ok
+
+
+async def victim(session: aiohttp.ClientSession, url: str, sim_url: str, seconds: float,
+                 seed: list[int]) -> tuple[list[float], int, list[float]]:
+    """The victim's requests through the gateway, each followed by the control request to the sim
+    directly: (gateway latencies, gateway errors, direct latencies)."""
     latencies: list[float] = []
+    direct: list[float] = []
     errors = 0
     started = time.monotonic()
     while time.monotonic() - started < seconds:
         seed[0] += 1
-        body = chat(image(png_data_url(seed[0], 64)), image(None, f"mine-{seed[0] % 8}"))
-        t0 = time.perf_counter()
-        try:
-            async with session.post(url + "/v1/chat/completions", json=body, headers=auth(VICTIM)) as r:
-                await r.read()
-                ok = r.status == 200
-        except (aiohttp.ClientError, TimeoutError):
-            ok = False
-        latencies.append(1000 * (time.perf_counter() - t0))
+        ms, ok = await _timed_post(session, url, chat(image(png_data_url(seed[0], 64)), image(None, f"mine-{seed[0] % 8}")),
+                                   auth(VICTIM))
+        latencies.append(ms)
         errors += not ok
-        await asyncio.sleep(0.02)
-    return latencies, errors
+        await asyncio.sleep(0.01)
+        seed[0] += 1
+        direct.append((await _timed_post(session, sim_url, chat(image(png_data_url(seed[0], 64))), {}))[0])
+        await asyncio.sleep(0.01)
+    return latencies, errors, direct
 
 
-async def run_phases(url: str, port: int, pid: int, sim_pid: int, seconds: float) -> list[dict[str, Any]]:
+async def run_phases(url: str, port: int, pid: int, sim_pid: int, sim_url: str, idle_url: str,
+                     seconds: float) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     seed = [10_000]
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
@@ -246,18 +281,22 @@ async def run_phases(url: str, port: int, pid: int, sim_pid: int, seconds: float
                 assert r.status == 200, await r.text()
         for attack in ATTACKS:
             attacker = None
+            context = multiprocessing.get_context("spawn")
+            answered = context.Value("l", 0)
             if attack != "unloaded":
-                attacker = multiprocessing.get_context("spawn").Process(
-                    target=attacker_main, args=(attack, url, port, seconds + 1.0))
+                attacker = context.Process(target=attacker_main, args=(attack, url, port, seconds + 1.0, answered))
                 attacker.start()
                 await asyncio.sleep(1.0)
             cpu = (cpu_seconds(pid), cpu_seconds(sim_pid))
+            answered_before, phase_started = answered.value, time.monotonic()
             stop = asyncio.Event()
             probe = asyncio.create_task(health_probe(url, stop))
+            idle_probe = asyncio.create_task(health_probe(idle_url, stop))
             with RssSampler(pid) as rss:
-                latencies, errors = await victim(session, url, seconds, seed)
+                latencies, errors, direct = await victim(session, url, sim_url, seconds, seed)
             stop.set()
-            health = await probe
+            health, idle = await probe, await idle_probe
+            attacker_rate = (answered.value - answered_before) / (time.monotonic() - phase_started)
             cpu = (cpu_seconds(pid) - cpu[0], cpu_seconds(sim_pid) - cpu[1])
             if attacker is not None:
                 attacker.join(timeout=30)
@@ -267,11 +306,15 @@ async def run_phases(url: str, port: int, pid: int, sim_pid: int, seconds: float
             rows.append({"attack": attack, "n": len(latencies), "errors": errors,
                          "p50_ms": statistics.median(latencies), "p99_ms": pct(latencies, 99),
                          "rss_start_mib": rss.start_rss / MiB, "rss_growth_mib": (rss.peak - rss.start_rss) / MiB,
-                         "gateway_cpu_s": cpu[0], "sim_cpu_s": cpu[1], "health_p99_ms": pct(health, 99)})
+                         "gateway_cpu_s": cpu[0], "sim_cpu_s": cpu[1], "health_p99_ms": pct(health, 99),
+                         "direct_n": len(direct), "direct_p50_ms": statistics.median(direct),
+                         "direct_p99_ms": pct(direct, 99), "idle_health_p99_ms": pct(idle, 99),
+                         "attacker_answers_per_s": attacker_rate})
             await asyncio.sleep(2.0)  # what the attack left running drains
-    base = rows[0]["p99_ms"]
+    base, direct_base = rows[0]["p99_ms"], rows[0]["direct_p99_ms"]
     for row in rows:
         row["p99_vs_unloaded"] = row["p99_ms"] / base
+        row["direct_p99_vs_unloaded"] = row["direct_p99_ms"] / direct_base
     return rows
 
 
@@ -279,7 +322,7 @@ async def side_channel(worlds: list[str], tries: int, *, decoy: bool) -> dict[st
     """Two identical worlds (a gateway and its sim each, one tenant secret): in one, tenant A sends
     each try's new image first, in the other another image (``decoy``) or nothing; then tenant B
     sends it in both. Every difference between B's two answers is something B could learn from."""
-    volatile_headers = {"date"}
+    volatile_headers = {"date", "x-request-id"}  # a request id is 128 random bits, new each time
     volatile_fields = {"id", "created"}
     differing: set[str] = set()
     differing_tries = 0
@@ -336,8 +379,10 @@ def main() -> int:
         keys, admin = Path(tmp) / "keys.txt", Path(tmp) / "admin.key"
         keys.write_text(f"{VICTIM} victim\n{ATTACKER} attacker\n")
         admin.write_text(ADMIN + "\n")
-        urls, pids, ports = [], [], []
+        urls, pids, ports, sim_urls = [], [], [], []
         try:
+            idle_port = free_port()
+            procs.append(start([IDLE_SERVER, str(idle_port)], idle_port, command=[sys.executable, "-c"]))
             for _ in range(2):  # the attacks run against the first; the side channel compares both
                 sim_port, port = free_port(), free_port()
                 procs.append(start(["sim", "--port", str(sim_port), "--speedup", "20", "--max-model-len", "100000",
@@ -348,9 +393,11 @@ def main() -> int:
                                     "--max-inflation-ratio", "20", "--stream-stall-timeout", "5",
                                     "--uuid-store-bytes", str(16 * MiB)], port))
                 urls.append(f"http://127.0.0.1:{port}")
+                sim_urls.append(f"http://127.0.0.1:{sim_port}")
                 pids.append(procs[-1].pid)
                 ports.append(port)
-            rows = asyncio.run(run_phases(urls[0], ports[0], pids[0], procs[0].pid, args.seconds))
+            rows = asyncio.run(run_phases(urls[0], ports[0], pids[0], procs[1].pid, sim_urls[0],
+                                          f"http://127.0.0.1:{idle_port}", args.seconds))
             sides = [asyncio.run(side_channel(urls, args.tries, decoy=decoy)) for decoy in (True, False)]
         finally:
             for proc in reversed(procs):
@@ -359,11 +406,15 @@ def main() -> int:
                   Column("victim n", 9, lambda r: str(r["n"])), Column("errors", 7, lambda r: str(r["errors"])),
                   Column("p50 ms", 9, lambda r: f"{r['p50_ms']:.1f}"), Column("p99 ms", 9, lambda r: f"{r['p99_ms']:.1f}"),
                   Column("p99/unloaded", 13, lambda r: f"{r['p99_vs_unloaded']:.2f}x"),
+                  Column("direct p99", 11, lambda r: f"{r['direct_p99_ms']:.1f}"),
+                  Column("direct/unl", 11, lambda r: f"{r['direct_p99_vs_unloaded']:.2f}x"),
                   Column("/health p99", 12, lambda r: f"{r['health_p99_ms']:.1f}"),
+                  Column("idle proc p99", 14, lambda r: f"{r['idle_health_p99_ms']:.1f}"),
                   Column("RSS MiB", 9, lambda r: f"{r['rss_start_mib']:.0f}"),
                   Column("RSS growth MiB", 15, lambda r: f"{r['rss_growth_mib']:.1f}"),
                   Column("gateway CPU s", 14, lambda r: f"{r['gateway_cpu_s']:.1f}"),
-                  Column("sim CPU s", 10, lambda r: f"{r['sim_cpu_s']:.1f}")], rows))
+                  Column("sim CPU s", 10, lambda r: f"{r['sim_cpu_s']:.1f}"),
+                  Column("attack req/s", 13, lambda r: f"{r['attacker_answers_per_s']:.0f}")], rows))
     print()
     for side in sides:
         print(f"side channel, {side['tries']} tries, A sends {side['a_elsewhere']} in the other world: B's median "

@@ -1,5 +1,13 @@
-"""What a decode bomb costs with and without the gateway's structure check, and what costly decodes
-that pass it do to another tenant's images.
+"""What a decode bomb costs with and without the gateway's structure check, what ordinary images
+cost per pixel (the CPU budget's base), and what costly decodes that pass it do to another tenant's
+images.
+
+Part 0: the CPU time (``time.process_time``, as the decode workers are measured) of the decode
+``validate_image`` runs, per pixel, for ordinary images of each format at ``--cost-sizes`` (a photo-like
+blend of noise, gradient and fractal, and pure noise: the costliest content for every entropy
+coder), then for the costliest bombs the structure check lets through (90 repeated scans: the
+gradient scan ``attacks.py`` sends, and a luma refinement scan of noise). Each against the gateway's
+budget (``mmgate.media.decode.decode_cpu_budget_s``): ordinary images must stay far under it.
 
 Part 1: for each bomb (a progressive JPEG with repeated scans, a PNG of empty ancillary chunks) and
 one ordinary image of the same size: the wall time of Pillow opening and decoding it as validation
@@ -8,7 +16,7 @@ the bombs are refused before Pillow reads a byte). Medians of ``--repeats``.
 
 Part 2 (``--victim-seconds``, 0 skips it): one ``MediaLoader``, two tenants. The victim loads a new
 64x64 PNG (a data URL) one after another; the attacker keeps ``--attackers`` loads of new
-progressive JPEGs of 90 repeated scans running (under the structure check's limit: ~0.5 s of Pillow
+progressive JPEGs of 90 repeated scans running (under the structure check's limit: ~0.25 s of Pillow
 each at 2000x2000), either awaiting them (``bombs``) or hanging up 0.3 s into each and sending the
 next (``bombs, hang up``). Two arms, interleaved window by window: ``processes`` (the gateway's
 decode workers) and ``threads`` (the full decode in the decode threads, as before the workers:
@@ -38,7 +46,7 @@ from PIL import Image
 
 from mmgate.config import CacheSettings, MediaSettings
 from mmgate.errors import UnsupportedImageError
-from mmgate.media.decode import DecodeLanes
+from mmgate.media.decode import DECODE_CPU_PER_PIXEL_S, DecodeLanes, decode_cpu_budget_s
 from mmgate.media.loader import MediaLoader
 from mmgate.media.validate import ImageInfo, validate_image
 
@@ -66,6 +74,60 @@ def gateway_validate(data: bytes) -> str:
     except UnsupportedImageError:
         return "refused (415)"
     return "accepted"
+
+
+def _encoded(img: Image.Image, fmt: str, **options: Any) -> bytes:
+    buf = io.BytesIO()
+    img.save(buf, fmt, **options)
+    return buf.getvalue()
+
+
+def _photo(n: int) -> Image.Image:
+    noise = Image.effect_noise((n, n), 64).convert("RGB")
+    gradient = Image.radial_gradient("L").resize((n, n)).convert("RGB")
+    fractal = Image.effect_mandelbrot((n, n), (-2, -1.5, 1, 1.5), 100).convert("RGB")
+    return Image.blend(Image.blend(noise, gradient, 0.5), fractal, 0.3)
+
+
+def _noise_refinement_bomb(n: int, extra: int = 90) -> bytes:
+    """A progressive JPEG of noise whose last scan (luma AC refinement: the costliest) is repeated."""
+    data = _encoded(Image.effect_noise((n, n), 128).convert("RGB"), "JPEG", quality=100, progressive=True)
+    last = data.rindex(b"\xff\xda")
+    return data[:-2] + data[last:-2] * extra + b"\xff\xd9"
+
+
+def ordinary_images(n: int) -> dict[str, bytes]:
+    photo, noise = _photo(n), Image.effect_noise((n, n), 128).convert("RGB")
+    cases = {}
+    for content, img in (("photo", photo), ("noise", noise)):
+        cases[f"baseline JPEG q95, {content}"] = _encoded(img, "JPEG", quality=95)
+        cases[f"progressive JPEG q95, {content}"] = _encoded(img, "JPEG", quality=95, progressive=True)
+        cases[f"PNG RGB, {content}"] = _encoded(img, "PNG")
+        cases[f"PNG RGBA, {content}"] = _encoded(img.convert("RGBA"), "PNG")
+        cases[f"WEBP q90, {content}"] = _encoded(img, "WEBP", quality=90, method=2)
+        cases[f"WEBP lossless, {content}"] = _encoded(img, "WEBP", lossless=True, method=0)
+        cases[f"GIF, {content}"] = _encoded(img.convert("P"), "GIF")
+    return cases
+
+
+def cpu_per_pixel(sizes: list[int], repeats: int) -> list[dict[str, Any]]:
+    """Part 0: the CPU per pixel of the decode ``validate_image`` runs (``pillow_decode``: without
+    the structure check, so the bombs show what they cost once let through), min of ``repeats``."""
+    rows = []
+    for n in sizes:
+        cases = [(name, "ordinary", data) for name, data in ordinary_images(n).items()]
+        cases += [("JPEG +90 gradient scans", "bomb", many_scans(90, n)),
+                  ("JPEG +90 noise refinement scans", "bomb", _noise_refinement_bomb(n))]
+        for name, kind, data in cases:
+            cpu = []
+            for _ in range(repeats):
+                started = time.process_time()
+                pillow_decode(data)
+                cpu.append(time.process_time() - started)
+            pixels = n * n
+            rows.append({"size": n, "image": name, "kind": kind, "cpu_ms": 1000 * min(cpu),
+                         "ns_per_pixel": 1e9 * min(cpu) / pixels, "budget_ms": 1000 * decode_cpu_budget_s(pixels)})
+    return rows
 
 
 def timed(fn: Callable[[bytes], object], data: bytes, repeats: int) -> float:
@@ -180,11 +242,24 @@ async def victim_part(seconds: float, attackers: int, rounds: int) -> list[dict[
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--cost-sizes", type=int, nargs="*", default=[1000, 2000],
+                   help="square sizes of the per-pixel cost images (none: skip part 0)")
     p.add_argument("--victim-seconds", type=float, default=4.0, help="length of each victim window (0: skip)")
     p.add_argument("--attackers", type=int, default=2, help="the attacker's loads in flight at once")
     p.add_argument("--rounds", type=int, default=2, help="interleaved rounds of the victim windows")
     p.add_argument("--out", type=Path, default=ROOT / "results" / "decode_bombs.json")
     args = p.parse_args()
+    costs = cpu_per_pixel(args.cost_sizes, args.repeats)
+    if costs:
+        print(render([Column("size", 6, lambda r: str(r["size"])),
+                      Column("  image", 36, lambda r: "  " + r["image"], left=True),
+                      Column("CPU ms", 9, lambda r: f"{r['cpu_ms']:.1f}"),
+                      Column("ns/pixel", 9, lambda r: f"{r['ns_per_pixel']:.1f}"),
+                      Column("budget ms", 10, lambda r: f"{r['budget_ms']:.0f}"),
+                      Column("of budget", 10, lambda r: f"{r['cpu_ms'] / r['budget_ms']:.0%}")], costs))
+        worst = max(r["ns_per_pixel"] for r in costs if r["kind"] == "ordinary")
+        print(f"costliest ordinary image: {worst:.1f} ns/pixel; budget {1e9 * DECODE_CPU_PER_PIXEL_S:.0f} ns/pixel "
+              f"+ floor: {1e9 * DECODE_CPU_PER_PIXEL_S / worst:.1f}x it\n")
     cases = {
         "jpeg 1000x1000, 11 scans": progressive_jpeg(1000),
         "jpeg 1000x1000, +2000 scans": many_scans(2000, 1000),
@@ -213,7 +288,7 @@ def main() -> int:
                       Column("bombs done", 11, lambda r: str(r["finished"])),
                       Column("hung up", 9, lambda r: str(r["abandoned"]))], victim))
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"repeats": args.repeats, "rows": rows, "victim_seconds": args.victim_seconds,
+    args.out.write_text(json.dumps({"repeats": args.repeats, "cpu_per_pixel": costs, "rows": rows, "victim_seconds": args.victim_seconds,
                                     "attackers": args.attackers, "rounds": args.rounds, "victim": victim}, indent=2))
     print(f"wrote {args.out}")
     return 0

@@ -1,5 +1,5 @@
 """Decodes in worker processes (``DecodeProcesses``), with real forkserver workers and real costly
-images (a progressive JPEG of 90 repeated scans: under the structure check's limit, still ~0.5 s
+images (a progressive JPEG of 90 repeated scans: under the structure check's limit, still ~0.25 s
 of Pillow's CPU): results and refusals come back, a cancelled or overlong decode is killed at once,
 a slow one drops to the lowest CPU priority, and one tenant's costly decodes leave another tenant
 a worker."""
@@ -22,7 +22,7 @@ from mmgate.media.decode_procs import DecodeProcesses
 from tests.support.bombs import many_scans, progressive_jpeg
 
 FORMATS = ("JPEG", "PNG")
-SLOW = many_scans(90, 2000)  # ~0.5 s of decode on an idle core
+SLOW = many_scans(90, 2000)  # ~0.25 s of decode on an idle core
 SMALL = progressive_jpeg(64)
 
 
@@ -58,18 +58,18 @@ async def make_pool() -> AsyncIterator[type[DecodeProcesses]]:
 
 async def test_results_and_refusals_come_back(make_pool: type[DecodeProcesses]) -> None:
     pool = make_pool(2, time_limit_s=30, slow_after_s=10)
-    info = await pool.validate(None, SMALL, FORMATS, 10**6)
+    info = await pool.validate(None, SMALL, FORMATS, 10**6, pixels=64 * 64)
     assert (info.format, info.width, info.height) == ("JPEG", 64, 64)
     with pytest.raises(UnsupportedImageError, match="corrupt or truncated"):
-        await pool.validate(None, SMALL[: len(SMALL) // 2], FORMATS, 10**6)
+        await pool.validate(None, SMALL[: len(SMALL) // 2], FORMATS, 10**6, pixels=64 * 64)
     with pytest.raises(ImageTooLargeError, match="pixel limit"):
-        await pool.validate(None, SMALL, FORMATS, 100)
+        await pool.validate(None, SMALL, FORMATS, 100, pixels=64 * 64)
     assert pool.abandoned == 0 and len(workers_alive()) == 1  # one worker did all three in turn
 
 
 async def test_a_cancelled_decode_is_killed(make_pool: type[DecodeProcesses]) -> None:
     pool = make_pool(2, time_limit_s=30, slow_after_s=10)
-    decode = asyncio.create_task(pool.validate("t-a", SLOW, FORMATS, 10**8))
+    decode = asyncio.create_task(pool.validate("t-a", SLOW, FORMATS, 10**8, pixels=2000 * 2000))
     await wait_until(lambda: len(workers_alive()) == 1)
     (pid,) = pids_alive()
     await asyncio.sleep(0.1)
@@ -79,22 +79,22 @@ async def test_a_cancelled_decode_is_killed(make_pool: type[DecodeProcesses]) ->
     await wait_until(lambda: pid not in pids_alive(), timeout_s=0.3)  # the work stopped, not just the wait
     assert pool.abandoned == 1
     await wait_until(lambda: len(pool._idle) == 1)  # its replacement waits for the next decode
-    assert (await pool.validate("t-a", SMALL, FORMATS, 10**6)).width == 64  # a fresh worker serves on
+    assert (await pool.validate("t-a", SMALL, FORMATS, 10**6, pixels=64 * 64)).width == 64  # a fresh worker serves on
 
 
 async def test_a_decode_past_the_time_limit_is_refused_and_killed(make_pool: type[DecodeProcesses]) -> None:
     unlimited = make_pool(1, time_limit_s=30, slow_after_s=30)
     started = time.monotonic()
-    await unlimited.validate(None, SLOW, FORMATS, 10**8)
+    await unlimited.validate(None, SLOW, FORMATS, 10**8, pixels=2000 * 2000)
     whole_decode_s = time.monotonic() - started
     unlimited.close()
     await wait_until(lambda: not workers_alive())
     pool = make_pool(1, time_limit_s=0.1, slow_after_s=10)
-    await pool.validate(None, SMALL, FORMATS, 10**6)  # a worker started
+    await pool.validate(None, SMALL, FORMATS, 10**6, pixels=64 * 64)  # a worker started
     (pid,) = pids_alive()
     started = time.monotonic()
     with pytest.raises(UnsupportedImageError, match=r"took more than 0\.1 s"):
-        await pool.validate(None, SLOW, FORMATS, 10**8)
+        await pool.validate(None, SLOW, FORMATS, 10**8, pixels=2000 * 2000)
     assert time.monotonic() - started < whole_decode_s  # refused before the decode could have ended
     await wait_until(lambda: pid not in pids_alive(), timeout_s=0.3)
     assert pool.abandoned == 1
@@ -102,7 +102,7 @@ async def test_a_decode_past_the_time_limit_is_refused_and_killed(make_pool: typ
 
 async def test_a_slow_decode_drops_to_the_lowest_priority(make_pool: type[DecodeProcesses]) -> None:
     pool = make_pool(1, time_limit_s=30, slow_after_s=0.05)
-    decode = asyncio.create_task(pool.validate(None, SLOW, FORMATS, 10**8))
+    decode = asyncio.create_task(pool.validate(None, SLOW, FORMATS, 10**8, pixels=2000 * 2000))
     await wait_until(lambda: len(workers_alive()) == 1)
     pid = workers_alive()[0].pid
     assert pid is not None
@@ -118,7 +118,7 @@ async def test_one_tenants_costly_decodes_leave_another_a_worker(make_pool: type
     done: list[str] = []
 
     async def run(tenant: str, data: bytes, name: str) -> None:
-        await pool.validate(tenant, data, FORMATS, 10**8)
+        await pool.validate(tenant, data, FORMATS, 10**8, pixels=2000 * 2000)
         done.append(name)
 
     flood = [asyncio.create_task(run("t-a", SLOW, f"a{i}")) for i in range(3)]
@@ -141,8 +141,27 @@ def test_big_images_under_uvloop() -> None:
     async def main() -> list[int]:
         pool = DecodeProcesses(1, time_limit_s=30, slow_after_s=10)
         try:
-            return [(await pool.validate(None, big, FORMATS, 10**8)).width for _ in range(3)]
+            return [(await pool.validate(None, big, FORMATS, 10**8, pixels=600 * 600)).width for _ in range(3)]
         finally:
             pool.close()
 
     assert uvloop.run(main()) == [600, 600, 600]
+
+
+async def test_a_decode_past_its_cpu_budget_is_refused_and_killed(make_pool: type[DecodeProcesses]) -> None:
+    reasons: list[str] = []
+    # Far tighter than the gateway's (so a real sub-limit bomb crosses it): 0.05 s + 10 ns a pixel.
+    pool = make_pool(1, time_limit_s=30, slow_after_s=30, cpu_budget_s=lambda pixels: 0.05 + 10e-9 * pixels,
+                     on_abandon=reasons.append)
+    assert (await pool.validate(None, SMALL, FORMATS, 10**6, pixels=64 * 64)).width == 64  # within its budget
+    (pid,) = pids_alive()
+    cpu_before = pool._idle[0].cpu_seconds()
+    assert cpu_before is not None
+    with pytest.raises(UnsupportedImageError, match="far more to decode than its 4000000 pixels justify"):
+        await pool.validate(None, SLOW, FORMATS, 10**8, pixels=2000 * 2000)
+    await wait_until(lambda: pid not in pids_alive(), timeout_s=0.3)  # the work stopped, not just the wait
+    assert reasons == ["cpu_budget"] and pool.abandoned == 1
+    # The same bomb fits a budget of its own size: the refusal came from the budget, not the image.
+    pool.cpu_budget_s = lambda pixels: 30.0
+    assert (await pool.validate(None, SLOW, FORMATS, 10**8, pixels=2000 * 2000)).width == 2000
+    assert reasons == ["cpu_budget"]

@@ -15,8 +15,8 @@
 * ``PixelBudget``: the pixels decoded for one request (``max_request_pixels``); past it, 400 before
   the image that would cross it is decoded. Cached images cost nothing: they are not decoded again.
 * The full decode itself (Pillow) runs in worker processes (``mmgate.media.decode_procs``): a
-  decode nobody waits for any more, or one past ``DECODE_TIME_LIMIT_S``, is killed, and tenants take
-  turns.
+  decode nobody waits for any more, one past ``DECODE_TIME_LIMIT_S``, or one past the CPU its
+  pixels justify (``decode_cpu_budget_s``) is killed, and tenants take turns.
 """
 
 from __future__ import annotations
@@ -42,6 +42,17 @@ DECODE_TIME_LIMIT_S = 20.0
 # A decode that has used this much CPU is moved to the lowest CPU priority (a 4-megapixel JPEG
 # decodes in ~50 ms: what costs more is large or costly, and must not take the CPU from the rest).
 SLOW_DECODE_S = 0.5
+# A decode may use this much CPU per pixel of its image, plus the floor, before it is abandoned and
+# the image refused (415): over 10 times the costliest ordinary image (lossy WEBP of noise; the
+# per-format costs are measured by benchmarks/decode_bombs.py, PERFORMANCE.md "Decode bombs"). The
+# floor covers a worker's fixed costs and the CPU clock's 10 ms ticks, so no small image nears it.
+DECODE_CPU_PER_PIXEL_S = 600e-9
+DECODE_CPU_FLOOR_S = 0.25
+
+
+def decode_cpu_budget_s(pixels: int) -> float:
+    """CPU seconds the full decode of an image of ``pixels`` may use (constants above)."""
+    return DECODE_CPU_FLOOR_S + pixels * DECODE_CPU_PER_PIXEL_S
 
 
 def _lower_priority() -> None:
@@ -154,7 +165,7 @@ class DecodeLanes:
         self._queued = 0  # pixels submitted to the large lane and not finished (queued + running)
         self._lock = threading.Lock()  # released from worker threads
         self.processes = DecodeProcesses(workers, time_limit_s=DECODE_TIME_LIMIT_S, slow_after_s=SLOW_DECODE_S,
-                                         on_abandon=on_abandon)
+                                         cpu_budget_s=decode_cpu_budget_s, on_abandon=on_abandon)
         self._large_turn = asyncio.Semaphore(1)  # large decodes: one at a time
 
     @property
@@ -184,12 +195,13 @@ class DecodeLanes:
         """The full decode of an image of ``pixels`` (``validate_image``) in a worker process, for
         ``tenant`` (its tag; None without tenants). ``reserved``: as for ``run``."""
         if pixels <= self.large_image_pixels:
-            return await self.processes.validate(tenant, data, allowed_formats, max_pixels)
+            return await self.processes.validate(tenant, data, allowed_formats, max_pixels, pixels=pixels)
         if not reserved:
             self.reserve(pixels)
         try:
             async with self._large_turn:
-                return await self.processes.validate(tenant, data, allowed_formats, max_pixels, low_priority=True)
+                return await self.processes.validate(tenant, data, allowed_formats, max_pixels, pixels=pixels,
+                                                     low_priority=True)
         finally:
             self.release(pixels)
 

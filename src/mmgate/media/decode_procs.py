@@ -7,6 +7,10 @@ worker process (``forkserver``: Pillow is imported once, in the server), and:
 * a decode that is cancelled (every request waiting for it went away) or runs past
   ``time_limit_s`` is abandoned: its worker is killed and a fresh one is started on demand, so the
   work stops at once (a timeout is the client's 415: the image costs too much to decode);
+* a decode whose worker has used more CPU than ``cpu_budget_s(pixels)`` (the image's pixels, from
+  its header) is abandoned the same way and the image refused (415): what it costs is out of
+  proportion to what it shows, so a backend must not decode it either. The budget is checked when
+  it could first have been spent (wall time ≥ CPU time) and again when it could next be;
 * a decode that has used ``slow_after_s`` of CPU is moved to the lowest CPU priority (and its
   worker replaced when it ends: a process cannot raise its priority back), so a costly image takes
   the CPU the others leave; a ``low_priority`` decode (a large image) starts there. CPU, not wall
@@ -22,7 +26,6 @@ Only the image bytes go to the worker and only ``ImageInfo`` (or the refusal) co
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import multiprocessing
 import multiprocessing.forkserver
@@ -31,91 +34,48 @@ import threading
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from multiprocessing.connection import Connection
-from multiprocessing.process import BaseProcess
-from pathlib import Path
 from typing import Any
 
 from mmgate.errors import ImageTooLargeError, MediaError, UnsupportedImageError
+from mmgate.media.decode_worker import Worker, send, serve
 from mmgate.media.metrics import AbandonReason
-from mmgate.media.validate import ImageInfo, validate_image
+from mmgate.media.validate import ImageInfo
 
 log = logging.getLogger(__name__)
 
 _REFUSALS: dict[str, type[MediaError]] = {
     "ImageTooLargeError": ImageTooLargeError, "UnsupportedImageError": UnsupportedImageError,
 }
-_LOWEST_PRIORITY = 19
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+class _OverBudget(Exception):
+    """The cause of a refusal for a decode past its CPU budget (tells the abandon reason apart)."""
+
+
 # An image this small is written to its worker from the event loop: far below a local socket's
 # send buffer, so the write completes at once whether or not the worker reads yet.
 _INLINE_SEND_BYTES = 32 * 1024
-
-
-def _serve(conn: Connection) -> None:
-    """A worker: validate each image it is sent until its parent closes the pipe."""
-    while True:
-        try:
-            data = conn.recv_bytes()
-            allowed, max_pixels = conn.recv()
-        except (EOFError, OSError):  # the parent closed its end or died: nothing more to do
-            return
-        try:
-            reply: tuple[Any, ...] = ("ok", validate_image(data, allowed_formats=allowed, max_pixels=max_pixels))
-        except MediaError as exc:
-            reply = ("refused", type(exc).__name__, exc.message)
-        except Exception as exc:  # anything else Pillow raises is the image's fault too
-            reply = ("refused", "UnsupportedImageError", f"the image cannot be decoded ({type(exc).__name__})")
-        conn.send(reply)
-
-
-class _Worker:
-    __slots__ = ("conn", "lowered", "process")
-
-    def __init__(self, process: BaseProcess, conn: Connection) -> None:
-        self.process = process
-        self.conn = conn
-        self.lowered = False  # at the lowest CPU priority: replaced once its decode ends
-
-    def cpu_seconds(self) -> float | None:
-        """CPU time the worker has used (user and system), or None where it cannot be read."""
-        try:
-            fields = Path(f"/proc/{self.process.pid}/stat").read_bytes().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
-            return None
-        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
-
-    def lower_priority(self) -> None:
-        if self.lowered or self.process.pid is None:
-            return
-        self.lowered = True
-        with contextlib.suppress(OSError):  # gone already, or not allowed: the decode still ends
-            os.setpriority(os.PRIO_PROCESS, self.process.pid, _LOWEST_PRIORITY)
-
-    def kill(self) -> None:
-        with contextlib.suppress(OSError):
-            self.conn.close()
-        self.process.kill()
-        self.process.join(timeout=0)  # reaped now or by multiprocessing at the next start
 
 
 class DecodeProcesses:
     """The pool of decode workers (module docstring). Workers start on demand, at most ``workers``."""
 
     def __init__(self, workers: int, *, time_limit_s: float, slow_after_s: float,
+                 cpu_budget_s: Callable[[int], float] | None = None,
                  on_abandon: Callable[[AbandonReason], None] | None = None) -> None:
         self.workers = workers
+        self.cpu_budget_s = cpu_budget_s  # CPU seconds a decode of so many pixels may use (None: any)
         self._on_abandon = on_abandon
         self.time_limit_s = time_limit_s
         self.slow_after_s = slow_after_s
         self._ctx = multiprocessing.get_context("forkserver")
         # "__main__": the server imports the main script once, so its children do not each
         # import it again (multiprocessing's preparation skips a main the process already has).
-        self._ctx.set_forkserver_preload(["__main__", "mmgate.media.validate"])
+        self._ctx.set_forkserver_preload(["__main__", "mmgate.media.decode_worker"])
         # The server itself starts now, in the background: the first decode only forks.
         threading.Thread(target=multiprocessing.forkserver.ensure_running, name="mmgate-forkserver-start",
                          daemon=True).start()
-        self._idle: list[_Worker] = []
+        self._idle: list[Worker] = []
         self._live = 0  # workers started or starting, not yet killed
         # Sends of big images and worker starts: threads of the pool's own (the loop's default
         # executor is shared, and a send waits for its worker to read).
@@ -132,16 +92,17 @@ class DecodeProcesses:
         return max(1, self.workers - 1)
 
     async def validate(self, tenant: str | None, data: bytes, allowed_formats: tuple[str, ...], max_pixels: int,
-                       *, low_priority: bool = False) -> ImageInfo:
+                       *, pixels: int, low_priority: bool = False) -> ImageInfo:
         """``validate_image(data, …)`` in a worker; ``tenant`` (its tag, or None without tenants)
-        decides its turn. Raises the worker's refusal, or ``UnsupportedImageError`` past the time limit."""
+        decides its turn, ``pixels`` (from the image's header) its CPU budget. Raises the worker's
+        refusal, or ``UnsupportedImageError`` past the time limit or the CPU budget."""
         await self._acquire(tenant)
-        worker: _Worker | None = None
+        worker: Worker | None = None
         try:
             worker = self._idle.pop() if self._idle else await self._spawn()
             if low_priority:
                 worker.lower_priority()
-            reply = await self._decode(worker, data, allowed_formats, max_pixels)
+            reply = await self._decode(worker, data, allowed_formats, max_pixels, pixels)
         except BaseException as exc:
             if worker is not None:
                 self._kill(worker)
@@ -160,32 +121,45 @@ class DecodeProcesses:
         if self._on_abandon is not None:
             cause = exc.__cause__
             reason: AbandonReason = "cancelled" if isinstance(exc, asyncio.CancelledError) else (
-                "died" if isinstance(cause, (EOFError, OSError)) else "time_limit")
+                "died" if isinstance(cause, (EOFError, OSError)) else
+                "cpu_budget" if isinstance(cause, _OverBudget) else "time_limit")
             self._on_abandon(reason)
 
-    async def _decode(self, worker: _Worker, data: bytes, allowed: tuple[str, ...], max_pixels: int) -> Any:
+    async def _decode(self, worker: Worker, data: bytes, allowed: tuple[str, ...], max_pixels: int,
+                      pixels: int) -> Any:
         loop = asyncio.get_running_loop()
         replied: asyncio.Future[None] = loop.create_future()
         fd = worker.conn.fileno()
         watching = False
         slow: asyncio.TimerHandle | None = None
+        budget_check: asyncio.TimerHandle | None = None
         decoding: asyncio.Future[None] = loop.create_future()  # done when this decode ends, however
+        over_budget: asyncio.Future[float] = loop.create_future()  # set to the CPU used, past the budget
         try:
             if len(data) <= _INLINE_SEND_BYTES:  # fits the socket's buffer: the write never waits
-                _send(worker.conn, data, (allowed, max_pixels))
+                send(worker.conn, data, (allowed, max_pixels))
             else:  # a big image fills it before the worker reads: sent from a thread of our own
-                await loop.run_in_executor(self._io, _send, worker.conn, data, (allowed, max_pixels))
-            slow = loop.call_later(self.slow_after_s, self._check_slow, worker, worker.cpu_seconds(), decoding)
+                await loop.run_in_executor(self._io, send, worker.conn, data, (allowed, max_pixels))
+            cpu_at_start = worker.cpu_seconds()
+            slow = loop.call_later(self.slow_after_s, self._check_slow, worker, cpu_at_start, decoding)
+            if self.cpu_budget_s is not None and cpu_at_start is not None:
+                budget = self.cpu_budget_s(pixels)
+                budget_check = loop.call_later(budget, self._check_budget, worker, cpu_at_start, budget, over_budget)
             # Watched only once sent: an event loop may make a watched socket non-blocking (uvloop
             # does), and the send from a thread must block until the worker has read it all.
             loop.add_reader(fd, _set_once, replied)
             watching = True
-            try:
-                await asyncio.wait_for(asyncio.shield(replied), self.time_limit_s)
-            except TimeoutError:
+            await asyncio.wait((replied, over_budget), timeout=self.time_limit_s,
+                               return_when=asyncio.FIRST_COMPLETED)
+            if not replied.done() and over_budget.done():
+                raise UnsupportedImageError(
+                    f"the image costs far more to decode than its {pixels} pixels justify "
+                    f"(over {over_budget.result():.2g} s of CPU): re-encode it (a baseline JPEG or a plain PNG)"
+                ) from _OverBudget()
+            if not replied.done():
                 raise UnsupportedImageError(
                     f"the image took more than {self.time_limit_s:g} s to decode: re-encode it "
-                    "(a baseline JPEG or a plain PNG)") from None
+                    "(a baseline JPEG or a plain PNG)")
             loop.remove_reader(fd)
             watching = False
             os.set_blocking(fd, True)  # the reply is there: read whole, and the next send blocks again
@@ -198,10 +172,14 @@ class DecodeProcesses:
             decoding.set_result(None)
             if slow is not None:
                 slow.cancel()
+            if budget_check is not None:
+                budget_check.cancel()
+            if not over_budget.done():
+                over_budget.cancel()  # stops a check already rescheduled
             if watching:
                 loop.remove_reader(fd)
 
-    def _check_slow(self, worker: _Worker, cpu_at_start: float | None, done: asyncio.Future[None]) -> None:
+    def _check_slow(self, worker: Worker, cpu_at_start: float | None, done: asyncio.Future[None]) -> None:
         """Lower ``worker``'s priority once its decode has used ``slow_after_s`` of CPU (module
         docstring); until then look again every ``slow_after_s`` while the decode runs."""
         if done.done():
@@ -212,7 +190,23 @@ class DecodeProcesses:
             return
         asyncio.get_running_loop().call_later(self.slow_after_s, self._check_slow, worker, cpu_at_start, done)
 
-    async def _spawn(self) -> _Worker:
+    def _check_budget(self, worker: Worker, cpu_at_start: float, budget: float,
+                      over: asyncio.Future[float]) -> None:
+        """Set ``over`` once the decode has used ``budget`` CPU seconds (module docstring); until
+        then look again when the rest could have been spent. Unreadable CPU: the time limit holds."""
+        if over.done():
+            return
+        cpu = worker.cpu_seconds()
+        if cpu is None:
+            return
+        used = cpu - cpu_at_start
+        if used >= budget:
+            over.set_result(used)
+            return
+        asyncio.get_running_loop().call_later(max(budget - used, 0.01), self._check_budget, worker, cpu_at_start,
+                                              budget, over)
+
+    async def _spawn(self) -> Worker:
         """A fresh worker, started from a thread (forking from the server takes milliseconds; the
         first start launches the server). One started for a waiter that went away is killed."""
         self._live += 1
@@ -226,13 +220,13 @@ class DecodeProcesses:
             self._live -= 1
             raise
 
-    def _kill_unclaimed(self, started: asyncio.Future[_Worker]) -> None:
+    def _kill_unclaimed(self, started: asyncio.Future[Worker]) -> None:
         if not started.cancelled() and started.exception() is None:
             self._kill(started.result())
         else:
             self._live -= 1
 
-    def _kill(self, worker: _Worker) -> None:
+    def _kill(self, worker: Worker) -> None:
         """Kill ``worker`` and start its replacement now (in the background), so the next decode
         finds a worker waiting instead of starting one."""
         worker.kill()
@@ -253,12 +247,12 @@ class DecodeProcesses:
         else:
             self._idle.append(worker)
 
-    def _start(self) -> _Worker:
+    def _start(self) -> Worker:
         parent, child = self._ctx.Pipe()
-        process = self._ctx.Process(target=_serve, args=(child,), name="mmgate-decode", daemon=True)
+        process = self._ctx.Process(target=serve, args=(child,), name="mmgate-decode", daemon=True)
         process.start()
         child.close()
-        return _Worker(process, parent)
+        return Worker(process, parent)
 
     async def _acquire(self, tenant: str | None) -> None:
         if self._closed:
@@ -290,7 +284,7 @@ class DecodeProcesses:
         self._busy += 1
         self._running[tenant] = self._running.get(tenant, 0) + 1
 
-    def _release(self, tenant: str | None, worker: _Worker | None) -> None:
+    def _release(self, tenant: str | None, worker: Worker | None) -> None:
         self._busy -= 1
         left = self._running[tenant] - 1
         if left:
@@ -336,8 +330,3 @@ class DecodeProcesses:
 def _set_once(replied: asyncio.Future[None]) -> None:
     if not replied.done():
         replied.set_result(None)
-
-
-def _send(conn: Connection, data: bytes, header: tuple[tuple[str, ...], int]) -> None:
-    conn.send_bytes(data)
-    conn.send(header)

@@ -8,8 +8,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 Outcome = Literal["local_hit", "shared_hit", "inflight_join", "origin", "error"]
 OUTCOMES: tuple[Outcome, ...] = ("local_hit", "shared_hit", "inflight_join", "origin", "error")
-AbandonReason = Literal["cancelled", "time_limit", "died"]
-ABANDON_REASONS: tuple[AbandonReason, ...] = ("cancelled", "time_limit", "died")
+AbandonReason = Literal["cancelled", "time_limit", "cpu_budget", "died"]
+ABANDON_REASONS: tuple[AbandonReason, ...] = ("cancelled", "time_limit", "cpu_budget", "died")
 
 
 class MediaMetrics:
@@ -48,7 +48,7 @@ class MediaMetrics:
         self.decodes_abandoned = Counter(
             "mmgate_image_decodes_abandoned",
             "Image decodes stopped before their end (the decode process killed), by reason: cancelled "
-            "(no request waits for it any more), time_limit (refused: too costly), died (the process failed)",
+            "(no request waits for it any more), time_limit and cpu_budget (refused: too costly), died (the process failed)",
             ["reason"],
             registry=registry,
         )
