@@ -16,7 +16,6 @@ the models (``mmgate.routing.health``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import time
@@ -194,15 +193,19 @@ class Router:
         decision's reason and records who showed ``images`` (about the clients, so at once: another
         session's concurrent request with the same image sees it shared, not its own new one)."""
         candidates = self.candidates(model)
-        healthy = [b for b in candidates if self.is_healthy(b)]
-        ejected = [b for b in candidates if not self.is_healthy(b)]
+        health = self._health
+        healthy: list[Backend] = []
+        ejected: list[Backend] = []
+        for backend in candidates:
+            state = health.get(backend.name)
+            (healthy if state is not None and state.is_healthy else ejected).append(backend)
         order: list[Backend] = []
         for pool in (healthy, ejected):
             if not pool:
                 continue
             decision = self.policy.decide([b.name for b in pool], [self.load(b) for b in pool], session_id, images)
             if not order and self._metrics is not None:
-                self._metrics.routing_decisions.labels(decision.reason).inc()
+                self._metrics.routing_decision(decision.reason)
             order.extend(pool[i] for i in decision.order)
         if images:
             self.holdings.show([i.key for i in images], session_token(session_id))
@@ -330,15 +333,8 @@ class Router:
 
     def _unpublish(self, name: str) -> None:
         """Drop a departed backend's label series (labels stay bounded by the fleet)."""
-        if self._metrics is None:
-            return
-        m = self._metrics
-        for gauge in (m.backend_healthy, m.backend_outstanding, m.backend_load):
-            with contextlib.suppress(KeyError):
-                gauge.remove(name)
-        for outcome in ("hit", "miss"):
-            with contextlib.suppress(KeyError):
-                m.routing_image_weight.remove(name, outcome)
+        if self._metrics is not None:
+            self._metrics.forget_backend(name)
 
     def _publish_loads(self) -> None:
         for backend in self.backends:
@@ -346,5 +342,6 @@ class Router:
 
     def _publish_outstanding(self, backend: Backend) -> None:
         if self._metrics is not None:
-            self._metrics.backend_outstanding.labels(backend.name).set(self.outstanding(backend))
-            self._metrics.backend_load.labels(backend.name).set(self.load(backend))
+            own = self._outstanding.get(backend.name, 0)
+            load = own if self.sync is None else own + self.sync.peer_load(backend.name)
+            self._metrics.backend_in_flight(backend.name, own, load)
