@@ -8,7 +8,7 @@ a URL, uuid, session or key.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -130,7 +130,7 @@ class GatewayMetrics:
         self._route_children: dict[tuple[str, int], tuple[Any, Any]] = {}
         self._backend_ok: dict[str, Any] = {}
         self._decisions: dict[str, Any] = {}
-        self._backend_gauges: dict[str, tuple[Any, Any]] = {}
+        self._backend_gauges: set[str] = set()
         self.forwarded_data = self.images_forwarded.labels("data")
         self.forwarded_reference = self.images_forwarded.labels("reference")
         self.forwarded_stripped = self.images_forwarded.labels("stripped")
@@ -158,18 +158,19 @@ class GatewayMetrics:
             child = self._decisions[reason] = self.routing_decisions.labels(reason)
         child.inc()
 
-    def backend_in_flight(self, backend: str, outstanding: int, load: int) -> None:
-        """Set ``backend``'s in-flight gauges: this gateway's requests, and every synced one's."""
-        children = self._backend_gauges.get(backend)
-        if children is None:
-            children = self._backend_gauges[backend] = (
-                self.backend_outstanding.labels(backend), self.backend_load.labels(backend))
-        children[0].set(outstanding)
-        children[1].set(load)
+    def backend_in_flight(self, backend: str, outstanding: Callable[[], float], load: Callable[[], float]) -> None:
+        """Have ``backend``'s in-flight gauges read ``outstanding()`` (this gateway's requests) and
+        ``load()`` (every synced gateway's) when scraped, so a request's start and end set nothing.
+        Bound once per backend (until ``forget_backend``)."""
+        if backend in self._backend_gauges:
+            return
+        self._backend_gauges.add(backend)
+        self.backend_outstanding.labels(backend).set_function(outstanding)
+        self.backend_load.labels(backend).set_function(load)
 
     def forget_backend(self, backend: str) -> None:
         """Drop a departed backend's per-backend series (labels stay bounded by the fleet)."""
-        self._backend_gauges.pop(backend, None)
+        self._backend_gauges.discard(backend)
         for gauge in (self.backend_healthy, self.backend_outstanding, self.backend_load):
             with contextlib.suppress(KeyError):
                 gauge.remove(backend)

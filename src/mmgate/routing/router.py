@@ -93,7 +93,7 @@ class Router:
         signed with ``secret``: ``client`` publishes and subscribes. Call before ``start``."""
         self.sync = RoutingSync(
             client, channel, [b.name for b in self.backends], self._outstanding, self._apply_routed,
-            secret=secret, on_loads=self._publish_loads, io_timeout_s=io_timeout_s, clock=self._clock,
+            secret=secret, io_timeout_s=io_timeout_s, clock=self._clock,
             metrics=self._metrics,
         )
         return self.sync
@@ -247,7 +247,6 @@ class Router:
         self._outstanding[backend.name] += 1
         if self.sync is not None:
             self.sync.changed()
-        self._publish_outstanding(backend)
 
     def end(self, backend: Backend) -> None:
         """One request to ``backend`` finished (its stream included); never goes below zero."""
@@ -257,7 +256,6 @@ class Router:
         self._outstanding[backend.name] = max(0, self._outstanding[backend.name] - 1)
         if self.sync is not None:
             self.sync.changed()
-        self._publish_outstanding(backend)
 
     # Health -----------------------------------------------------------------------------------
 
@@ -336,12 +334,9 @@ class Router:
         if self._metrics is not None:
             self._metrics.forget_backend(name)
 
-    def _publish_loads(self) -> None:
-        for backend in self.backends:
-            self._publish_outstanding(backend)
-
     def _publish_outstanding(self, backend: Backend) -> None:
+        """``backend``'s in-flight gauges, read from the router when scraped (bound once per name)."""
         if self._metrics is not None:
-            own = self._outstanding.get(backend.name, 0)
-            load = own if self.sync is None else own + self.sync.peer_load(backend.name)
-            self._metrics.backend_in_flight(backend.name, own, load)
+            name = backend.name
+            self._metrics.backend_in_flight(name, lambda: self._outstanding.get(name, 0),
+                                            lambda: self.load(backend))
