@@ -105,22 +105,22 @@ def access_logger() -> logging.Logger:
 class StderrLines:
     """Bare lines on stderr (no level or time prefix: a JSON line stays parseable), gathered and
     written together at most ``FLUSH_AFTER_S`` after the first of them: one write for every
-    request that finished meanwhile, never a write per line on the request path. At most
-    ``MAX_BUFFERED_BYTES`` wait; past it the lines are written at once."""
+    request that finished meanwhile, never a write per line on the request path, and one UTF-8
+    encoding for them all. At most ``MAX_BUFFERED_BYTES`` characters wait; past it the lines are
+    written at once."""
 
     MAX_BUFFERED_BYTES = 256 * 1024
     FLUSH_AFTER_S = 0.1
 
     def __init__(self, stream: IO[bytes] | None = None) -> None:
         self._stream = stream if stream is not None else sys.stderr.buffer
-        self._lines: list[bytes] = []
+        self._lines: list[str] = []  # encoded together when written
         self._size = 0
         self._scheduled = False
 
     def __call__(self, line: str) -> None:
-        data = line.encode() + b"\n"
-        self._lines.append(data)
-        self._size += len(data)
+        self._lines.append(line)
+        self._size += len(line) + 1  # characters: bytes for the ASCII lines almost all are
         if self._size > self.MAX_BUFFERED_BYTES:
             self.flush()
         elif not self._scheduled:
@@ -132,7 +132,8 @@ class StderrLines:
         self._scheduled = False
         if not self._lines:
             return
-        data, self._lines, self._size = b"".join(self._lines), [], 0
+        self._lines.append("")  # the last line's newline
+        data, self._lines, self._size = "\n".join(self._lines).encode(), [], 0
         with contextlib.suppress(OSError, ValueError):  # stderr closed or gone: the line is lost, not the request
             self._stream.write(data)
             self._stream.flush()
