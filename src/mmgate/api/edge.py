@@ -108,10 +108,15 @@ async def _read_raw(request: web.Request, *, max_bytes: int, timeout_s: float) -
     received = 0
     content = request.content
     # A body already whole in the buffer (a small one comes in the head's packet) has nothing to
-    # wait for: no deadline timer to arm and cancel.
-    deadline = _NO_WAIT if content.is_eof() else asyncio.timeout(timeout_s)
+    # wait for: taken in one call, no deadline timer to arm and cancel.
+    whole = content.is_eof()
     try:
-        async with deadline:
+        if whole and content.total_bytes < _JOIN_IN_THREAD_BYTES:
+            raw = content.read_nowait()
+            if len(raw) > max_bytes:
+                raise BodyTooLargeError(f"request body is over the {max_bytes}-byte limit")
+            return raw
+        async with _NO_WAIT if whole else asyncio.timeout(timeout_s):
             while True:
                 chunk, _ = await content.readchunk()
                 if not chunk:
