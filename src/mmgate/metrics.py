@@ -7,7 +7,8 @@ a URL, uuid, session or key.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -128,6 +129,8 @@ class GatewayMetrics:
         # are on every request. Keys are bounded (HTTP statuses, configured backend names).
         self._route_children: dict[tuple[str, int], tuple[Any, Any]] = {}
         self._backend_ok: dict[str, Any] = {}
+        self._decisions: dict[str, Any] = {}
+        self._backend_gauges: set[str] = set()
         self.forwarded_data = self.images_forwarded.labels("data")
         self.forwarded_reference = self.images_forwarded.labels("reference")
         self.forwarded_stripped = self.images_forwarded.labels("stripped")
@@ -147,6 +150,33 @@ class GatewayMetrics:
         if child is None:
             child = self._backend_ok[backend] = self.backend_requests.labels(backend, "ok")
         child.inc()
+
+    def routing_decision(self, reason: str) -> None:
+        """Count one routing decision (``reason``: one of the policy's bounded ``REASONS``)."""
+        child = self._decisions.get(reason)
+        if child is None:
+            child = self._decisions[reason] = self.routing_decisions.labels(reason)
+        child.inc()
+
+    def backend_in_flight(self, backend: str, outstanding: Callable[[], float], load: Callable[[], float]) -> None:
+        """Have ``backend``'s in-flight gauges read ``outstanding()`` (this gateway's requests) and
+        ``load()`` (every synced gateway's) when scraped, so a request's start and end set nothing.
+        Bound once per backend (until ``forget_backend``)."""
+        if backend in self._backend_gauges:
+            return
+        self._backend_gauges.add(backend)
+        self.backend_outstanding.labels(backend).set_function(outstanding)
+        self.backend_load.labels(backend).set_function(load)
+
+    def forget_backend(self, backend: str) -> None:
+        """Drop a departed backend's per-backend series (labels stay bounded by the fleet)."""
+        self._backend_gauges.discard(backend)
+        for gauge in (self.backend_healthy, self.backend_outstanding, self.backend_load):
+            with contextlib.suppress(KeyError):
+                gauge.remove(backend)
+        for outcome in ("hit", "miss"):
+            with contextlib.suppress(KeyError):
+                self.routing_image_weight.remove(backend, outcome)
 
     def tenant(self, tenant: str | None) -> TenantCounters:
         """The bound counters of ``tenant`` (a name from the API key file, or None)."""

@@ -121,3 +121,18 @@ def test_unknown_fields_are_kept_and_images_indexed_in_order() -> None:
     assert req.body["top_k"] == 5 and req.body["mm_processor_kwargs"] == {"fps": 1}
     assert req.stream is True
     assert [s.index for s in req.slots] == [0, 1]
+
+
+@pytest.mark.parametrize("padding", [0, 100, 70_000])  # brackets in a string: the walk decides, small or large
+def test_nesting_past_the_limit_is_refused_however_many_brackets_strings_hold(padding: int) -> None:
+    def body(depth: int) -> bytes:
+        nested: Any = "x"
+        for _ in range(depth - 3):  # the body, messages and the message are the first 3 levels
+            nested = [nested]
+        message = {"role": "user", "content": "{[" * padding + "hi", "extra": nested}
+        return orjson.dumps({"model": "m", "messages": [message]})
+
+    limits = {"max_images": 8, "max_uuid_length": 64, "max_depth": 8}
+    assert parse_chat_request(body(8), **limits).model == "m"
+    with pytest.raises(InvalidRequestError, match="deeper than 8 levels"):
+        parse_chat_request(body(9), **limits)

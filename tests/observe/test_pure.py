@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import orjson
 
-from mmgate.observe.access import MAX_VALUE_CHARS, clip, logfmt
+from mmgate.observe.access import FIELD_NAMES, MAX_VALUE_CHARS, clip, json_values_line, logfmt, logfmt_line
 from mmgate.observe.ids import MAX_REQUEST_ID_LENGTH, request_id, valid_traceparent
 from mmgate.observe.usage import token_usage
 
@@ -42,3 +42,13 @@ def test_logfmt_quotes_and_escapes_what_would_break_a_line() -> None:
                    "h": "new\nline", "i": ""})
     assert line == 'a=plain b="two words" c="q\\"uote" d="x=y" e=- f=1.2 g=3 h="new\\nline" i=""'
     assert clip("x" * (MAX_VALUE_CHARS + 5)) == "x" * MAX_VALUE_CHARS + "…" and clip("short") == "short"
+
+
+def test_a_request_line_reads_as_the_generic_logfmt_and_json_write_it() -> None:
+    plain = ("0" * 32, "POST", "/v1/chat/completions", 200, None, None, "m", "vllm-0", 0, 0, 0, 0, 150, 1200, None,
+             None, 0.53, 0.96)
+    hostile = ("a=b", "GET", '/x y"\n', 499, "t", "s s", "", None, 1, 2, 3, 4, 5, 6, 7, 8, None, 1.25)
+    for values in (plain, hostile):
+        fields = dict(zip(FIELD_NAMES, values, strict=True))
+        assert logfmt_line(values) == logfmt(fields)
+        assert orjson.loads(json_values_line(values)) == fields

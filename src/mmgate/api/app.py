@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 
 import orjson
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from mmgate.api import agents
@@ -57,22 +58,6 @@ NOT_SERVED: dict[str, str] = {
 _MAX_SHOWN_PATH = 200
 
 
-@web.middleware
-async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Every ``MmgateError`` and aiohttp HTTP error becomes an OpenAI-style error body. Anything
-    else is a bug of ours: aiohttp answers it with its plain 500 and logs the traceback."""
-    try:
-        return await handler(request)
-    except MmgateError as exc:
-        return error_response(exc)
-    except web.HTTPException as exc:
-        if exc.status in (404, 405):
-            # Outside the route table (no handler counted it): a JSON error naming the path.
-            request.app[GATEWAY_KEY].metrics.observe(UNMATCHED_ROUTE, exc.status, 0.0)
-            return error_response(_unknown(request, exc.status))
-        return http_error_response(exc)
-
-
 def _unknown(request: web.Request, status: int) -> EndpointNotFoundError:
     shown = request.path if len(request.path) <= _MAX_SHOWN_PATH else request.path[:_MAX_SHOWN_PATH] + "…"
     if status == 405:
@@ -88,18 +73,34 @@ _OPEN_PATHS = frozenset({"/health", "/ping", "/load", "/metrics", "/v1/models", 
 SLOTS_KEY = web.AppKey("tenant_slots", TenantSlots)
 
 
-@web.middleware
-async def _tenant_limit(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """With API keys, each tenant's requests in flight are capped (``--max-tenant-requests``)."""
-    slots = request.app.get(SLOTS_KEY)
-    gateway = request.app[GATEWAY_KEY]
-    if slots is None or gateway.tenants is None or request.path in _OPEN_PATHS or is_admin(request):
-        return await handler(request)
-    tenant = gateway.authenticate(request.headers)  # the 401 the handler would give, before the count
-    assert tenant is not None  # tenants are configured: a key maps to one, or that was a 401
-    request[TENANT_KEY] = tenant
-    with slots.hold(tenant):
-        return await handler(request)
+def _guard(gateway: Gateway, slots: TenantSlots | None) -> Middleware:
+    """The one middleware under the observer, one layer for both of its jobs:
+
+    * with API keys, each tenant's requests in flight are capped (``--max-tenant-requests``);
+    * every ``MmgateError`` and aiohttp HTTP error becomes an OpenAI-style error body. Anything
+      else is a bug of ours: aiohttp answers it with its plain 500 and logs the traceback.
+    """
+
+    @web.middleware
+    async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            if slots is None or gateway.tenants is None or request.path in _OPEN_PATHS or is_admin(request):
+                return await handler(request)
+            tenant = gateway.authenticate(request.headers)  # the 401 the handler would give, before the count
+            assert tenant is not None  # tenants are configured: a key maps to one, or that was a 401
+            request[TENANT_KEY] = tenant
+            with slots.hold(tenant):
+                return await handler(request)
+        except MmgateError as exc:
+            return error_response(exc)
+        except web.HTTPException as exc:
+            if exc.status in (404, 405):
+                # Outside the route table (no handler counted it): a JSON error naming the path.
+                gateway.metrics.observe(UNMATCHED_ROUTE, exc.status, 0.0)
+                return error_response(_unknown(request, exc.status))
+            return http_error_response(exc)
+
+    return guard
 
 
 def build_app(gateway: Gateway, *, admin_key: str | None = None) -> web.Application:
@@ -109,12 +110,14 @@ def build_app(gateway: Gateway, *, admin_key: str | None = None) -> web.Applicat
     tracing = Tracing(settings.otlp_traces_endpoint) if settings.otlp_traces_endpoint else None
     observer = Observer(gateway.metrics, access_log=settings.access_log, session_headers=settings.session_headers,
                         tracing=tracing)
+    slots = TenantSlots(settings.max_tenant_requests) if gateway.tenants is not None and settings.max_tenant_requests \
+        else None
     # The observer first: it sees every answer (errors shaped) and sends the request id on each.
-    app = web.Application(middlewares=[observer.middleware, _errors, _tenant_limit],
+    app = web.Application(middlewares=[observer.middleware, _guard(gateway, slots)],
                           client_max_size=settings.max_body_bytes + 1)
     install(app, observer)
-    if gateway.tenants is not None and gateway.settings.max_tenant_requests:
-        app[SLOTS_KEY] = TenantSlots(gateway.settings.max_tenant_requests)
+    if slots is not None:
+        app[SLOTS_KEY] = slots
     app[GATEWAY_KEY] = gateway
     app[FORWARDER_KEY] = Forwarder(gateway)
     app.router.add_post(CHAT_ROUTE, tracked(CHAT_ROUTE, _serve_chat))

@@ -53,7 +53,8 @@ def parse_chat_request(
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise InvalidRequestError(f"request body is not valid JSON: {exc}") from exc
-    return parse_chat_body(body, max_images=max_images, max_uuid_length=max_uuid_length, max_depth=max_depth)
+    return parse_chat_body(body, max_images=max_images, max_uuid_length=max_uuid_length, max_depth=max_depth,
+                           shallow=_shallow(raw, max_depth))
 
 
 async def parse_chat_request_async(
@@ -65,14 +66,30 @@ async def parse_chat_request_async(
         body = await loads_body(raw)
     except orjson.JSONDecodeError as exc:
         raise InvalidRequestError(f"request body is not valid JSON: {exc}") from exc
-    return parse_chat_body(body, max_images=max_images, max_uuid_length=max_uuid_length, max_depth=max_depth)
+    return parse_chat_body(body, max_images=max_images, max_uuid_length=max_uuid_length, max_depth=max_depth,
+                           shallow=_shallow(raw, max_depth))
 
 
-def parse_chat_body(body: Any, *, max_images: int, max_uuid_length: int, max_depth: int) -> ChatRequest:
-    """Validate a parsed request body (see ``parse_chat_request``)."""
+# Bodies up to this size are scanned for brackets to skip the depth walk (``_shallow``); in larger
+# ones (an image's base64) the scan costs more than the walk it would save.
+_SHALLOW_SCAN_BYTES = 64 * 1024
+
+
+def _shallow(raw: bytes | bytearray, max_depth: int) -> bool:
+    """True when ``raw`` cannot nest deeper than ``max_depth``: it holds no more opening brackets
+    (counted in C, strings included, so never fewer than its depth)."""
+    return len(raw) <= _SHALLOW_SCAN_BYTES and raw.count(b"{") + raw.count(b"[") <= max_depth
+
+
+def parse_chat_body(
+    body: Any, *, max_images: int, max_uuid_length: int, max_depth: int, shallow: bool = False,
+) -> ChatRequest:
+    """Validate a parsed request body (see ``parse_chat_request``); ``shallow``: its text was
+    found to nest no deeper than ``max_depth`` already (no walk needed)."""
     if not isinstance(body, dict):
         raise InvalidRequestError("request body must be a JSON object")
-    check_depth(body, max_depth)
+    if not shallow:
+        check_depth(body, max_depth)
     model = body.get("model")
     if model is None:
         model = ""  # the gateway fills in the fleet's one model, as vLLM its served model

@@ -59,9 +59,41 @@ def json_line(fields: Fields) -> str:
     return orjson.dumps(fields).decode()
 
 
-def formatter(kind: AccessLogFormat) -> Callable[[Fields], str] | None:
+# One request's line, its values in the order of ``FIELD_NAMES``.
+FIELD_NAMES = ("request_id", "method", "path", "status", "tenant", "session", "model", "backend", "sent", "stripped",
+               "referenced", "healed", "bytes_in", "bytes_out", "prompt_tokens", "completion_tokens", "ttfb_ms",
+               "total_ms")
+Line = tuple[str, str, str | None, int, str | None, str | None, str | None, str | None, int, int, int, int, int, int,
+             int | None, int | None, float | None, float]
+
+
+def _text(value: str | None) -> str:
+    """One string value of a logfmt line, as ``logfmt`` writes it."""
+    if value is None:
+        return "-"
+    if _BARE.fullmatch(value) and value.isprintable():
+        return value
+    return orjson.dumps(value).decode()
+
+
+def logfmt_line(v: Line) -> str:
+    """``logfmt`` of the fields named ``FIELD_NAMES``, written in one pass: no dict, one call per
+    string a client chose, the numbers formatted in place."""
+    return (f"request_id={_text(v[0])} method={_text(v[1])} path={_text(v[2])} status={v[3]} tenant={_text(v[4])} "
+            f"session={_text(v[5])} model={_text(v[6])} backend={_text(v[7])} sent={v[8]} stripped={v[9]} "
+            f"referenced={v[10]} healed={v[11]} bytes_in={v[12]} bytes_out={v[13]} "
+            f"prompt_tokens={'-' if v[14] is None else v[14]} completion_tokens={'-' if v[15] is None else v[15]} "
+            f"ttfb_ms={'-' if v[16] is None else format(v[16], '.1f')} total_ms={v[17]:.1f}")
+
+
+def json_values_line(values: Line) -> str:
+    """The JSON object of the fields named ``FIELD_NAMES``."""
+    return orjson.dumps(dict(zip(FIELD_NAMES, values, strict=True))).decode()
+
+
+def formatter(kind: AccessLogFormat) -> Callable[[Line], str] | None:
     """The line formatter of ``--access-log`` (None: off)."""
-    return {"logfmt": logfmt, "json": json_line}.get(kind)
+    return {"logfmt": logfmt_line, "json": json_values_line}.get(kind)
 
 
 def access_logger() -> logging.Logger:
@@ -73,22 +105,22 @@ def access_logger() -> logging.Logger:
 class StderrLines:
     """Bare lines on stderr (no level or time prefix: a JSON line stays parseable), gathered and
     written together at most ``FLUSH_AFTER_S`` after the first of them: one write for every
-    request that finished meanwhile, never a write per line on the request path. At most
-    ``MAX_BUFFERED_BYTES`` wait; past it the lines are written at once."""
+    request that finished meanwhile, never a write per line on the request path, and one UTF-8
+    encoding for them all. At most ``MAX_BUFFERED_BYTES`` characters wait; past it the lines are
+    written at once."""
 
     MAX_BUFFERED_BYTES = 256 * 1024
     FLUSH_AFTER_S = 0.1
 
     def __init__(self, stream: IO[bytes] | None = None) -> None:
         self._stream = stream if stream is not None else sys.stderr.buffer
-        self._lines: list[bytes] = []
+        self._lines: list[str] = []  # encoded together when written
         self._size = 0
         self._scheduled = False
 
     def __call__(self, line: str) -> None:
-        data = line.encode() + b"\n"
-        self._lines.append(data)
-        self._size += len(data)
+        self._lines.append(line)
+        self._size += len(line) + 1  # characters: bytes for the ASCII lines almost all are
         if self._size > self.MAX_BUFFERED_BYTES:
             self.flush()
         elif not self._scheduled:
@@ -100,7 +132,8 @@ class StderrLines:
         self._scheduled = False
         if not self._lines:
             return
-        data, self._lines, self._size = b"".join(self._lines), [], 0
+        self._lines.append("")  # the last line's newline
+        data, self._lines, self._size = "\n".join(self._lines).encode(), [], 0
         with contextlib.suppress(OSError, ValueError):  # stderr closed or gone: the line is lost, not the request
             self._stream.write(data)
             self._stream.flush()

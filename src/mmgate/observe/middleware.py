@@ -23,7 +23,6 @@ from aiohttp import web
 from mmgate.metrics import GatewayMetrics
 from mmgate.observe.access import (
     AccessLogFormat,
-    Fields,
     StderrLines,
     access_logger,
     clip,
@@ -138,17 +137,13 @@ class Observer:
         self.metrics.tenant(tenant).observe(record, status, bytes_in, bytes_out)
         if self._format is None or self._write is None or not self._logger.isEnabledFor(logging.INFO):
             return
-        now = time.perf_counter()
-        fields: Fields = {
-            "request_id": record.request_id, "method": record.method, "path": clip(record.path), "status": status,
-            "tenant": tenant, "session": self._session(request), "model": clip(record.model), "backend": backend,
-            "sent": record.sent, "stripped": record.stripped, "referenced": record.referenced,
-            "healed": record.healed, "bytes_in": bytes_in, "bytes_out": bytes_out,
-            "prompt_tokens": record.prompt_tokens, "completion_tokens": record.completion_tokens,
-            "ttfb_ms": None if record.first_byte is None else (record.first_byte - record.started) * 1000,
-            "total_ms": (now - record.started) * 1000,
-        }
-        self._write(self._format(fields))
+        first_byte = record.first_byte
+        self._write(self._format((
+            record.request_id, record.method, clip(record.path), status, tenant, self._session(request),
+            clip(record.model), backend, record.sent, record.stripped, record.referenced, record.healed, bytes_in,
+            bytes_out, record.prompt_tokens, record.completion_tokens,
+            None if first_byte is None else (first_byte - record.started) * 1000,
+            (time.perf_counter() - record.started) * 1000)))
 
     @staticmethod
     def _end_trace(server: Any, request: web.Request, record: RequestRecord,

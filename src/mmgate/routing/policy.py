@@ -159,7 +159,8 @@ class RoutingPolicy:
     ) -> Decision:
         """The order to try ``names`` in and its reason; ``loads``: the requests in flight to each."""
         count = len(names)
-        images = list({image.key: image for image in images}.values())  # an image shown twice counts once
+        if images:
+            images = list({image.key: image for image in images}.values())  # an image shown twice counts once
         if count == 0:
             return Decision([], "least_loaded")
         if self.mode == "round-robin":

@@ -16,7 +16,6 @@ the models (``mmgate.routing.health``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import time
@@ -94,7 +93,7 @@ class Router:
         signed with ``secret``: ``client`` publishes and subscribes. Call before ``start``."""
         self.sync = RoutingSync(
             client, channel, [b.name for b in self.backends], self._outstanding, self._apply_routed,
-            secret=secret, on_loads=self._publish_loads, io_timeout_s=io_timeout_s, clock=self._clock,
+            secret=secret, io_timeout_s=io_timeout_s, clock=self._clock,
             metrics=self._metrics,
         )
         return self.sync
@@ -194,15 +193,19 @@ class Router:
         decision's reason and records who showed ``images`` (about the clients, so at once: another
         session's concurrent request with the same image sees it shared, not its own new one)."""
         candidates = self.candidates(model)
-        healthy = [b for b in candidates if self.is_healthy(b)]
-        ejected = [b for b in candidates if not self.is_healthy(b)]
+        health = self._health
+        healthy: list[Backend] = []
+        ejected: list[Backend] = []
+        for backend in candidates:
+            state = health.get(backend.name)
+            (healthy if state is not None and state.is_healthy else ejected).append(backend)
         order: list[Backend] = []
         for pool in (healthy, ejected):
             if not pool:
                 continue
             decision = self.policy.decide([b.name for b in pool], [self.load(b) for b in pool], session_id, images)
             if not order and self._metrics is not None:
-                self._metrics.routing_decisions.labels(decision.reason).inc()
+                self._metrics.routing_decision(decision.reason)
             order.extend(pool[i] for i in decision.order)
         if images:
             self.holdings.show([i.key for i in images], session_token(session_id))
@@ -244,7 +247,6 @@ class Router:
         self._outstanding[backend.name] += 1
         if self.sync is not None:
             self.sync.changed()
-        self._publish_outstanding(backend)
 
     def end(self, backend: Backend) -> None:
         """One request to ``backend`` finished (its stream included); never goes below zero."""
@@ -254,7 +256,6 @@ class Router:
         self._outstanding[backend.name] = max(0, self._outstanding[backend.name] - 1)
         if self.sync is not None:
             self.sync.changed()
-        self._publish_outstanding(backend)
 
     # Health -----------------------------------------------------------------------------------
 
@@ -330,21 +331,12 @@ class Router:
 
     def _unpublish(self, name: str) -> None:
         """Drop a departed backend's label series (labels stay bounded by the fleet)."""
-        if self._metrics is None:
-            return
-        m = self._metrics
-        for gauge in (m.backend_healthy, m.backend_outstanding, m.backend_load):
-            with contextlib.suppress(KeyError):
-                gauge.remove(name)
-        for outcome in ("hit", "miss"):
-            with contextlib.suppress(KeyError):
-                m.routing_image_weight.remove(name, outcome)
-
-    def _publish_loads(self) -> None:
-        for backend in self.backends:
-            self._publish_outstanding(backend)
+        if self._metrics is not None:
+            self._metrics.forget_backend(name)
 
     def _publish_outstanding(self, backend: Backend) -> None:
+        """``backend``'s in-flight gauges, read from the router when scraped (bound once per name)."""
         if self._metrics is not None:
-            self._metrics.backend_outstanding.labels(backend.name).set(self.outstanding(backend))
-            self._metrics.backend_load.labels(backend.name).set(self.load(backend))
+            name = backend.name
+            self._metrics.backend_in_flight(name, lambda: self._outstanding.get(name, 0),
+                                            lambda: self.load(backend))

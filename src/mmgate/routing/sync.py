@@ -85,7 +85,7 @@ class RoutingSync:
 
     def __init__(
         self, client: Redis, channel: str, names: Sequence[str], loads: Mapping[str, int],
-        on_routed: Callable[[Routed], None], *, secret: bytes, on_loads: Callable[[], None] | None = None,
+        on_routed: Callable[[Routed], None], *, secret: bytes,
         io_timeout_s: float, clock: Callable[[], float], metrics: GatewayMetrics | None = None,
         interval_s: float = INTERVAL_S, max_age_s: float = MAX_AGE_S, budget: PeerBudget | None = None,
     ) -> None:
@@ -100,7 +100,6 @@ class RoutingSync:
         self._names = frozenset(names)
         self._loads = loads
         self._on_routed = on_routed
-        self._on_loads = on_loads
         self._interval_s = interval_s
         self._heartbeat_s = max_age_s / 3
         self._io_timeout_s = io_timeout_s
@@ -204,10 +203,8 @@ class RoutingSync:
         return True
 
     def refresh(self) -> None:
-        """Set the load and peer gauges as they stand now (every third of the max age: the
-        others' counts change with their messages and age out)."""
-        if self._on_loads is not None:
-            self._on_loads()
+        """Set the peer gauge as it stands now (every third of the max age: the others' messages
+        age out). The load gauges read the loads when scraped."""
         if self._metrics is not None:
             self._metrics.routing_sync_peers.set(self.peers.fresh(self._clock()))
 
