@@ -8,7 +8,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
@@ -29,6 +31,16 @@ def install_uvloop() -> bool:
         return False
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     return True
+
+
+def lower_thread_priority() -> None:
+    """Run the calling thread at the lowest CPU priority (a thread pool's initializer): on a busy
+    machine the event loop and the other threads come first, and the pool's work takes the CPU
+    that is left over. Linux only; elsewhere, or where it is not allowed, nothing changes."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)  # Linux: per thread
+    except (AttributeError, OSError):  # not Linux, or not allowed: the pool still works
+        pass
 
 
 def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:

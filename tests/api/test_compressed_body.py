@@ -1,9 +1,10 @@
 """Compressed request bodies, through a real ``mmgate serve``: refused (415) by default; with
-``--max-inflation-ratio`` inflated in a thread under both the ratio and the body cap; a gzip bomb
+``--max-inflation-ratio`` inflated in a lowest-priority thread under both the ratio and the body cap; a gzip bomb
 (a few hundred KB inflating to 256 MiB) is refused without the gateway's memory following it."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import zlib
 from pathlib import Path
@@ -58,9 +59,22 @@ async def test_compressed_bodies_are_refused_by_default(tmp_path: Path, bomb: by
         assert (await post(gw, CHAT, "identity"))[0] == 200
 
 
+def lowest_priority_threads(gw: GatewayProcess) -> int:
+    """The gateway's threads at nice 19 (field 19 of /proc/PID/task/TID/stat)."""
+    count = 0
+    for stat in Path(f"/proc/{gw.proc.pid}/task").glob("*/stat"):
+        with contextlib.suppress(FileNotFoundError):  # a thread that ended meanwhile
+            if int(stat.read_text().rsplit(")", 1)[1].split()[16]) == 19:
+                count += 1
+    return count
+
+
 async def test_allowed_bodies_inflate_under_the_ratio_and_the_cap(tmp_path: Path, bomb: bytes) -> None:
     with serve_process(tmp_path, "--max-inflation-ratio", "20", "--max-body-bytes", str(64 * MiB)) as gw:
+        assert lowest_priority_threads(gw) == 0
         assert (await post(gw, gzip.compress(CHAT), "gzip"))[0] == 200
+        # Inflating is a cost the client chooses: it runs in the gateway's lowest-priority threads.
+        assert lowest_priority_threads(gw) >= 1
         assert (await post(gw, zlib.compress(CHAT), "deflate"))[0] == 200
         before = rss_mib(gw)
         for _ in range(3):

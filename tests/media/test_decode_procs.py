@@ -44,6 +44,7 @@ async def wait_until(condition: object, timeout_s: float = 5.0) -> None:
 @pytest.fixture
 async def make_pool() -> AsyncIterator[type[DecodeProcesses]]:
     pools: list[DecodeProcesses] = []
+    await wait_until(lambda: not workers_alive())  # an earlier test's workers may still be ending
 
     def factory(*args: object, **kwargs: object) -> DecodeProcesses:
         pool = DecodeProcesses(*args, **kwargs)  # type: ignore[arg-type]

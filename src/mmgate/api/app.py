@@ -146,7 +146,8 @@ async def _serve_chat(request: web.Request, gateway: Gateway) -> tuple[web.Strea
     settings = gateway.settings
     tenant = request_tenant(request, gateway)  # 401 before a byte of the body is read
     raw = await read_body(request, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_s,
-                          max_inflation_ratio=settings.max_inflation_ratio)
+                          max_inflation_ratio=settings.max_inflation_ratio,
+                          inflate_pool=gateway.inflate_pool)
     outcome = await gateway.chat(raw, request.headers, tenant=tenant)
     try:
         return await deliver(request, outcome.reply, outcome.headers, gateway,

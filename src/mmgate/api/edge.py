@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import resource
 import zlib
 from collections.abc import Callable
+from concurrent.futures import Executor
 from typing import cast
 
 import orjson
@@ -83,15 +85,18 @@ def inflate(raw: bytes, encoding: str, *, max_bytes: int, ratio: int) -> bytes:
 
 
 async def read_body(
-    request: web.Request, *, max_bytes: int, timeout_s: float, max_inflation_ratio: int = 0
+    request: web.Request, *, max_bytes: int, timeout_s: float, max_inflation_ratio: int = 0,
+    inflate_pool: Executor | None = None,
 ) -> bytes:
     """The request body, at most ``max_bytes``, within ``timeout_s``, inflated when compressed
-    (see the module docstring)."""
+    (see the module docstring) in ``inflate_pool`` (the gateway's low-priority threads: inflating
+    is the one CPU cost a client sets by what it sends, so it takes what the rest leaves)."""
     encoding = body_encoding(request, max_inflation_ratio)
     raw = await _read_raw(request, max_bytes=max_bytes, timeout_s=timeout_s)
     if encoding is None:
         return raw
-    return await asyncio.to_thread(inflate, raw, encoding, max_bytes=max_bytes, ratio=max_inflation_ratio)
+    work = functools.partial(inflate, raw, encoding, max_bytes=max_bytes, ratio=max_inflation_ratio)
+    return await asyncio.get_running_loop().run_in_executor(inflate_pool, work)
 
 
 _NO_WAIT = contextlib.nullcontext()

@@ -145,7 +145,8 @@ async def _serve_json(request: web.Request, gateway: Gateway, endpoint: Endpoint
     tenant = request_tenant(request, gateway)  # 401 before a byte of the body is read
     session_id = gateway.session_id(request.headers)
     raw = await read_body(request, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_s,
-                          max_inflation_ratio=settings.max_inflation_ratio)
+                          max_inflation_ratio=settings.max_inflation_ratio,
+                          inflate_pool=gateway.inflate_pool)
     body = parse_json_object(raw)
     model = model_of(body)
     forwarder = request.app[FORWARDER_KEY]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from mmgate.api.parse import ChatRequest, parse_chat_request, parse_chat_request_async
@@ -40,8 +41,11 @@ from mmgate.reuse import (
     plan_slots,
 )
 from mmgate.routing import RoutedImage, Router, image_weight
+from mmgate.serving import lower_thread_priority
 from mmgate.store import LoadedImage
 
+# Threads that inflate compressed request bodies (the most at once; the rest wait their turn).
+INFLATE_THREADS = 2
 _AUTHENTICATE = object()
 
 
@@ -114,6 +118,10 @@ class Gateway:
         self.inflight: set[asyncio.Task[object]] = set()
         # One record of what each backend holds: the router weighs it, the sender strips by it.
         self.reuse = ReuseSender(store, router.holdings, metrics, auto=settings.reuse == "auto")
+        # Compressed request bodies (--max-inflation-ratio) are inflated here, at the lowest CPU
+        # priority: what one client's gzip costs comes out of what the other requests leave.
+        self.inflate_pool = ThreadPoolExecutor(max_workers=INFLATE_THREADS, thread_name_prefix="mmgate-inflate",
+                                               initializer=lower_thread_priority)
 
     def reconfigure(self, *, tenants: TenantKeys | None, keys: KeySpace) -> None:
         """Swap the API keys and the tenant secret's key space (a reload): a request already
@@ -310,6 +318,7 @@ class Gateway:
         return image
 
     async def close(self) -> None:
+        self.inflate_pool.shutdown(wait=False, cancel_futures=True)
         await self.router.close()
         await self.store.close()
         await self.loader.close()

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -33,6 +32,7 @@ from mmgate.errors import BusyError, ImageTooLargeError
 from mmgate.media.decode_procs import DecodeProcesses
 from mmgate.media.metrics import AbandonReason
 from mmgate.media.validate import ImageInfo
+from mmgate.serving import lower_thread_priority
 
 _T = TypeVar("_T")
 # A decode past this is abandoned (its worker killed) and the image refused (415). Real images of
@@ -53,15 +53,6 @@ DECODE_CPU_FLOOR_S = 0.25
 def decode_cpu_budget_s(pixels: int) -> float:
     """CPU seconds the full decode of an image of ``pixels`` may use (constants above)."""
     return DECODE_CPU_FLOOR_S + pixels * DECODE_CPU_PER_PIXEL_S
-
-
-def _lower_priority() -> None:
-    """Run this (large-lane) thread at the lowest CPU priority: on a busy machine the event loop
-    and the normal lane come first, so giant decodes take the CPU that is left over."""
-    try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)  # Linux: per thread
-    except (AttributeError, OSError):  # not Linux, or not allowed: the lane still works
-        pass
 
 
 class PixelBudget:
@@ -159,7 +150,7 @@ class DecodeLanes:
                  on_abandon: Callable[[AbandonReason], None] | None = None) -> None:
         self._normal = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mmgate-media")
         self._large = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mmgate-media-large",
-                                         initializer=_lower_priority)
+                                         initializer=lower_thread_priority)
         self.large_image_pixels = large_image_pixels
         self.max_queue_pixels = max_queue_pixels
         self._queued = 0  # pixels submitted to the large lane and not finished (queued + running)

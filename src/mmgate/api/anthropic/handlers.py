@@ -62,7 +62,8 @@ class MessagesService:
         tenant = request_tenant(request, gateway)
         gateway.session_id(request.headers)
         raw = await read_body(request, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_s,
-                              max_inflation_ratio=settings.max_inflation_ratio)
+                              max_inflation_ratio=settings.max_inflation_ratio,
+                          inflate_pool=gateway.inflate_pool)
         try:
             body = await loads_body(raw)
         except orjson.JSONDecodeError as exc:

@@ -54,7 +54,8 @@ class ResponsesService:
         async def work() -> tuple[web.StreamResponse, bool]:
             tenant = request_tenant(request, gateway)
             raw = await read_body(request, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_s,
-                              max_inflation_ratio=settings.max_inflation_ratio)
+                              max_inflation_ratio=settings.max_inflation_ratio,
+                          inflate_pool=gateway.inflate_pool)
             try:
                 body = await loads_body(raw)
             except orjson.JSONDecodeError as exc:
