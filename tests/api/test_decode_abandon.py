@@ -1,6 +1,6 @@
 """A client that goes away stops its image's decode, through a real gateway in front of a real
 sim engine: the request carries a costly JPEG (90 repeated progressive scans, under the structure
-check's limit, ~0.5 s of Pillow's CPU and far more on a loaded machine), the client hangs up while
+check's limit, ~0.25 s of Pillow's CPU and far more on a loaded machine), the client hangs up while
 it decodes, and the decode's worker process is killed at once; nothing reaches the backend. An
 image past the decode time limit is the client's 415, also never forwarded."""
 
