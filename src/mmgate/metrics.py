@@ -169,8 +169,14 @@ class GatewayMetrics:
         self.backend_load.labels(backend).set_function(load)
 
     def forget_backend(self, backend: str) -> None:
-        """Drop a departed backend's per-backend series (labels stay bounded by the fleet)."""
+        """Drop a departed backend's per-backend series, counters too (labels stay bounded by the
+        fleet, however often its members come and go)."""
         self._backend_gauges.discard(backend)
+        self._backend_ok.pop(backend, None)
+        for counter, labels in ((self.backend_requests, ("backend", "outcome")), (self.backend_ejections, ("backend",))):
+            for values in _label_values(counter, labels, backend):
+                with contextlib.suppress(KeyError):  # removed meanwhile: nothing to do
+                    counter.remove(*values)
         for gauge in (self.backend_healthy, self.backend_outstanding, self.backend_load):
             with contextlib.suppress(KeyError):
                 gauge.remove(backend)
@@ -189,6 +195,12 @@ class GatewayMetrics:
             if counters is None:
                 counters = self._tenants[name] = TenantCounters()
         return counters
+
+
+def _label_values(counter: Counter, names: tuple[str, ...], backend: str) -> set[tuple[str, ...]]:
+    """The label values of ``counter``'s series of ``backend`` (read through its public collect)."""
+    return {tuple(sample.labels[n] for n in names) for family in counter.collect() for sample in family.samples
+            if sample.labels.get("backend") == backend and sample.name.endswith("_total")}
 
 
 class _Observed(Protocol):

@@ -100,9 +100,14 @@ async def test_a_leaving_backend_is_forgotten_at_once_and_closed_once_its_stream
     slow = FAST.model_copy(update={"speedup": 20.0})  # 0.5 ms a token: a 200-token stream is in flight a while
     async with sims(3, slow) as servers:
         b0, b1, b2 = (backend(f"sim-{i}", s) for i, s in enumerate(servers))
-        router = Router([b0, b1, b2], GatewaySettings(), metrics=GatewayMetrics(registry))
+        metrics = GatewayMetrics(registry)
+        router = Router([b0, b1, b2], GatewaySettings(), metrics=metrics)
         try:
             await router.refresh_models()
+            for name in ("sim-0", "sim-2"):  # counted series of a backend that stays and of one that leaves
+                metrics.backend_ok(name)
+                metrics.backend_requests.labels(name, "http_500").inc()
+                metrics.backend_ejections.labels(name).inc()
             sessions = [f"session-{i}" for i in range(300)]
             before = homes(router, sessions)
             router.holdings.hold("sim-2", [("img-b", 1000)])
@@ -118,6 +123,12 @@ async def test_a_leaving_backend_is_forgotten_at_once_and_closed_once_its_stream
             assert not router.is_healthy(b2) and router.outstanding(b2) == 0
             assert not router.holdings.holds("sim-2", "img-b")
             assert registry.get_sample_value("mmgate_backend_healthy", {"backend": "sim-2"}) is None
+            for outcome in ("ok", "http_500"):  # its counters go too: labels do not grow with churn
+                requests = {"backend": "sim-2", "outcome": outcome}
+                assert registry.get_sample_value("mmgate_backend_requests_total", requests) is None
+                assert registry.get_sample_value("mmgate_backend_requests_total", {**requests, "backend": "sim-0"}) == 1.0
+            assert registry.get_sample_value("mmgate_backend_ejections_total", {"backend": "sim-2"}) is None
+            assert registry.get_sample_value("mmgate_backend_ejections_total", {"backend": "sim-0"}) == 1.0
             after = homes(router, sessions)
             assert all(after[k] == before[k] for k in sessions if before[k] != "sim-2")
             assert all(after[k] != "sim-2" for k in sessions)
