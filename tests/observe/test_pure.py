@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import orjson
 
-from mmgate.observe.access import FIELD_NAMES, MAX_VALUE_CHARS, clip, json_values_line, logfmt, logfmt_line
+from mmgate.observe.access import FIELD_NAMES, MAX_VALUE_CHARS, clip, json_values_line, logfmt_line
 from mmgate.observe.ids import MAX_REQUEST_ID_LENGTH, request_id, valid_traceparent
 from mmgate.observe.usage import token_usage
 
@@ -37,18 +37,19 @@ def test_usage_is_read_from_whole_answers_and_stream_chunks() -> None:
         assert token_usage(none) is None
 
 
-def test_logfmt_quotes_and_escapes_what_would_break_a_line() -> None:
-    line = logfmt({"a": "plain", "b": "two words", "c": 'q"uote', "d": "x=y", "e": None, "f": 1.25, "g": 3,
-                   "h": "new\nline", "i": ""})
-    assert line == 'a=plain b="two words" c="q\\"uote" d="x=y" e=- f=1.2 g=3 h="new\\nline" i=""'
-    assert clip("x" * (MAX_VALUE_CHARS + 5)) == "x" * MAX_VALUE_CHARS + "…" and clip("short") == "short"
-
-
-def test_a_request_line_reads_as_the_generic_logfmt_and_json_write_it() -> None:
+def test_a_request_line_quotes_and_escapes_what_would_break_it() -> None:
     plain = ("0" * 32, "POST", "/v1/chat/completions", 200, None, None, "m", "vllm-0", 0, 0, 0, 0, 150, 1200, None,
              None, 0.53, 0.96)
     hostile = ("a=b", "GET", '/x y"\n', 499, "t", "s s", "", None, 1, 2, 3, 4, 5, 6, 7, 8, None, 1.25)
+    assert logfmt_line(plain) == (
+        f"request_id={'0' * 32} method=POST path=/v1/chat/completions status=200 tenant=- session=- model=m "
+        "backend=vllm-0 sent=0 stripped=0 referenced=0 healed=0 bytes_in=150 bytes_out=1200 prompt_tokens=- "
+        "completion_tokens=- ttfb_ms=0.5 total_ms=1.0")
+    assert logfmt_line(hostile) == (
+        'request_id="a=b" method=GET path="/x y\\"\\n" status=499 tenant=t session="s s" model="" backend=- '
+        "sent=1 stripped=2 referenced=3 healed=4 bytes_in=5 bytes_out=6 prompt_tokens=7 completion_tokens=8 "
+        "ttfb_ms=- total_ms=1.2")
     for values in (plain, hostile):
-        fields = dict(zip(FIELD_NAMES, values, strict=True))
-        assert logfmt_line(values) == logfmt(fields)
-        assert orjson.loads(json_values_line(values)) == fields
+        assert "\n" not in logfmt_line(values)
+        assert orjson.loads(json_values_line(values)) == dict(zip(FIELD_NAMES, values, strict=True))
+    assert clip("x" * (MAX_VALUE_CHARS + 5)) == "x" * MAX_VALUE_CHARS + "…" and clip("short") == "short"

@@ -21,7 +21,6 @@ import orjson
 
 AccessLogFormat = Literal["logfmt", "json", "off"]
 ACCESS_LOGGER = "mmgate.access"
-Fields = dict[str, str | int | float | None]
 # Longest client-chosen value (path, session) written; the rest is cut and marked.
 MAX_VALUE_CHARS = 200
 
@@ -37,28 +36,6 @@ def clip(value: str | None) -> str | None:
 _BARE = re.compile(r'[^\s"=\\]+')
 
 
-def logfmt(fields: Fields) -> str:
-    """``key=value`` pairs; values with spaces, quotes, ``=`` or control characters quoted, with
-    quotes, backslashes and control characters escaped (one line, whatever the client sent)."""
-    parts = []
-    for key, value in fields.items():
-        if value is None:
-            parts.append(f"{key}=-")
-        elif isinstance(value, int):
-            parts.append(f"{key}={value}")
-        elif isinstance(value, float):
-            parts.append(f"{key}={value:.1f}")
-        elif _BARE.fullmatch(value) and value.isprintable():
-            parts.append(f"{key}={value}")
-        else:  # JSON string escaping: quotes, \\, \n, \u....
-            parts.append(f"{key}={orjson.dumps(value).decode()}")
-    return " ".join(parts)
-
-
-def json_line(fields: Fields) -> str:
-    return orjson.dumps(fields).decode()
-
-
 # One request's line, its values in the order of ``FIELD_NAMES``.
 FIELD_NAMES = ("request_id", "method", "path", "status", "tenant", "session", "model", "backend", "sent", "stripped",
                "referenced", "healed", "bytes_in", "bytes_out", "prompt_tokens", "completion_tokens", "ttfb_ms",
@@ -68,7 +45,8 @@ Line = tuple[str, str, str | None, int, str | None, str | None, str | None, str 
 
 
 def _text(value: str | None) -> str:
-    """One string value of a logfmt line, as ``logfmt`` writes it."""
+    """One string value of a logfmt line: bare when printable without space, quote, ``=`` or
+    backslash; else quoted with JSON's escapes (one line, whatever the client sent)."""
     if value is None:
         return "-"
     if _BARE.fullmatch(value) and value.isprintable():
@@ -77,7 +55,7 @@ def _text(value: str | None) -> str:
 
 
 def logfmt_line(v: Line) -> str:
-    """``logfmt`` of the fields named ``FIELD_NAMES``, written in one pass: no dict, one call per
+    """The logfmt line of the fields named ``FIELD_NAMES``, written in one pass: no dict, one call per
     string a client chose, the numbers formatted in place."""
     return (f"request_id={_text(v[0])} method={_text(v[1])} path={_text(v[2])} status={v[3]} tenant={_text(v[4])} "
             f"session={_text(v[5])} model={_text(v[6])} backend={_text(v[7])} sent={v[8]} stripped={v[9]} "
