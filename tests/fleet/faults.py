@@ -105,6 +105,7 @@ async def sigkill(fleet: Fleet, workload: SessionWorkload, settle_s: float, inde
             for i, event in enumerate(answering)]
     await asyncio.wait_for(asyncio.gather(*(e.wait() for e in answering)), 30)
     in_flight = workload.in_flight[gateway.url]
+    still_streaming = sum(not task.done() for task in long)  # a loaded machine may finish one early
     killed_at = time.monotonic()
     await _replace(gateway, workload, "kill")
     await asyncio.gather(*long)
@@ -112,7 +113,7 @@ async def sigkill(fleet: Fleet, workload: SessionWorkload, settle_s: float, inde
     outcomes = workload.between(started, time.monotonic())
     lost = [o for o in outcomes if o.status != 200 and o.gateway == gateway.url and o.started <= killed_at]
     return summarise("SIGKILL one gateway", outcomes, time.monotonic() - started,
-                     in_flight_at_kill=in_flight, long_streams=streams, failed_in_flight=len(lost))
+                     in_flight_at_kill=in_flight, long_streams=still_streaming, failed_in_flight=len(lost))
 
 
 def _homes(outcomes: Sequence[Outcome], *, last: bool) -> dict[str, str]:
