@@ -11,11 +11,16 @@ every image of the request.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from mmgate.backends import CHAT_PATH, Backend, BackendReply, status_error
+from mmgate.errors import CacheShareError
 from mmgate.jsonbody import dumps_body
 from mmgate.metrics import GatewayMetrics
+from mmgate.reuse.cache_share import CacheShares
 from mmgate.reuse.heal import MAX_HEALS, reply_cache_miss_index, resolve_from_store
 from mmgate.reuse.plan import ReuseCounts, SlotPlan, render
+from mmgate.reuse.shares import tenant_of
 from mmgate.reuse.store import UUIDStore
 from mmgate.routing import BackendHoldings, image_weight, processed_bytes
 
@@ -30,11 +35,17 @@ def held_size(plan: SlotPlan) -> int:
 class ReuseSender:
     """The gateway's reuse state — UUID store, what each backend holds — and the send/heal loop."""
 
-    def __init__(self, store: UUIDStore, holdings: BackendHoldings, metrics: GatewayMetrics, *, auto: bool) -> None:
+    def __init__(self, store: UUIDStore, holdings: BackendHoldings, metrics: GatewayMetrics, *, auto: bool,
+                 tenants_on: Callable[[], bool] = lambda: False) -> None:
         self.store = store
         self.holdings = holdings
         self.metrics = metrics
         self.auto = auto
+        # True while API keys are configured: every key then leads with its tenant's tag, made by
+        # the gateway (without keys a client's uuid could spell one).
+        self.tenants_on = tenants_on
+        # Each tenant's share of what is sent into each backend's cache, sized like the holdings.
+        self.shares = CacheShares(holdings.budget_bytes, max_entries=holdings.max_entries)
 
     async def send(
         self, backend: Backend, body: dict[str, object], plans: list[SlotPlan], *, stream: bool,
@@ -48,6 +59,14 @@ class ReuseSender:
             await resolve_from_store(self.store, plans, None)
         known = {p.key for p in plans if self.auto and with_uuid and self.holdings.holds(backend.name, p.key)}
         counts = render(plans, with_uuid=with_uuid, already_sent=known)
+        # Keys carry their tenant's tag (none without tenants: then there is no share to keep).
+        tag = tenant_of(plans[0].key) if plans and with_uuid and self.tenants_on() else ""
+        if tag:
+            try:
+                self.shares.admit(backend.name, tag, [held_size(p) for p in plans if p.sent_data])
+            except CacheShareError:
+                self.metrics.cache_share_refusals.inc()
+                raise
         healed = 0
         for _ in range(MAX_HEALS + 1):
             reply = await backend.chat(await dumps_body(body), stream=stream, path=path)
@@ -62,7 +81,11 @@ class ReuseSender:
             await resolve_from_store(self.store, plans, named)
             healed += 1
             self.metrics.reuse_heals.inc()
+            had_data = [p.sent_data for p in plans]
             counts = render(plans, with_uuid=with_uuid, already_sent=set(), force_data=True)
+            if tag:  # the backend processes what the heal re-sends: counted, never refused
+                self.shares.charge(backend.name, tag,
+                                   [held_size(p) for p, had in zip(plans, had_data, strict=True) if p.sent_data and not had])
         self.metrics.backend_ok(backend.name)
         counts.healed = healed
         self.holdings.hold(backend.name, [(p.key, held_size(p)) for p in plans])
