@@ -1,5 +1,5 @@
-"""The ledger of what each tenant sent into a backend's cache (``mmgate.reuse.cache_share``): pure,
-with an injected clock."""
+"""Each tenant's share of a backend's cache (``mmgate.reuse.cache_share``), judged on a real
+``BackendHoldings`` record: pure, with an injected clock."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import pytest
 
 from mmgate.errors import CacheShareError
 from mmgate.reuse.cache_share import CacheShares
+from mmgate.routing import BackendHoldings
 
 A, B, C = "t" + "a" * 32, "t" + "b" * 32, "t" + "c" * 32
 
@@ -19,76 +20,96 @@ class Clock:
         return self.now
 
 
-def shares(cache_bytes: int = 100, window_s: float = 60.0) -> tuple[CacheShares, Clock]:
-    clock = Clock()
-    return CacheShares(cache_bytes, max_entries=1000, window_s=window_s, clock=clock), clock
+class World:
+    """A record of one backend's cache of ``budget`` bytes and the shares judged on it."""
+
+    def __init__(self, budget: int = 100) -> None:
+        self.clock = Clock()
+        self.holdings = BackendHoldings(budget, max_entries=1000, max_keys=1000)
+        self.shares = CacheShares(self.holdings, clock=self.clock)
+        self.n = 0
+
+    def send(self, tag: str, size: int) -> None:
+        """``tag`` sends a new image of ``size`` and the backend answers (or it is refused)."""
+        reserved = self.shares.admit("b0", tag, size)
+        self.n += 1
+        self.holdings.hold("b0", [(f"{tag}/{self.n}", size)])
+        self.shares.release("b0", tag, reserved)
+        self.shares.changed("b0")
+
+    def use(self, tag: str, key: str) -> None:
+        """``tag`` refers to an image the backend holds (a reference: nothing new)."""
+        self.shares.admit("b0", tag, 0)
+        self.holdings.hold("b0", [(key, dict(self.holdings.held_oldest_first("b0"))[key])])
+
+    def held(self, tag: str) -> int:
+        return sum(size for key, size in self.holdings.held_oldest_first("b0") if key.startswith(tag))
 
 
 def test_one_active_tenant_is_never_refused() -> None:
-    ledger, _ = shares()
+    world = World()
     for _ in range(50):
-        ledger.admit("b0", A, [30])
-    assert ledger.sent_bytes("b0", A) <= 100  # the window holds the last cache's worth
+        world.send(A, 30)
+    assert world.held(A) == 90
 
 
-def test_a_tenant_past_its_share_is_refused_while_another_is_active() -> None:
-    ledger, clock = shares()
-    ledger.admit("b0", B, [10])
-    ledger.admit("b0", A, [30])
-    ledger.admit("b0", A, [20])  # 50: exactly its half
+def test_a_flood_past_its_share_is_refused_while_it_would_evict_the_other_tenants_images() -> None:
+    world = World()
+    world.send(B, 20)
+    world.send(B, 20)
+    for _ in range(2):
+        world.send(A, 30)  # 40 + 60 = the whole cache, nothing evicted yet
     with pytest.raises(CacheShareError) as refused:
-        ledger.admit("b0", A, [1])
+        world.send(A, 30)  # past its share of 50, and the LRU's oldest is B's
     assert refused.value.status == 429 and refused.value.code == "tenant_cache_share"
-    assert refused.value.retry_after_s == 60  # its first send must age out: it was sent just now
-    assert ledger.sent_bytes("b0", A) == 50  # a refusal counts nothing
-    ledger.admit("b0", A, [])  # references only: never refused
-    ledger.admit("b0", B, [40])  # the other tenant within its share: served
-    ledger.admit("b1", A, [30])  # another backend: a ledger of its own
-    clock.now += 30
-    with pytest.raises(CacheShareError) as later:
-        ledger.admit("b0", A, [25])
-    assert later.value.retry_after_s == 30
+    assert 1 <= refused.value.retry_after_s <= 10
+    assert world.held(B) == 40  # B's images stay held
+    world.shares.admit("b0", A, 0)  # references only: never refused
+    world.send(B, 20)  # B within its share: served, evicting its own oldest
+    assert world.held(B) == 40
 
 
-def test_refusals_end_when_the_sends_age_out_or_the_other_tenant_goes_idle() -> None:
-    ledger, clock = shares()
-    ledger.admit("b0", B, [10])
-    ledger.admit("b0", A, [50])
+def test_a_tenant_past_its_share_turns_over_its_own_part() -> None:
+    world = World()
+    world.send(B, 10)
+    world.send(A, 30)
+    world.send(A, 30)
+    world.send(A, 30)  # 100: full; A holds 90
+    world.use(B, f"{B}/1")  # B's image is now the most recent: A's oldest goes first
+    world.send(A, 30)  # evicts A's own oldest: served
+    assert world.held(A) == 90 and world.held(B) == 10
+
+
+def test_refusals_end_when_the_other_tenant_goes_idle() -> None:
+    world = World()
+    world.send(B, 40)
+    world.send(A, 30)
+    world.send(A, 30)
     with pytest.raises(CacheShareError):
-        ledger.admit("b0", A, [10])
-    clock.now += 30
-    ledger.admit("b0", B, [])  # B still active, A's sends still in the window
+        world.send(A, 30)
+    world.clock.now += 61  # B idle for a whole window: A alone, never refused
+    world.send(A, 30)
+    assert world.held(B) == 0
+
+
+def test_a_tenant_within_its_share_may_evict_the_others_excess() -> None:
+    world = World(budget=90)
+    for _ in range(3):
+        world.send(A, 30)  # A alone: the whole cache
+    world.send(B, 10)  # B, within its share: evicts A's oldest
+    world.send(C, 10)  # C too
+    assert world.held(B) == 10 and world.held(C) == 10 and world.held(A) == 60
+    world.send(A, 30)  # A past its share of 30: served while what it evicts is its own
+    assert world.held(B) == 10 and world.held(C) == 10
+    world.use(A, next(k for k, _ in world.holdings.held_oldest_first("b0") if k.startswith(A)))
     with pytest.raises(CacheShareError):
-        ledger.admit("b0", A, [10])
-    clock.now += 31  # A's sends are past the window (B is still active: it asked 31 s ago)
-    assert ledger.active_tenants("b0") == 2 and ledger.sent_bytes("b0", A) == 0
-    ledger.admit("b0", A, [50])
-    clock.now += 61  # B idle for a whole window: A alone, never refused
-    for _ in range(5):
-        ledger.admit("b0", A, [50])
+        world.send(A, 30)  # now B's image is the oldest: refused
 
 
-def test_the_share_is_the_cache_over_the_active_tenants_and_one_request_always_passes() -> None:
-    ledger, _ = shares(cache_bytes=90)
-    ledger.admit("b0", B, [1])
-    ledger.admit("b0", C, [1])
-    ledger.admit("b0", A, [60])  # nothing of A's within the turnover: its one request passes
+def test_requests_in_flight_count_as_held() -> None:
+    world = World()
+    world.send(B, 40)
+    world.shares.admit("b0", A, 40)  # not answered yet
+    world.shares.admit("b0", A, 20)  # 40 + 60 fills the cache: still nothing to evict
     with pytest.raises(CacheShareError):
-        ledger.admit("b0", A, [1])
-    ledger2, _ = shares(cache_bytes=90)
-    ledger2.admit("b0", B, [1])
-    ledger2.admit("b0", C, [1])
-    ledger2.admit("b0", A, [20])
-    ledger2.admit("b0", A, [10])  # 30 = 90 / 3 active tenants
-    with pytest.raises(CacheShareError):
-        ledger2.admit("b0", A, [1])
-
-
-def test_charge_counts_without_refusing_and_the_window_is_one_cache_of_bytes() -> None:
-    ledger, _ = shares()
-    ledger.admit("b0", B, [10])
-    ledger.admit("b0", A, [50])
-    ledger.charge("b0", A, [30])  # a heal's re-send: counted, never refused
-    assert ledger.sent_bytes("b0", A) == 80
-    ledger.admit("b0", B, [40])  # 130 sent in all: the oldest 30 (B's 10, then A's 50) leave
-    assert ledger.sent_bytes("b0", A) == 30 and ledger.sent_bytes("b0", B) == 40
+        world.shares.admit("b0", A, 10)  # B's image would go

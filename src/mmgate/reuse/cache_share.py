@@ -1,24 +1,26 @@
-"""Each tenant's share of what the gateway sends into a backend's processor cache.
+"""Each tenant's share of a backend's processor cache, as the gateway sends into it.
 
 vLLM's processor cache is one LRU by bytes for every request (``--mm-processor-cache-gb``): a
 tenant that sends many new images evicts every other tenant's, whose references the gateway then
-heals by sending their bytes again. So, per backend, this ledger keeps what each tenant sent there
-*for processing* (images with their bytes: the ones the backend does not hold) within the cache's
-turnover, and a tenant past its share gets a 429 (``CacheShareError``) before anything is sent:
+heals by sending their bytes again. The gateway's record of what each backend holds
+(``mmgate.routing.BackendHoldings``: an LRU of processed sizes bounded like the backend's cache,
+``--reuse-backend-cache-gb``) says, before a request is sent, which images its new ones would
+push out. So, per backend:
 
-* the turnover is the last ``cache_bytes`` of processed size sent to the backend (the modelled
-  cache, ``--reuse-backend-cache-gb``, as ``mmgate.routing.BackendHoldings`` sizes it), and at most
-  ``WINDOW_S``: what was sent earlier has left the cache, or its sender's refusals end anyway;
-* a tenant is *active* at a backend while it sent a request with an image there (bytes or a
-  cache-only reference) within ``WINDOW_S``; the share is ``cache_bytes`` / active tenants;
-* with two or more active tenants, a request whose new images would take its tenant past its
-  share is refused — unless the tenant sent nothing within the turnover (one request is always
-  let through, however large). Images the backend already holds go as cache-only references and
-  cost nothing here; text costs nothing; with one active tenant (or none configured: every key
-  has the same empty tag) nothing is ever refused.
+* a tenant is *active* while it sent a request with an image there (bytes or a cache-only
+  reference) within ``WINDOW_S``; its share is the modelled cache over the active tenants;
+* a request whose new images (those the backend does not hold: they go with their bytes) would
+  take its tenant past its share, and would evict an image of another active tenant that holds no
+  more than its own share, is refused (``CacheShareError``: 429 with ``Retry-After``) before
+  anything is sent. A tenant past its share may still send new images while what they push out is
+  its own (or belongs to tenants past their share, or idle ones): it turns over its own part;
+* references to images the backend holds and text cost nothing and are never refused; a tenant
+  that holds nothing there is always let through once; with one active tenant (or no API keys)
+  nothing is ever refused.
 
-So a tenant that floods takes at most its share of the cache per turnover, and another tenant's
-images, used since, stay held. Each gateway keeps its own ledger (like its record of holdings).
+So a tenant's flood takes at most what the others leave of the cache, and another tenant's
+images, used within the window, stay held. Requests admitted and not yet answered count as held
+(the record learns an image once the backend answered). Each gateway keeps its own record.
 Pure: no asyncio; the clock is injectable.
 """
 
@@ -26,137 +28,133 @@ from __future__ import annotations
 
 import math
 import time
-from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 from mmgate.errors import CacheShareError
+from mmgate.reuse.shares import tenant_of
+from mmgate.routing import BackendHoldings
 
-# How long a tenant counts as active at a backend after its last image request there, and the
-# longest a send counts against its tenant: a tenant's refusals always end within it.
+# How long a tenant counts as active at a backend after its last request with an image there:
+# an idle tenant's images are no longer kept from the others, so every refusal ends within it.
 WINDOW_S = 60.0
+# The longest Retry-After: the images a refusal protects may be used again (or their tenant go
+# idle) sooner than the window says.
+MAX_RETRY_AFTER_S = 10
+# Per-tenant totals are recounted (a walk over the backend's record) when this gateway changed the
+# record (``changed``), and at least this often (the routing sync changes it too).
+_RECOUNT_S = 0.5
 _MB = 1_000_000
 
 
-class _Ledger:
-    """One backend's sends within the turnover (oldest first) and its tenants' activity."""
-
-    __slots__ = ("by_tenant", "last_seen", "sends", "tenant_sends", "total")
-
-    def __init__(self) -> None:
-        self.sends: deque[tuple[float, str, int]] = deque()  # (when, tenant tag, processed bytes)
-        self.tenant_sends: dict[str, deque[tuple[float, int]]] = {}
-        self.by_tenant: dict[str, int] = {}
-        self.total = 0
-        self.last_seen: dict[str, float] = {}
-
-    def drop_oldest(self) -> None:
-        _when, tag, size = self.sends.popleft()
-        self.total -= size
-        left = self.by_tenant[tag] - size
-        own = self.tenant_sends[tag]
-        own.popleft()
-        if own:
-            self.by_tenant[tag] = left
-        else:
-            del self.by_tenant[tag], self.tenant_sends[tag]
-
-
 class CacheShares:
-    """Per backend, each tenant's processed bytes sent within the cache's turnover, and the check
-    that refuses a tenant past its fair share (module docstring)."""
+    """Each tenant's activity at each backend, its pending sends, and the check (module docstring)."""
 
-    def __init__(self, cache_bytes: int, *, max_entries: int, window_s: float = WINDOW_S,
+    def __init__(self, holdings: BackendHoldings, *, window_s: float = WINDOW_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        if cache_bytes < 0 or max_entries < 1 or window_s <= 0:
-            raise ValueError("cache_bytes must not be negative, max_entries at least 1, window_s positive")
-        self.cache_bytes = cache_bytes
-        self.max_entries = max_entries
+        self.holdings = holdings
         self.window_s = window_s
         self._clock = clock
-        self._ledgers: dict[str, _Ledger] = {}
-        self._next_sweep = clock() + window_s
+        self._seen: dict[str, dict[str, float]] = {}  # backend -> tenant tag -> last request with an image
+        self._pending: dict[str, dict[str, int]] = {}  # backend -> tag -> bytes admitted, not answered yet
+        self._totals: dict[str, tuple[float, dict[str, int]]] = {}  # backend -> (counted at, tag -> bytes)
 
-    def sent_bytes(self, backend: str, tag: str) -> int:
-        """Processed bytes the tenant ``tag`` sent ``backend`` within the turnover."""
-        ledger = self._ledgers.get(backend)
-        if ledger is None:
-            return 0
-        self._trim(ledger, self._clock())
-        return ledger.by_tenant.get(tag, 0)
+    def active_tenants(self, backend: str) -> dict[str, float]:
+        """The tenants active at ``backend`` (tag → when last seen); forgets those no longer active."""
+        seen = self._seen.get(backend)
+        if seen is None:
+            return {}
+        horizon = self._clock() - self.window_s
+        if min(seen.values()) <= horizon:
+            seen = {tag: when for tag, when in seen.items() if when > horizon}
+            if seen:
+                self._seen[backend] = seen
+            else:
+                del self._seen[backend]
+        return seen
 
-    def active_tenants(self, backend: str) -> int:
-        """Tenants that sent ``backend`` a request with an image within the window."""
-        ledger = self._ledgers.get(backend)
-        if ledger is None:
-            return 0
-        self._trim(ledger, self._clock())
-        return len(ledger.last_seen)
-
-    def admit(self, backend: str, tag: str, sizes: Iterable[int]) -> None:
-        """A request of tenant ``tag`` (its keys' tag: ``mmgate.reuse.shares.tenant_of``) with
-        images goes to ``backend``, sending these processed sizes with their bytes (none: only
-        references). Counts them, or raises ``CacheShareError`` (nothing counted) when they would
-        take the tenant past its share."""
+    def admit(self, backend: str, tag: str, new_bytes: int) -> int:
+        """A request of tenant ``tag`` (its keys' tag) with images goes to ``backend`` and sends
+        ``new_bytes`` of processed size with their bytes (0: only references). Returns what it
+        reserved (give it to ``release`` once the backend answered or failed), or raises
+        ``CacheShareError`` (nothing reserved)."""
         now = self._clock()
-        self._sweep(now)
-        ledger = self._ledgers.get(backend)
-        if ledger is None:
-            ledger = self._ledgers[backend] = _Ledger()
-        self._trim(ledger, now)
-        ledger.last_seen[tag] = now
-        sizes = list(sizes)
-        new = sum(sizes)
-        active = len(ledger.last_seen)
-        sent = ledger.by_tenant.get(tag, 0)
-        share = self.cache_bytes // max(1, active)
-        if new and active > 1 and sent and sent + new > share:
-            raise CacheShareError(
-                f"this API key's new images would take it past its share of a backend's image cache "
-                f"({sent / _MB:.1f} MB of processed images sent within the cache's turnover, {new / _MB:.1f} MB "
-                f"more asked, share {share / _MB:.1f} MB while other keys use the backend too): retry later, "
-                "or refer to images already sent by their uuid (cache-only references are not limited)",
-                retry_after_s=self._retry_after(ledger, tag, sent + new - share, now))
-        self.charge(backend, tag, sizes)
+        self._forget_idle(now)
+        self._seen.setdefault(backend, {})[tag] = now
+        if not new_bytes:
+            return 0
+        active = self.active_tenants(backend)
+        if len(active) > 1:
+            self._check(backend, tag, new_bytes, active, now)
+        pending = self._pending.setdefault(backend, {})
+        pending[tag] = pending.get(tag, 0) + new_bytes
+        return new_bytes
 
-    def charge(self, backend: str, tag: str, sizes: Iterable[int]) -> None:
-        """Count sizes sent to ``backend`` without the check (a heal re-sends what it must)."""
-        now = self._clock()
-        ledger = self._ledgers.get(backend)
-        if ledger is None:
-            ledger = self._ledgers[backend] = _Ledger()
-        for size in sizes:
-            ledger.sends.append((now, tag, size))
-            ledger.tenant_sends.setdefault(tag, deque()).append((now, size))
-            ledger.by_tenant[tag] = ledger.by_tenant.get(tag, 0) + size
-            ledger.total += size
-        self._trim(ledger, now)
-
-    def _sweep(self, now: float) -> None:
-        """At most once a window: forget backends with nothing left in their window (a backend that
-        left the fleet, or that no image request reached for a while)."""
-        if now < self._next_sweep:
+    def release(self, backend: str, tag: str, reserved: int) -> None:
+        """What ``admit`` reserved: the backend answered (the record now holds it) or failed."""
+        pending = self._pending.get(backend)
+        if not reserved or pending is None or tag not in pending:
             return
-        self._next_sweep = now + self.window_s
-        for backend, ledger in list(self._ledgers.items()):
-            self._trim(ledger, now)
-            if not ledger.sends and not ledger.last_seen:
-                del self._ledgers[backend]
+        left = pending[tag] - reserved
+        if left > 0:
+            pending[tag] = left
+        else:
+            del pending[tag]
+            if not pending:
+                del self._pending[backend]
 
-    def _trim(self, ledger: _Ledger, now: float) -> None:
-        """Drop sends past the turnover (bytes, entries, age) and tenants no longer active."""
-        horizon = now - self.window_s
-        sends = ledger.sends
-        while sends and (ledger.total > self.cache_bytes or len(sends) > self.max_entries or sends[0][0] <= horizon):
-            ledger.drop_oldest()
-        if ledger.last_seen and min(ledger.last_seen.values()) <= horizon:
-            ledger.last_seen = {tag: seen for tag, seen in ledger.last_seen.items() if seen > horizon}
+    def changed(self, backend: str) -> None:
+        """This gateway changed what it believes ``backend`` holds: its totals are counted again."""
+        self._totals.pop(backend, None)
 
-    def _retry_after(self, ledger: _Ledger, tag: str, excess: int, now: float) -> int:
-        """Whole seconds until enough of the tenant's sends have aged out to admit ``excess`` more."""
-        freed, last = 0, now
-        for sent_at, size in ledger.tenant_sends.get(tag, ()):
-            freed, last = freed + size, sent_at
+    def _check(self, backend: str, tag: str, new_bytes: int, active: dict[str, float], now: float) -> None:
+        holdings = self.holdings
+        pending = self._pending.get(backend, {})
+        share = holdings.budget_bytes // len(active)
+        excess = holdings.held_bytes(backend) + sum(pending.values()) + new_bytes - holdings.budget_bytes
+        if excess <= 0:
+            return  # room for them: nothing is evicted
+        totals = self._tenant_totals(backend, now)
+        mine = totals.get(tag, 0) + pending.get(tag, 0)
+        if mine == 0 or mine + new_bytes <= share:
+            return  # within its share (or its first images there): what it evicts is the others' excess
+        # What the backend's LRU would evict for them, oldest first: anything of a tenant that is
+        # active and within its share makes this a refusal.
+        freed = 0
+        protected: set[str] = set()
+        for key, size in holdings.held_oldest_first(backend):
+            owner = tenant_of(key)
+            if owner != tag and owner in active and totals.get(owner, 0) + pending.get(owner, 0) <= share:
+                protected.add(owner)
+                break
+            freed += size
             if freed >= excess:
                 break
-        # Past its last send the tenant has nothing within the turnover: one request always passes.
-        return max(1, math.ceil(last + self.window_s - now))
+        if not protected:
+            return
+        wait = min(active[owner] + self.window_s - now for owner in protected)
+        raise CacheShareError(
+            f"this API key's new images would evict other keys' images from a backend's image cache: it holds "
+            f"{mine / _MB:.1f} MB of processed images there, past its share of {share / _MB:.1f} MB while other keys "
+            "use it too; retry later, or refer to images already sent by their uuid (cache-only references are "
+            "not limited)",
+            retry_after_s=max(1, min(MAX_RETRY_AFTER_S, math.ceil(wait))))
+
+    def _tenant_totals(self, backend: str, now: float) -> dict[str, int]:
+        """Processed bytes each tenant holds at ``backend`` in the record (recounted at most every
+        ``_RECOUNT_S``: a walk over the record)."""
+        counted = self._totals.get(backend)
+        if counted is not None and now - counted[0] < _RECOUNT_S:
+            return counted[1]
+        totals: dict[str, int] = {}
+        for key, size in self.holdings.held_oldest_first(backend):
+            owner = tenant_of(key)
+            totals[owner] = totals.get(owner, 0) + size
+        self._totals[backend] = (now, totals)
+        return totals
+
+    def _forget_idle(self, now: float) -> None:
+        """Forget the counts of backends with no tenant active (a backend that left the fleet)."""
+        for backend in [b for b, (at, _) in self._totals.items() if now - at > self.window_s]:
+            del self._totals[backend]
+        for backend in list(self._seen):
+            self.active_tenants(backend)

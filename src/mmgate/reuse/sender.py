@@ -25,9 +25,10 @@ from mmgate.reuse.store import UUIDStore
 from mmgate.routing import BackendHoldings, image_weight, processed_bytes
 
 
-def held_size(plan: SlotPlan) -> int:
-    """The processed size a backend keeps of the slot's image (a default when its size is unknown)."""
-    image = plan.image
+def held_size(plan: SlotPlan, store: UUIDStore | None = None) -> int:
+    """The processed size a backend keeps of the slot's image: a reference's from the uuid store's
+    local copy when ``store`` has it, a default when its size is unknown."""
+    image = plan.image if plan.image is not None or store is None else store.peek(plan.key)
     tokens = image_weight(image.width, image.height, None) if image is not None else image_weight(None, None, None)
     return processed_bytes(tokens)
 
@@ -44,8 +45,8 @@ class ReuseSender:
         # True while API keys are configured: every key then leads with its tenant's tag, made by
         # the gateway (without keys a client's uuid could spell one).
         self.tenants_on = tenants_on
-        # Each tenant's share of what is sent into each backend's cache, sized like the holdings.
-        self.shares = CacheShares(holdings.budget_bytes, max_entries=holdings.max_entries)
+        # Each tenant's share of each backend's cache, judged on the holdings.
+        self.shares = CacheShares(holdings)
 
     async def send(
         self, backend: Backend, body: dict[str, object], plans: list[SlotPlan], *, stream: bool,
@@ -61,12 +62,26 @@ class ReuseSender:
         counts = render(plans, with_uuid=with_uuid, already_sent=known)
         # Keys carry their tenant's tag (none without tenants: then there is no share to keep).
         tag = tenant_of(plans[0].key) if plans and with_uuid and self.tenants_on() else ""
+        reserved = 0
         if tag:
             try:
-                self.shares.admit(backend.name, tag, [held_size(p) for p in plans if p.sent_data])
+                reserved = self.shares.admit(backend.name, tag, sum(held_size(p) for p in plans if p.sent_data))
             except CacheShareError:
                 self.metrics.cache_share_refusals.inc()
                 raise
+        try:
+            return await self._send(backend, body, plans, counts, stream=stream, path=path)
+        finally:
+            if tag:
+                self.shares.release(backend.name, tag, reserved)
+                self.shares.changed(backend.name)
+
+    async def _send(
+        self, backend: Backend, body: dict[str, object], plans: list[SlotPlan], counts: ReuseCounts, *,
+        stream: bool, path: str,
+    ) -> tuple[BackendReply, ReuseCounts]:
+        """``send`` once the request is rendered and admitted: the send/heal loop."""
+        with_uuid = backend.kind == "vllm"
         healed = 0
         for _ in range(MAX_HEALS + 1):
             reply = await backend.chat(await dumps_body(body), stream=stream, path=path)
@@ -81,14 +96,10 @@ class ReuseSender:
             await resolve_from_store(self.store, plans, named)
             healed += 1
             self.metrics.reuse_heals.inc()
-            had_data = [p.sent_data for p in plans]
             counts = render(plans, with_uuid=with_uuid, already_sent=set(), force_data=True)
-            if tag:  # the backend processes what the heal re-sends: counted, never refused
-                self.shares.charge(backend.name, tag,
-                                   [held_size(p) for p, had in zip(plans, had_data, strict=True) if p.sent_data and not had])
         self.metrics.backend_ok(backend.name)
         counts.healed = healed
-        self.holdings.hold(backend.name, [(p.key, held_size(p)) for p in plans])
+        self.holdings.hold(backend.name, [(p.key, held_size(p, self.store)) for p in plans])
         self._count(counts)
         return reply, counts
 
