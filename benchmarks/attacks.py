@@ -255,18 +255,22 @@ async def _timed_post(session: aiohttp.ClientSession, url: str, body: dict[str, 
 
 
 async def victim(session: aiohttp.ClientSession, url: str, sim_url: str, seconds: float,
-                 seed: list[int]) -> tuple[list[float], int, list[float]]:
+                 seed: list[int], slow: list[tuple[float, int]]) -> tuple[list[float], int, list[float]]:
     """The victim's requests through the gateway, each followed by the control request to the sim
-    directly: (gateway latencies, gateway errors, direct latencies)."""
+    directly: (gateway latencies, gateway errors, direct latencies); ``slow`` gets (seconds into the
+    phase, ms) of each gateway request over a second."""
     latencies: list[float] = []
     direct: list[float] = []
     errors = 0
     started = time.monotonic()
     while time.monotonic() - started < seconds:
         seed[0] += 1
+        sent_at = time.monotonic() - started
         ms, ok = await _timed_post(session, url, chat(image(png_data_url(seed[0], 64)), image(None, f"mine-{seed[0] % 8}")),
                                    auth(VICTIM))
         latencies.append(ms)
+        if ms > 1000:
+            slow.append((round(sent_at, 2), round(ms)))
         errors += not ok
         await asyncio.sleep(0.01)
         seed[0] += 1
@@ -298,7 +302,8 @@ async def run_phases(url: str, port: int, pid: int, sim_pid: int, sim_url: str, 
             probe = asyncio.create_task(health_probe(url, stop))
             idle_probe = asyncio.create_task(health_probe(idle_url, stop))
             with RssSampler(pid) as rss:
-                latencies, errors, direct = await victim(session, url, sim_url, seconds, seed)
+                slow: list[tuple[float, int]] = []
+                latencies, errors, direct = await victim(session, url, sim_url, seconds, seed, slow)
             stop.set()
             health, idle = await probe, await idle_probe
             attacker_rate = (answered.value - answered_before) / (time.monotonic() - phase_started)
@@ -314,7 +319,7 @@ async def run_phases(url: str, port: int, pid: int, sim_pid: int, sim_url: str, 
                          "gateway_cpu_s": cpu[0], "sim_cpu_s": cpu[1], "health_p99_ms": pct(health, 99),
                          "direct_n": len(direct), "direct_p50_ms": statistics.median(direct),
                          "direct_p99_ms": pct(direct, 99), "idle_health_p99_ms": pct(idle, 99),
-                         "attacker_answers_per_s": attacker_rate})
+                         "attacker_answers_per_s": attacker_rate, "slow_requests": slow})
             await asyncio.sleep(2.0)  # what the attack left running drains
     base, direct_base = rows[0]["p99_ms"], rows[0]["direct_p99_ms"]
     for row in rows:

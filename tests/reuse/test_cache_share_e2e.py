@@ -90,3 +90,19 @@ async def test_without_tenants_nothing_changes() -> None:
             for i in range(12):
                 status, body, _ = await post(gw.url, turn([img(png_data_url(800 + i, 224), f"t{i:032x}/{i}")]))
                 assert status == 200, body
+
+
+async def test_images_larger_than_the_cache_are_not_counted(tmp_path: Path) -> None:
+    keys = tmp_path / "keys.txt"
+    keys.write_text("key-a tenant-a\nkey-b tenant-b\n")
+    sim = SimSettings(port=0, speedup=1000.0, mm_processor_cache_gb=CACHE_GB)
+    async with running_sims(1, sim) as sims:
+        settings = gateway_settings(backends=vllm_specs(sims), api_keys_file=str(keys), reuse_backend_cache_gb=CACHE_GB)
+        async with running_gateway(settings) as gw, aiohttp.ClientSession() as session:
+            for i in range(2):  # B holds two images: within its share
+                assert (await post(gw.url, turn([img(png_data_url(900 + i, 224), f"b{i}")]), B, session=session))[0] == 200
+            # A's images of 1400x1400 (~23 MB processed each, past the 6 MB cache) evict nothing:
+            # vLLM keeps no image larger than its cache. Four at once, none refused.
+            replies = await asyncio.gather(*(
+                post(gw.url, turn([img(png_data_url(950 + i, 1400), f"big{i}")]), A, session=session) for i in range(4)))
+            assert [r.status for r in replies] == [200] * 4

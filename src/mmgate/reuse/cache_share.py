@@ -14,9 +14,9 @@ push out. So, per backend:
   more than its own share, is refused (``CacheShareError``: 429 with ``Retry-After``) before
   anything is sent. A tenant past its share may still send new images while what they push out is
   its own (or belongs to tenants past their share, or idle ones): it turns over its own part;
-* references to images the backend holds and text cost nothing and are never refused; a tenant
-  that holds nothing there is always let through once; with one active tenant (or no API keys)
-  nothing is ever refused.
+* references to images the backend holds, images larger than its whole cache (not kept there) and
+  text cost nothing and are never refused; a tenant that holds nothing there is always let through
+  once; with one active tenant (or no API keys) nothing is ever refused.
 
 So a tenant's flood takes at most what the others leave of the cache, and another tenant's
 images, used within the window, stay held. Requests admitted and not yet answered count as held

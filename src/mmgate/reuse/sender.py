@@ -65,7 +65,10 @@ class ReuseSender:
         reserved = 0
         if tag:
             try:
-                reserved = self.shares.admit(backend.name, tag, sum(held_size(p) for p in plans if p.sent_data))
+                # An image larger than the whole cache is not kept there: it evicts nothing.
+                sizes = (held_size(p) for p in plans if p.sent_data)
+                reserved = self.shares.admit(backend.name, tag,
+                                             sum(n for n in sizes if n <= self.holdings.budget_bytes))
             except CacheShareError:
                 self.metrics.cache_share_refusals.inc()
                 raise
