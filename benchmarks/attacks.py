@@ -36,6 +36,10 @@ activity differs too), and B asks both (each first in turn). B compares its stat
 ``created``) between the two, its latency (medians, and how often the world where A sent was the
 faster), and tries ``/metrics`` with its key.
 
+``--src DIR``: the gateway and the sim run the source tree at DIR (its ``src``; default this
+checkout's), so one tree can be measured beside another (a detached worktree of main: before and
+after a change). ``--phases``: only the attacks named (the unloaded phase always runs).
+
     .venv/bin/python benchmarks/attacks.py --seconds 8 --out results/attacks.json
 """
 
@@ -49,6 +53,7 @@ import gzip
 import io
 import json
 import multiprocessing
+import os
 import random
 import socket
 import statistics
@@ -250,18 +255,22 @@ async def _timed_post(session: aiohttp.ClientSession, url: str, body: dict[str, 
 
 
 async def victim(session: aiohttp.ClientSession, url: str, sim_url: str, seconds: float,
-                 seed: list[int]) -> tuple[list[float], int, list[float]]:
+                 seed: list[int], slow: list[tuple[float, int]]) -> tuple[list[float], int, list[float]]:
     """The victim's requests through the gateway, each followed by the control request to the sim
-    directly: (gateway latencies, gateway errors, direct latencies)."""
+    directly: (gateway latencies, gateway errors, direct latencies); ``slow`` gets (seconds into the
+    phase, ms) of each gateway request over a second."""
     latencies: list[float] = []
     direct: list[float] = []
     errors = 0
     started = time.monotonic()
     while time.monotonic() - started < seconds:
         seed[0] += 1
+        sent_at = time.monotonic() - started
         ms, ok = await _timed_post(session, url, chat(image(png_data_url(seed[0], 64)), image(None, f"mine-{seed[0] % 8}")),
                                    auth(VICTIM))
         latencies.append(ms)
+        if ms > 1000:
+            slow.append((round(sent_at, 2), round(ms)))
         errors += not ok
         await asyncio.sleep(0.01)
         seed[0] += 1
@@ -271,7 +280,7 @@ async def victim(session: aiohttp.ClientSession, url: str, sim_url: str, seconds
 
 
 async def run_phases(url: str, port: int, pid: int, sim_pid: int, sim_url: str, idle_url: str,
-                     seconds: float) -> list[dict[str, Any]]:
+                     seconds: float, attacks: tuple[str, ...] = ATTACKS) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     seed = [10_000]
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
@@ -279,7 +288,7 @@ async def run_phases(url: str, port: int, pid: int, sim_pid: int, sim_url: str, 
             async with session.post(url + "/v1/chat/completions", json=chat(image(png_data_url(900 + k, 64), f"mine-{k}")),
                                     headers=auth(VICTIM)) as r:
                 assert r.status == 200, await r.text()
-        for attack in ATTACKS:
+        for attack in attacks:
             attacker = None
             context = multiprocessing.get_context("spawn")
             answered = context.Value("l", 0)
@@ -293,7 +302,8 @@ async def run_phases(url: str, port: int, pid: int, sim_pid: int, sim_url: str, 
             probe = asyncio.create_task(health_probe(url, stop))
             idle_probe = asyncio.create_task(health_probe(idle_url, stop))
             with RssSampler(pid) as rss:
-                latencies, errors, direct = await victim(session, url, sim_url, seconds, seed)
+                slow: list[tuple[float, int]] = []
+                latencies, errors, direct = await victim(session, url, sim_url, seconds, seed, slow)
             stop.set()
             health, idle = await probe, await idle_probe
             attacker_rate = (answered.value - answered_before) / (time.monotonic() - phase_started)
@@ -309,7 +319,7 @@ async def run_phases(url: str, port: int, pid: int, sim_pid: int, sim_url: str, 
                          "gateway_cpu_s": cpu[0], "sim_cpu_s": cpu[1], "health_p99_ms": pct(health, 99),
                          "direct_n": len(direct), "direct_p50_ms": statistics.median(direct),
                          "direct_p99_ms": pct(direct, 99), "idle_health_p99_ms": pct(idle, 99),
-                         "attacker_answers_per_s": attacker_rate})
+                         "attacker_answers_per_s": attacker_rate, "slow_requests": slow})
             await asyncio.sleep(2.0)  # what the attack left running drains
     base, direct_base = rows[0]["p99_ms"], rows[0]["direct_p99_ms"]
     for row in rows:
@@ -373,7 +383,13 @@ def main() -> int:
     p.add_argument("--seconds", type=float, default=8.0, help="length of each phase")
     p.add_argument("--tries", type=int, default=20, help="tries of the side channel")
     p.add_argument("--out", type=Path, default=ROOT / "results" / "attacks.json")
+    p.add_argument("--src", type=Path, default=ROOT, help="source tree the gateway and the sim run (its src/)")
+    p.add_argument("--phases", default=",".join(ATTACKS[1:]), help="attacks to run, comma-separated")
+    p.add_argument("--no-side-channel", action="store_true", help="skip the side-channel tries")
     args = p.parse_args()
+    attacks = ("unloaded", *(a for a in ATTACKS[1:] if a in args.phases.split(",")))
+    # The gateway and the sim import the tree asked for; this script keeps its own (tests.support).
+    env = {**os.environ, "PYTHONPATH": f"{args.src.resolve() / 'src'}{os.pathsep}{args.src.resolve()}"}
     procs: list[subprocess.Popen[bytes]] = []
     with tempfile.TemporaryDirectory() as tmp:
         keys, admin = Path(tmp) / "keys.txt", Path(tmp) / "admin.key"
@@ -382,23 +398,26 @@ def main() -> int:
         urls, pids, ports, sim_urls = [], [], [], []
         try:
             idle_port = free_port()
-            procs.append(start([IDLE_SERVER, str(idle_port)], idle_port, command=[sys.executable, "-c"]))
+            procs.append(start([IDLE_SERVER, str(idle_port)], idle_port, command=[sys.executable, "-c"], env=env))
             for _ in range(2):  # the attacks run against the first; the side channel compares both
                 sim_port, port = free_port(), free_port()
                 procs.append(start(["sim", "--port", str(sim_port), "--speedup", "20", "--max-model-len", "100000",
-                                    "--mm-processor-cache-gb", "0.02"], sim_port))
+                                    "--mm-processor-cache-gb", "0.02"], sim_port, env=env))
                 procs.append(start(["serve", "--port", str(port), "--backend", f"vllm=http://127.0.0.1:{sim_port}",
                                     "--api-keys-file", str(keys), "--admin-key-file", str(admin),
                                     "--tenant-secret", "attacks-benchmark-secret", "--log-level", "warning",
                                     "--max-inflation-ratio", "20", "--stream-stall-timeout", "5",
-                                    "--uuid-store-bytes", str(16 * MiB)], port))
+                                    "--uuid-store-bytes", str(16 * MiB),
+                                    # the sim's processor cache, as an operator tells the gateway vLLM's
+                                    "--reuse-backend-cache-gb", "0.02"], port, env=env))
                 urls.append(f"http://127.0.0.1:{port}")
                 sim_urls.append(f"http://127.0.0.1:{sim_port}")
                 pids.append(procs[-1].pid)
                 ports.append(port)
             rows = asyncio.run(run_phases(urls[0], ports[0], pids[0], procs[1].pid, sim_urls[0],
-                                          f"http://127.0.0.1:{idle_port}", args.seconds))
-            sides = [asyncio.run(side_channel(urls, args.tries, decoy=decoy)) for decoy in (True, False)]
+                                          f"http://127.0.0.1:{idle_port}", args.seconds, attacks))
+            sides = [] if args.no_side_channel else [
+                asyncio.run(side_channel(urls, args.tries, decoy=decoy)) for decoy in (True, False)]
         finally:
             for proc in reversed(procs):
                 stop(proc)
@@ -423,7 +442,8 @@ def main() -> int:
               f"answers differ: {side['tries_with_a_difference']} ({', '.join(side['differences']) or 'nothing'}); "
               f"/metrics with B's key: {side['metrics_status_for_tenant']}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"seconds": args.seconds, "phases": rows, "side_channel": sides}, indent=2))
+    args.out.write_text(json.dumps({"seconds": args.seconds, "src": str(args.src), "phases": rows,
+                                    "side_channel": sides}, indent=2))
     print(f"wrote {args.out}")
     return 0
 

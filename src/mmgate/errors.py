@@ -22,7 +22,8 @@ never escape it.
     │   ├── BodyTimeoutError          408: request body not received within --body-timeout
     │   ├── UnsupportedEncodingError  415: a compressed request body the gateway does not accept
     │   ├── BusyError                 429: the decode queue is full (Retry-After)
-    │   │   └── TenantLimitError      429: the tenant's requests in flight are at --max-tenant-requests
+    │   │   ├── TenantLimitError      429: the tenant's requests in flight are at --max-tenant-requests
+    │   │   └── CacheShareError       429: the tenant's new images past its share of a backend's cache
     │   ├── ForbiddenError            403: an operator endpoint without the admin key
     │   └── EndpointNotFoundError     404/405: a path or method the gateway does not serve
     ├── ShuttingDownError             503: the gateway stopped before the request finished
@@ -47,7 +48,7 @@ from mmgate._settings import ConfigError
 
 __all__ = [
     "AuthenticationError", "BackendBusyError", "BackendConnectError", "BackendProtocolError", "BackendStatusError",
-    "BackendTimeoutError", "BodyTimeoutError", "BodyTooLargeError", "BusyError", "CacheError", "ConfigError",
+    "BackendTimeoutError", "BodyTimeoutError", "BodyTooLargeError", "BusyError", "CacheError", "CacheShareError", "ConfigError",
     "EndpointNotFoundError", "ForbiddenError", "ForbiddenURLError", "ImageTooLargeError", "InvalidRequestError",
     "MediaError", "MmgateError", "ModelNotFoundError", "OriginError", "OriginTimeoutError", "RequestError",
     "ResponseNotFoundError", "ShuttingDownError", "TenantLimitError", "UnknownUUIDError", "UnsupportedEncodingError",
@@ -174,6 +175,17 @@ class TenantLimitError(BusyError):
     """The tenant already has ``--max-tenant-requests`` requests in flight (streams included)."""
 
     code = "tenant_request_limit"
+
+
+class CacheShareError(BusyError):
+    """The tenant's new images would take it past its share of a backend's processor cache
+    (``mmgate.reuse.cache_share``); ``retry_after_s``: when enough of its sends have aged out."""
+
+    code = "tenant_cache_share"
+
+    def __init__(self, message: str, *, retry_after_s: int, param: str | None = None) -> None:
+        super().__init__(message, param=param)
+        self.retry_after_s = retry_after_s
 
 
 class ForbiddenError(RequestError):

@@ -113,6 +113,12 @@ class GatewayMetrics:
             "Streamed answers cut because their client read nothing for --stream-stall-timeout",
             registry=registry,
         )
+        self.cache_share_refusals = Counter(
+            "mmgate_cache_share_refusals",
+            "Requests refused (429) because their tenant's new images would take it past its share of a "
+            "backend's processor cache while other tenants use it too",
+            registry=registry,
+        )
         self.edge_connections = Counter(
             "mmgate_edge_connections",
             "Client connections the edge closed: displaced (at the connection cap, an idle or slow "

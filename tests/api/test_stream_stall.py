@@ -125,3 +125,29 @@ async def test_a_full_backend_pool_is_a_503_not_a_failure(tmp_path: Path) -> Non
                 await asyncio.sleep(0.2)
     finally:
         sim.stop()
+
+
+async def test_a_stream_nobody_reads_stalls_within_a_small_send_buffer(tmp_path: Path) -> None:
+    # ~1.5 MB of SSE: what a client socket's send buffer could take whole if Linux grew it (up to
+    # tcp_wmem's 4 MiB), so the stream would end without a stall; with the gateway's bounded
+    # buffer it stalls and is cut.
+    sim = SimProcess(tmp_path / "sim.log")
+    sim.start(["--speedup", "100000", "--max-model-len", "1000000"])
+    try:
+        with serve_process(tmp_path, "--backend", f"vllm={sim.url}", "--stream-stall-timeout", "2") as gw:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.connect(("127.0.0.1", gw.port))
+            body = orjson.dumps({"model": "tiny-qwen2vl", "stream": True, "max_tokens": 8_000, "ignore_eos": True,
+                                 "messages": [{"role": "user", "content": "tell me everything"}]})
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+            try:
+                deadline = time.monotonic() + 8
+                while metric_value(gw.metrics(), "mmgate_streams_stalled_total") < 1:
+                    assert time.monotonic() < deadline, "the stream went out whole into the socket's buffers"
+                    await asyncio.sleep(0.1)
+                assert await load(gw.url) == 0
+            finally:
+                sock.close()
+    finally:
+        sim.stop()

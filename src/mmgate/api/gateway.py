@@ -22,6 +22,7 @@ from mmgate.errors import (
     BackendBusyError,
     BackendConnectError,
     BackendTimeoutError,
+    CacheShareError,
     ImageTooLargeError,
     InvalidRequestError,
 )
@@ -117,7 +118,8 @@ class Gateway:
         # The chat requests in flight (their handler tasks): what a shutdown drains, then cuts.
         self.inflight: set[asyncio.Task[object]] = set()
         # One record of what each backend holds: the router weighs it, the sender strips by it.
-        self.reuse = ReuseSender(store, router.holdings, metrics, auto=settings.reuse == "auto")
+        self.reuse = ReuseSender(store, router.holdings, metrics, auto=settings.reuse == "auto",
+                                 tenants_on=lambda: self.tenants is not None)
         # Compressed request bodies (--max-inflation-ratio) are inflated here, at the lowest CPU
         # priority: what one client's gzip costs comes out of what the other requests leave.
         self.inflate_pool = ThreadPoolExecutor(max_workers=INFLATE_THREADS, thread_name_prefix="mmgate-inflate",
@@ -233,9 +235,9 @@ class Gateway:
             routing.set_attribute("mmgate.backend", ranked[0].name)
         try:
             return await self._tracked_send(request, plans, ranked[0], routed, session_id, path)
-        except (BackendConnectError, BackendBusyError):
-            # Nothing reached that backend (unreachable, whether or not it is ejected yet, or every
-            # connection to it in use): try the next one once.
+        except (BackendConnectError, BackendBusyError, CacheShareError):
+            # Nothing reached that backend (unreachable, whether or not it is ejected yet, every
+            # connection to it in use, or the tenant past its share of its cache): try the next once.
             if len(ranked) < 2:
                 raise
             return await self._tracked_send(request, plans, ranked[1], routed, session_id, path)

@@ -11,18 +11,24 @@ every image of the request.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from mmgate.backends import CHAT_PATH, Backend, BackendReply, status_error
+from mmgate.errors import CacheShareError
 from mmgate.jsonbody import dumps_body
 from mmgate.metrics import GatewayMetrics
+from mmgate.reuse.cache_share import CacheShares
 from mmgate.reuse.heal import MAX_HEALS, reply_cache_miss_index, resolve_from_store
 from mmgate.reuse.plan import ReuseCounts, SlotPlan, render
+from mmgate.reuse.shares import tenant_of
 from mmgate.reuse.store import UUIDStore
 from mmgate.routing import BackendHoldings, image_weight, processed_bytes
 
 
-def held_size(plan: SlotPlan) -> int:
-    """The processed size a backend keeps of the slot's image (a default when its size is unknown)."""
-    image = plan.image
+def held_size(plan: SlotPlan, store: UUIDStore | None = None) -> int:
+    """The processed size a backend keeps of the slot's image: a reference's from the uuid store's
+    local copy when ``store`` has it, a default when its size is unknown."""
+    image = plan.image if plan.image is not None or store is None else store.peek(plan.key)
     tokens = image_weight(image.width, image.height, None) if image is not None else image_weight(None, None, None)
     return processed_bytes(tokens)
 
@@ -30,11 +36,17 @@ def held_size(plan: SlotPlan) -> int:
 class ReuseSender:
     """The gateway's reuse state — UUID store, what each backend holds — and the send/heal loop."""
 
-    def __init__(self, store: UUIDStore, holdings: BackendHoldings, metrics: GatewayMetrics, *, auto: bool) -> None:
+    def __init__(self, store: UUIDStore, holdings: BackendHoldings, metrics: GatewayMetrics, *, auto: bool,
+                 tenants_on: Callable[[], bool] = lambda: False) -> None:
         self.store = store
         self.holdings = holdings
         self.metrics = metrics
         self.auto = auto
+        # True while API keys are configured: every key then leads with its tenant's tag, made by
+        # the gateway (without keys a client's uuid could spell one).
+        self.tenants_on = tenants_on
+        # Each tenant's share of each backend's cache, judged on the holdings.
+        self.shares = CacheShares(holdings)
 
     async def send(
         self, backend: Backend, body: dict[str, object], plans: list[SlotPlan], *, stream: bool,
@@ -48,6 +60,31 @@ class ReuseSender:
             await resolve_from_store(self.store, plans, None)
         known = {p.key for p in plans if self.auto and with_uuid and self.holdings.holds(backend.name, p.key)}
         counts = render(plans, with_uuid=with_uuid, already_sent=known)
+        # Keys carry their tenant's tag (none without tenants: then there is no share to keep).
+        tag = tenant_of(plans[0].key) if plans and with_uuid and self.tenants_on() else ""
+        reserved = 0
+        if tag:
+            try:
+                # An image larger than the whole cache is not kept there: it evicts nothing.
+                sizes = (held_size(p) for p in plans if p.sent_data)
+                reserved = self.shares.admit(backend.name, tag,
+                                             sum(n for n in sizes if n <= self.holdings.budget_bytes))
+            except CacheShareError:
+                self.metrics.cache_share_refusals.inc()
+                raise
+        try:
+            return await self._send(backend, body, plans, counts, stream=stream, path=path)
+        finally:
+            if tag:
+                self.shares.release(backend.name, tag, reserved)
+                self.shares.changed(backend.name)
+
+    async def _send(
+        self, backend: Backend, body: dict[str, object], plans: list[SlotPlan], counts: ReuseCounts, *,
+        stream: bool, path: str,
+    ) -> tuple[BackendReply, ReuseCounts]:
+        """``send`` once the request is rendered and admitted: the send/heal loop."""
+        with_uuid = backend.kind == "vllm"
         healed = 0
         for _ in range(MAX_HEALS + 1):
             reply = await backend.chat(await dumps_body(body), stream=stream, path=path)
@@ -65,7 +102,7 @@ class ReuseSender:
             counts = render(plans, with_uuid=with_uuid, already_sent=set(), force_data=True)
         self.metrics.backend_ok(backend.name)
         counts.healed = healed
-        self.holdings.hold(backend.name, [(p.key, held_size(p)) for p in plans])
+        self.holdings.hold(backend.name, [(p.key, held_size(p, self.store)) for p in plans])
         self._count(counts)
         return reply, counts
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Iterator
 
 from mmgate.config import GatewaySettings
 from mmgate.store import ByteLRU
@@ -101,6 +101,17 @@ class BackendHoldings:
         """Forget every backend not in ``backends`` (they left the fleet)."""
         for backend in [b for b in self._held if b not in backends]:
             del self._held[backend]
+
+    def held_bytes(self, backend: str) -> int:
+        """Estimated processed bytes ``backend`` holds."""
+        lru = self._held.get(backend)
+        return lru.num_cached_bytes if lru is not None else 0
+
+    def held_oldest_first(self, backend: str) -> Iterator[tuple[str, int]]:
+        """(key, processed bytes) of each image ``backend`` holds, least recently used first: the
+        order its cache evicts them in."""
+        lru = self._held.get(backend)
+        return lru.sizes() if lru is not None else iter(())
 
     def num_held(self, backend: str) -> int:
         lru = self._held.get(backend)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
 # What one entry costs this map beyond its key and value: the (value, size, expiry) tuple with its
@@ -98,6 +98,11 @@ class ByteLRU(Generic[K, V]):
             return None
         self._num_bytes -= entry[1]
         return entry[0]
+
+    def sizes(self) -> Iterator[tuple[K, int]]:
+        """Each entry's key and size, least recently used first (recency untouched; do not change
+        the map while iterating)."""
+        return ((key, entry[1]) for key, entry in self._entries.items())
 
     def clear(self) -> None:
         self._entries.clear()
