@@ -6,13 +6,16 @@ flood is really sent, four requests at a time."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
 from mmgate.sim.config import SimSettings
 from tests.reuse.test_reuse_e2e import img, reuse_counts, turn
-from tests.support.gateway import gateway_settings, running_gateway, running_sims, vllm_specs
+from tests.support.gateway import RunningGateway, gateway_settings, running_gateway, running_sims, vllm_specs
 from tests.support.http import Reply, post
 from tests.support.images import png_data_url
 
@@ -33,23 +36,30 @@ async def flood(url: str, session: aiohttp.ClientSession) -> list[Reply]:
     return replies
 
 
-async def run(tmp_path: Path, *, victim_active: bool) -> tuple[list[Reply], list[Reply], object, float | None]:
+@contextlib.asynccontextmanager
+async def two_tenants(tmp_path: Path) -> AsyncIterator[tuple[RunningGateway, aiohttp.ClientSession, Any]]:
+    """A gateway with tenants A and B in front of one sim; yields (gateway, session, sim stats)."""
     keys = tmp_path / "keys.txt"
     keys.write_text("key-a tenant-a\nkey-b tenant-b\n")
     sim = SimSettings(port=0, speedup=1000.0, mm_processor_cache_gb=CACHE_GB)
     async with running_sims(1, sim) as sims:
         settings = gateway_settings(backends=vllm_specs(sims), api_keys_file=str(keys), reuse_backend_cache_gb=CACHE_GB)
         async with running_gateway(settings) as gw, aiohttp.ClientSession() as session:
-            victim: list[Reply] = []
-            if victim_active:
-                for i in range(2):
-                    victim.append(await post(gw.url, turn([img(png_data_url(500 + i, 224), f"b{i}")]), B, session=session))
-            flooded = await flood(gw.url, session)
-            if victim_active:  # B's references, then a new image of B's
-                victim += [await post(gw.url, turn([img(None, f"b{i}")]), B, session=session) for i in range(2)]
-                victim.append(await post(gw.url, turn([img(png_data_url(510, 224), "b-new")]), B, session=session))
-            refusals = gw.gateway.metrics.registry.get_sample_value("mmgate_cache_share_refusals_total")
-            return victim, flooded, sims[0].stats, refusals
+            yield gw, session, sims[0].stats
+
+
+async def run(tmp_path: Path, *, victim_active: bool) -> tuple[list[Reply], list[Reply], object, float | None]:
+    async with two_tenants(tmp_path) as (gw, session, stats):
+        victim: list[Reply] = []
+        if victim_active:
+            for i in range(2):
+                victim.append(await post(gw.url, turn([img(png_data_url(500 + i, 224), f"b{i}")]), B, session=session))
+        flooded = await flood(gw.url, session)
+        if victim_active:  # B's references, then a new image of B's
+            victim += [await post(gw.url, turn([img(None, f"b{i}")]), B, session=session) for i in range(2)]
+            victim.append(await post(gw.url, turn([img(png_data_url(510, 224), "b-new")]), B, session=session))
+        refusals = gw.gateway.metrics.registry.get_sample_value("mmgate_cache_share_refusals_total")
+        return victim, flooded, stats, refusals
 
 
 async def test_a_flood_past_its_share_gets_429s_and_the_victims_images_stay_held(tmp_path: Path) -> None:
@@ -93,16 +103,11 @@ async def test_without_tenants_nothing_changes() -> None:
 
 
 async def test_images_larger_than_the_cache_are_not_counted(tmp_path: Path) -> None:
-    keys = tmp_path / "keys.txt"
-    keys.write_text("key-a tenant-a\nkey-b tenant-b\n")
-    sim = SimSettings(port=0, speedup=1000.0, mm_processor_cache_gb=CACHE_GB)
-    async with running_sims(1, sim) as sims:
-        settings = gateway_settings(backends=vllm_specs(sims), api_keys_file=str(keys), reuse_backend_cache_gb=CACHE_GB)
-        async with running_gateway(settings) as gw, aiohttp.ClientSession() as session:
-            for i in range(2):  # B holds two images: within its share
-                assert (await post(gw.url, turn([img(png_data_url(900 + i, 224), f"b{i}")]), B, session=session))[0] == 200
-            # A's images of 1400x1400 (~23 MB processed each, past the 6 MB cache) evict nothing:
-            # vLLM keeps no image larger than its cache. Four at once, none refused.
-            replies = await asyncio.gather(*(
-                post(gw.url, turn([img(png_data_url(950 + i, 1400), f"big{i}")]), A, session=session) for i in range(4)))
-            assert [r.status for r in replies] == [200] * 4
+    async with two_tenants(tmp_path) as (gw, session, _):
+        for i in range(2):  # B holds two images: within its share
+            assert (await post(gw.url, turn([img(png_data_url(900 + i, 224), f"b{i}")]), B, session=session))[0] == 200
+        # A's images of 1400x1400 (~23 MB processed each, past the 6 MB cache) evict nothing:
+        # vLLM keeps no image larger than its cache. Four at once, none refused.
+        replies = await asyncio.gather(*(
+            post(gw.url, turn([img(png_data_url(950 + i, 1400), f"big{i}")]), A, session=session) for i in range(4)))
+        assert [r.status for r in replies] == [200] * 4
