@@ -134,8 +134,8 @@ def test_routing_flags_and_variables() -> None:
 
 
 def test_routing_from_the_environment_and_a_bad_value_names_the_flag(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("MMGATE_ROUTING", "lru-history")
-    assert settings_from_args(serve()).routing.mode == "lru-history"
+    monkeypatch.setenv("MMGATE_ROUTING", "session")
+    assert settings_from_args(serve()).routing.mode == "session"
     with pytest.raises(ConfigError) as err:
         settings_from_args(serve("--routing-load-factor", "0.5"))
     assert "--routing-load-factor" in str(err.value.setting)

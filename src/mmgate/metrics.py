@@ -85,7 +85,7 @@ class GatewayMetrics:
         )
         self.routing_decisions = Counter(
             "mmgate_routing_decisions",
-            "Backend choices by reason: session, image_affinity, image_history, load_spill, least_loaded, "
+            "Backend choices by reason: session, image_affinity, load_spill, least_loaded, "
             "round_robin",
             ["reason"], registry=registry,
         )

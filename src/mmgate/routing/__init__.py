@@ -1,6 +1,6 @@
-"""Backend choice by a routing policy (image affinity with bounded loads, session affinity, an
-llm-d-like image history, round robin) over one record of what each backend holds, with active
-health probes and passive ejection. docs/ROUTING.md has the routing in one page."""
+"""Backend choice by a routing policy (image affinity with bounded loads, session affinity, round
+robin) over one record of what each backend holds, with active health probes and passive
+ejection, and the routing sync between gateways. docs/ROUTING.md has the routing in one page."""
 
 from mmgate.routing.admission import PeerBudget, sync_message
 from mmgate.routing.health import BackendHealth, HealthStatus

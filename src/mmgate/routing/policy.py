@@ -4,31 +4,22 @@ Modes (``RoutingSettings.mode``, ``--routing``):
 
 * ``round-robin``    rotate over the healthy backends, nothing else;
 * ``session``        the session's rendezvous home, else the less loaded of two random picks;
-* ``lru-history``    like llm-d's ``mm-cache-affinity-scorer``: the share of the request's image
-                     weight each backend holds (``BackendHoldings``) plus a load score
-                     (``(max - load) / (max - min)``), equally weighted;
-* ``image-affinity`` (the default) every image has a *home*, the rendezvous winner of its key over
-                     the healthy backends, so every gateway agrees with no shared state. Each image
-                     of the request pulls its weight toward backends (``affinity_scores``):
-
-  - a shared image (shown by another session, or without one) at its home;
-  - a session's own image (shown only by this session) at the session's home (a never-shown one
-    ``NEW_IMAGE_SHARE`` of its weight: it is processed wherever it goes);
-  - every image ``HELD_WEIGHT`` (above 1) x its weight at each backend that holds it, so an image
-    processed away from its home (a spill) draws its next requests there instead of being
-    processed again at home.
+* ``image-affinity`` (the default) each image of the request pulls its weight toward backends
+  (``affinity_scores``): a shared image (shown by another session, or without one) toward its
+  *home*, the rendezvous winner of its key, so every gateway agrees with no shared state; a
+  session's own image toward the session's home (a never-shown one ``NEW_IMAGE_SHARE`` of its
+  weight: it is processed wherever it goes); and ``HELD_WEIGHT`` (above 1) x its weight toward
+  each backend that holds it, so an image processed away from home draws its next requests there.
 
   Ties go by the rendezvous order of the first shared image, else the session's, else the first
-  image's: the same from every gateway, spills included. When the session's own images decide, the
-  request stays at the session's home, as ``session`` routing would (moving a conversation costs
-  its images' processing again). A request that several backends could take without processing
-  anything again (each holds every image of it that was shown before: ``free_backends``) goes to
+  image's: the same from every gateway. When the session's own images decide, the request stays
+  at the session's home (moving a conversation costs its images' processing again). A request
+  that several backends could take without processing anything again (``free_backends``) goes to
   the least loaded of them, which keeps room at the homes for requests that can go nowhere else
-  cheaply. Then bounded loads apply (consistent hashing with bounded
-  loads, Mirrokni et al.): no backend may hold more than ``load_factor`` x the mean requests in
-  flight once the request is placed (``capacity``), and the request spills to the next backend of
-  its order. The bound holds for the in-flight counts the router knows: this gateway's, and with
-  the routing sync every synced gateway's (``spill``).
+  cheaply. Then bounded loads apply (consistent hashing with bounded loads, Mirrokni et al.): no
+  backend above ``load_factor`` x the mean requests in flight once the request is placed
+  (``capacity``), counted as this gateway sees them (with the routing sync, every synced
+  gateway's); the request spills to the next backend of its order (``spill``).
 
 A decision's ``reason`` is one of ``REASONS``, a bounded metric label.
 """
@@ -46,9 +37,9 @@ from mmgate.routing.holdings import BackendHoldings
 from mmgate.routing.rendezvous import rendezvous_pick, rendezvous_rank
 from mmgate.routing.weights import RoutedImage
 
-__all__ = ["HELD_WEIGHT", "NEW_IMAGE_SHARE", "REASONS", "Decision", "RoutingPolicy", "affinity_scores", "capacity",
-           "free_backends", "image_homes", "spill"]
-REASONS = ("round_robin", "session", "least_loaded", "image_affinity", "image_history", "load_spill")
+__all__ = ["HELD_WEIGHT", "NEW_IMAGE_SHARE", "REASONS", "Decision", "RoutingPolicy", "affinity_scores", "by_score",
+           "capacity", "free_backends", "spill"]
+REASONS = ("round_robin", "session", "least_loaded", "image_affinity", "load_spill")
 # A backend holding an image pulls this x its weight: above 1, a holder beats the image's home.
 HELD_WEIGHT = 1.2
 # A never-shown image of a session pulls this share of its weight toward the session's home: it is
@@ -79,24 +70,19 @@ class AffinityScores:
         return [a + b for a, b in zip(self.from_session, self.from_images, strict=True)]
 
 
-def image_homes(images: Sequence[RoutedImage], names: Sequence[str]) -> list[int]:
-    """The home (index into ``names``) of each image: the rendezvous winner of its key."""
-    return [rendezvous_pick(image.key, names) for image in images]
-
-
 def affinity_scores(
     images: Sequence[RoutedImage], names: Sequence[str], session_id: str | None, holdings: BackendHoldings,
 ) -> AffinityScores:
     """Each backend's ``image-affinity`` pull for ``images`` (see the module docstring)."""
     scores = AffinityScores([0.0] * len(names), [0.0] * len(names), None)
     session_home = rendezvous_pick(session_id, names) if session_id is not None else None
-    for image, home in zip(images, image_homes(images, names), strict=True):
+    for image in images:
         own = session_home is not None and not holdings.is_shared(image.key, session_id)
         if own:
             share = 1.0 if holdings.knows(image.key) else NEW_IMAGE_SHARE
             scores.from_session[session_home] += share * image.weight  # type: ignore[index]
         else:
-            scores.from_images[home] += image.weight
+            scores.from_images[rendezvous_pick(image.key, names)] += image.weight
             if scores.tie_key is None:
                 scores.tie_key = image.key
         pulls = scores.from_session if own else scores.from_images
@@ -136,12 +122,10 @@ def spill(order: list[int], loads: Sequence[int], load_factor: float) -> tuple[l
     return order, False  # unreachable with load_factor >= 1: some backend is at or below the mean
 
 
-def load_scores(loads: Sequence[int]) -> list[float]:
-    """llm-d's queue scorer: 1 for the least loaded, 0 for the most, linear between."""
-    low, high = min(loads), max(loads)
-    if high == low:
-        return [1.0] * len(loads)
-    return [(high - load) / (high - low) for load in loads]
+def by_score(scores: Sequence[float], names: Sequence[str], tie_key: str) -> list[int]:
+    """Indexes of ``names``, highest score first; ties by ``tie_key``'s rendezvous order."""
+    tie = {index: position for position, index in enumerate(rendezvous_rank(tie_key, names))}
+    return sorted(range(len(names)), key=lambda i: (-scores[i], tie[i]))
 
 
 class RoutingPolicy:
@@ -171,15 +155,9 @@ class RoutingPolicy:
             if session_id is not None:
                 return Decision(rendezvous_rank(session_id, names), "session")
             return Decision(p2c_rank(loads, self._rng), "least_loaded")
-        if self.mode == "lru-history":
-            total = sum(image.weight for image in images) or 1.0
-            held = [sum(i.weight for i in images if self.holdings.holds(name, i.key)) / total for name in names]
-            combined = [a + b for a, b in zip(held, load_scores(loads), strict=True)]
-            order = self._by_score(combined, names, session_id or images[0].key)
-            return Decision(order, "image_history" if held[order[0]] > 0 else "least_loaded")
         scores = affinity_scores(images, names, session_id, self.holdings)
         tie_key = scores.tie_key or session_id or images[0].key
-        order = self._by_score(scores.total, names, tie_key)
+        order = by_score(scores.total, names, tie_key)
         first = order[0]
         if session_id is not None and scores.from_session[first] >= scores.from_images[first]:
             return Decision(order, "session")
@@ -189,9 +167,3 @@ class RoutingPolicy:
             order = [best, *(i for i in order if i != best)]
         order, spilled = spill(order, loads, self.load_factor)
         return Decision(order, "load_spill" if spilled else "image_affinity")
-
-    @staticmethod
-    def _by_score(scores: Sequence[float], names: Sequence[str], tie_key: str) -> list[int]:
-        """Highest score first; ties by ``tie_key``'s rendezvous order."""
-        tie = {index: position for position, index in enumerate(rendezvous_rank(tie_key, names))}
-        return sorted(range(len(names)), key=lambda i: (-scores[i], tie[i]))

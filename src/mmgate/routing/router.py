@@ -193,14 +193,9 @@ class Router:
         decision's reason and records who showed ``images`` (about the clients, so at once: another
         session's concurrent request with the same image sees it shared, not its own new one)."""
         candidates = self.candidates(model)
-        health = self._health
-        healthy: list[Backend] = []
-        ejected: list[Backend] = []
-        for backend in candidates:
-            state = health.get(backend.name)
-            (healthy if state is not None and state.is_healthy else ejected).append(backend)
+        healthy = [b for b in candidates if self.is_healthy(b)]
         order: list[Backend] = []
-        for pool in (healthy, ejected):
+        for pool in (healthy, [b for b in candidates if not self.is_healthy(b)]):
             if not pool:
                 continue
             decision = self.policy.decide([b.name for b in pool], [self.load(b) for b in pool], session_id, images)
