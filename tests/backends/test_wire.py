@@ -319,3 +319,21 @@ async def test_a_large_stream_read_slowly_is_relayed_whole() -> None:
             await asyncio.sleep(0.001)
         assert total == 200 * len(frame)
         await b.close()
+
+
+async def test_a_request_line_and_headers_cannot_be_broken() -> None:
+    """A path with a space or non-ASCII is escaped as aiohttp's URL would; a header value with a
+    line break is refused before anything is sent."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+
+    async with serving(answer) as server:
+        b = make(server.url)
+        reply = await b.request("GET", "/v1/models/a b/\u00e9?x=1%202")
+        assert reply.status == 200
+        assert server.requests[0].startswith(b"GET /v1/models/a%20b/%C3%A9?x=1%202 HTTP/1.1\r\n")
+        with pytest.raises(ValueError):
+            await b.request("GET", "/x", headers={"Accept": "a\r\nX-Injected: 1"})
+        assert len(server.requests) == 1 and in_use(b) == 0
+        await b.close()

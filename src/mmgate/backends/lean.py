@@ -8,7 +8,7 @@ every pool connection in use 503, silence 504, a reply broken off or not HTTP 50
 from __future__ import annotations
 
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from mmgate.backends.base import CHAT_PATH, BackendReply
 from mmgate.backends.wire import (
@@ -32,6 +32,7 @@ from mmgate.errors import (
 _OWN_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection", "keep-alive", "upgrade", "te"})
 # Methods sent without a Content-Length when they carry no body (as aiohttp sends them).
 _BODILESS = frozenset({"GET", "HEAD", "OPTIONS", "CONNECT", "TRACE"})
+_PATH_SAFE = "/?&=%:@!$'()*+,;~"  # a path and query's own characters, an escape's % kept
 
 
 def lines(headers: Iterable[tuple[str, str]], count: int) -> str:
@@ -82,6 +83,8 @@ class LeanClient:
     async def request(self, method: str, path: str, headers: Iterable[tuple[str, str]],
                       body: bytes | AsyncIterable[bytes] | None, *, stream: bool) -> BackendReply:
         """Any request (``HTTPBackend.request``); ``headers`` already merged, the backend's key in."""
+        if not (path.isascii() and path.isprintable()) or " " in path:
+            path = quote(path, safe=_PATH_SAFE)  # as aiohttp's URL would send it; never a broken request line
         passed = [(k, v) for k, v in headers if k.lower() not in _OWN_HEADERS]
         if isinstance(body, bytes):
             framing = f"Content-Length: {len(body)}\r\n"

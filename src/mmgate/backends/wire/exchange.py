@@ -282,6 +282,7 @@ class Exchange:
         if conn is None:
             return
         self.conn = None
+        del self.parser  # it holds this exchange: no cycle left for the garbage collector
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
