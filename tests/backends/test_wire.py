@@ -337,3 +337,22 @@ async def test_a_request_line_and_headers_cannot_be_broken() -> None:
             await b.request("GET", "/x", headers={"Accept": "a\r\nX-Injected: 1"})
         assert len(server.requests) == 1 and in_use(b) == 0
         await b.close()
+
+
+async def test_idle_connections_are_closed_after_the_keepalive_without_another_request() -> None:
+    closed = asyncio.Event()
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+        await writer.drain()
+        if not await reader.read(1):  # the client closed its end
+            closed.set()
+            writer.close()
+
+    async with serving(answer) as server:
+        b = make(server.url, keepalive_s=0.2)
+        assert (await b.chat(b"{}", stream=False)).status == 200
+        assert pool(b).idle == 1
+        await asyncio.wait_for(closed.wait(), 2.0)  # the sweep closed it
+        assert pool(b).idle == 0 and server.connections == 1
+        await b.close()
