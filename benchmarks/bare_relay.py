@@ -1,29 +1,37 @@
-"""The floor for an aiohttp-based gateway: a relay that parses nothing, routes nothing, counts nothing.
+"""The floor for an aiohttp-served gateway: a relay that parses nothing, routes nothing, counts nothing.
 
 POST /v1/chat/completions is forwarded to one backend and its reply relayed chunk by chunk (SSE) —
-the I/O every aiohttp gateway must do, with the writes coalesced as mmgate's relay coalesces them
-(the head with a first chunk at hand, the last chunk with the end). ``gateway_overhead.py`` and
+the I/O every such gateway must do, with the writes coalesced as mmgate's relay coalesces them
+(the head with a first chunk at hand, the last chunk with the end). The backend client is
+aiohttp's (``--client aiohttp``, the default) or mmgate's own lean one (``--client wire``,
+``mmgate.backends.wire``, what mmgate's request path uses): the first is the floor of a plain
+aiohttp relay, the second the floor of mmgate's HTTP stack. ``gateway_overhead.py`` and
 ``router_compare.py`` run it beside mmgate so the CPU mmgate adds on top of its HTTP stack can be
 read off.
 
-    python benchmarks/bare_relay.py PORT BACKEND_PORT
+    python benchmarks/bare_relay.py PORT BACKEND_PORT [--client aiohttp|wire]
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import aiohttp
 import uvloop
 from aiohttp import web
+
+Relay = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class _HeadWithFirstChunk(web.StreamResponse):
     _send_headers_immediately = False
 
 
-async def main(port: int, backend_port: int) -> None:
+def aiohttp_relay(backend_port: int) -> Relay:
     session = aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar())
     url = f"http://127.0.0.1:{backend_port}/v1/chat/completions"
 
@@ -43,6 +51,48 @@ async def main(port: int, backend_port: int) -> None:
             await response.write_eof()
             return response
 
+    return chat
+
+
+def wire_relay(backend_port: int) -> Relay:
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))  # this tree's mmgate
+    from mmgate.backends.wire import WirePool
+
+    pool = WirePool("127.0.0.1", backend_port, limit=1024, connect_timeout_s=5.0, read_timeout_s=300.0,
+                    keepalive_s=4.0)
+    head = f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{backend_port}\r\nContent-Type: application/json\r\n"
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        raw = await request.read()
+        ex = await pool.send(f"{head}Content-Length: {len(raw)}\r\n\r\n".encode(), raw)
+        try:
+            content_type = ex.content_type or "application/json"
+            if not content_type.startswith("text/event-stream"):
+                return web.Response(body=await ex.read_all(), status=ex.status, content_type=content_type)
+            ex.streaming = True
+            response = _HeadWithFirstChunk(status=ex.status, headers={"Content-Type": "text/event-stream"})
+            await response.prepare(request)
+            if not ex.arrived():
+                await response.write(b"")
+            while True:
+                chunk = ex.take()
+                if chunk is not None:
+                    await (response.write_eof(chunk) if ex.ended() else response.write(chunk))
+                elif ex.complete:
+                    break
+                else:
+                    await ex.wait()
+            await response.write_eof()
+            return response
+        finally:
+            ex.finish()
+
+    return chat
+
+
+async def main(port: int, backend_port: int, client: str) -> None:
+    chat = (wire_relay if client == "wire" else aiohttp_relay)(backend_port)
+
     async def health(request: web.Request) -> web.Response:
         return web.Response(text="ok")
 
@@ -56,4 +106,9 @@ async def main(port: int, backend_port: int) -> None:
 
 
 if __name__ == "__main__":
-    uvloop.run(main(int(sys.argv[1]), int(sys.argv[2])))
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("port", type=int)
+    p.add_argument("backend_port", type=int)
+    p.add_argument("--client", choices=("aiohttp", "wire"), default="aiohttp")
+    args = p.parse_args()
+    uvloop.run(main(args.port, args.backend_port, args.client))

@@ -1,7 +1,10 @@
 """HTTP client for OpenAI-compatible backends (``vllm`` and ``openai`` kinds).
 
 The two kinds speak the same HTTP; they differ in what the gateway puts in the body (uuids or not),
-which is decided before ``chat`` is called. aiohttp errors are translated here and nowhere else.
+which is decided before ``chat`` is called. Requests to an ``http://`` backend go through the lean
+client (``mmgate.backends.lean``: the request path's cost); those to an ``https://`` one, and the
+health, model and load probes, through aiohttp, whose errors are translated here and nowhere else
+(the lean client's to the same gateway errors, in its module).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import orjson
 from multidict import CIMultiDict
 
 from mmgate.backends.base import CHAT_PATH, BackendKind, BackendReply, error_message
+from mmgate.backends.lean import LeanClient
 from mmgate.errors import (
     BackendBusyError,
     BackendConnectError,
@@ -65,6 +69,10 @@ class HTTPBackend:
         # request pool (streams a client reads slowly) must not make a healthy backend fail its
         # probes and be ejected.
         self._probe_session: aiohttp.ClientSession | None = None
+        # An http:// backend's requests: the lean client (module docstring). None: aiohttp's.
+        self._lean = LeanClient.for_url(name, self.url, self._auth, max_connections=max_connections,
+                                        connect_timeout_s=connect_timeout_s, read_timeout_s=read_timeout_s,
+                                        keepalive_s=keepalive_s, log=self._log)
 
     def _new_session(self, limit: int) -> aiohttp.ClientSession:
         connector = aiohttp.TCPConnector(
@@ -94,6 +102,8 @@ class HTTPBackend:
         log.warning("backend %s (%s) failed %s: %s", self.name, self.url, doing, exc or type(exc).__name__)
 
     async def chat(self, body: bytes, *, stream: bool, path: str = CHAT_PATH) -> BackendReply:
+        if self._lean is not None:
+            return await self._lean.chat(body, backend_headers(), stream=stream, path=path)
         data: bytes | AsyncIterator[memoryview] = body
         headers = self._headers
         if len(body) > _PIECE_BYTES:
@@ -115,6 +125,8 @@ class HTTPBackend:
             sent.update(observed)
         if self._auth:
             sent.update(self._auth)  # replaces a client's Authorization the caller chose to pass
+        if self._lean is not None:
+            return await self._lean.request(method, path, sent.items(), body, stream=stream)
         data: bytes | AsyncIterable[bytes] | AsyncIterator[memoryview] | None = body
         if isinstance(body, bytes) and len(body) > _PIECE_BYTES:
             data = _pieces(body)
@@ -209,6 +221,8 @@ class HTTPBackend:
             return False
 
     async def close(self) -> None:
+        if self._lean is not None:
+            self._lean.close()
         for session in (self._session, self._probe_session):
             if session is not None:
                 await session.close()
