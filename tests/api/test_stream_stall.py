@@ -5,7 +5,10 @@ outstanding slot it held; other clients are served throughout."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import http.server
 import socket
+import threading
 import time
 from pathlib import Path
 
@@ -151,3 +154,56 @@ async def test_a_stream_nobody_reads_stalls_within_a_small_send_buffer(tmp_path:
                 sock.close()
     finally:
         sim.stop()
+
+
+class _SpewingBackend(http.server.BaseHTTPRequestHandler):
+    """An OpenAI-compatible backend (``openai`` kind) whose ``/v1/completions`` streams ~2 MB of SSE,
+    close-delimited, as fast as the gateway takes it (the sim serves chat only)."""
+
+    protocol_version = "HTTP/1.0"
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        body = orjson.dumps({"object": "list", "data": [{"id": "spew", "object": "model"}]})
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        frame = b"data: " + orjson.dumps({"id": "cmpl-1", "object": "text_completion", "model": "spew",
+                                          "choices": [{"index": 0, "text": "x" * 60}]}) + b"\n\n"
+        with contextlib.suppress(OSError):  # the gateway cut the stream
+            for _ in range(16_000):
+                self.wfile.write(frame)
+
+
+async def test_a_forwarded_stream_nobody_reads_stalls_within_a_small_send_buffer(tmp_path: Path) -> None:
+    # The endpoints forwarded as they are (here /v1/completions) bound the client's send buffer too.
+    backend = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _SpewingBackend)
+    threading.Thread(target=backend.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{backend.server_address[1]}"
+        with serve_process(tmp_path, "--backend", f"openai={url}", "--stream-stall-timeout", "2") as gw:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.connect(("127.0.0.1", gw.port))
+            body = orjson.dumps({"model": "spew", "stream": True, "prompt": "tell me everything"})
+            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+            try:
+                deadline = time.monotonic() + 8
+                while metric_value(gw.metrics(), "mmgate_streams_stalled_total") < 1:
+                    assert time.monotonic() < deadline, "the stream went out whole into the socket's buffers"
+                    await asyncio.sleep(0.1)
+            finally:
+                sock.close()
+    finally:
+        backend.shutdown()
+        backend.server_close()

@@ -29,7 +29,7 @@ from mmgate.api.edge import read_body
 from mmgate.api.endpoints import add_client_endpoints, tracked
 from mmgate.api.forward import FORWARDER_KEY, GATEWAY_KEY, Forwarder, deliver
 from mmgate.api.gateway import Gateway
-from mmgate.api.relay import CLIENT_CLOSED, TENANT_KEY, bound_send_buffer, request_tenant
+from mmgate.api.relay import CLIENT_CLOSED, TENANT_KEY, request_tenant
 from mmgate.api.responses import error_response, http_error_response
 from mmgate.api.tenant_slots import TenantSlots
 from mmgate.backends import Backend, BackendReply
@@ -149,8 +149,6 @@ async def _serve_chat(request: web.Request, gateway: Gateway) -> tuple[web.Strea
                           max_inflation_ratio=settings.max_inflation_ratio,
                           inflate_pool=gateway.inflate_pool)
     outcome = await gateway.chat(raw, request.headers, tenant=tenant)
-    if outcome.reply.stream is not None:
-        bound_send_buffer(request)
     try:
         return await deliver(request, outcome.reply, outcome.headers, gateway,
                              on_first=lambda: gateway.metrics.ttft_seconds.observe(time.perf_counter() - started))

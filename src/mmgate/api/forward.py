@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 from collections.abc import AsyncIterator, Callable, Mapping
 
 from aiohttp import web
@@ -203,6 +204,24 @@ class Forwarder:
                            on_finish=lambda: router.end(backend))
 
 
+# The kernel send buffer of a client socket that gets an event stream (Linux doubles it): a few
+# hundred tokens' worth. Left alone, Linux grows it up to ``tcp_wmem``'s maximum (4 MiB): a whole
+# long answer fits, so a client that reads nothing never stalls the relay, and the gateway relays
+# (and the engine generates) every token before the stall cut can see it. An event stream needs
+# little: this much per round trip is thousands of tokens a second at 100 ms.
+STREAM_SEND_BUFFER = 32 * 1024
+
+
+def bound_send_buffer(request: web.Request) -> None:
+    """Give the request's client socket a fixed, small send buffer (``STREAM_SEND_BUFFER``): an event
+    stream follows."""
+    transport = request.transport
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is not None:
+        with contextlib.suppress(OSError, AttributeError):  # not a TCP socket, or already closed
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, STREAM_SEND_BUFFER)
+
+
 FORWARDER_KEY = web.AppKey("forwarder", Forwarder)
 
 
@@ -217,6 +236,7 @@ async def deliver(
     if reply.stream is None:
         return web.Response(body=reply.body, status=reply.status,
                             headers={**headers, "Content-Type": reply.content_type}), True
+    bound_send_buffer(request)
     response = _HeadWithFirstChunk(
         status=reply.status,
         headers={

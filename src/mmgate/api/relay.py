@@ -8,15 +8,13 @@ SSE stream, ending a broken stream with an error frame in the API's own shape.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
 
-from mmgate.api.forward import relay_stream
+from mmgate.api.forward import bound_send_buffer, relay_stream
 from mmgate.api.gateway import Gateway
 from mmgate.errors import MmgateError, ShuttingDownError
 from mmgate.observe import current
@@ -25,24 +23,6 @@ from mmgate.observe.stream import observed_stream
 
 log = logging.getLogger(__name__)
 __all__ = ["CLIENT_CLOSED", "TENANT_KEY", "bound_send_buffer", "deliver", "request_tenant", "tracked"]
-
-# The kernel send buffer of a client socket that gets an event stream (Linux doubles it): a few
-# hundred tokens' worth. Left alone, Linux grows it up to ``tcp_wmem``'s maximum (4 MiB): a whole
-# long answer fits, so a client that reads nothing never stalls the relay, and the gateway relays
-# (and the engine generates) every token before the stall cut can see it. An event stream needs
-# little: this much per round trip is thousands of tokens a second at 100 ms.
-STREAM_SEND_BUFFER = 32 * 1024
-
-
-def bound_send_buffer(request: web.Request) -> None:
-    """Give the request's client socket a fixed, small send buffer (``STREAM_SEND_BUFFER``): an event
-    stream follows."""
-    transport = request.transport
-    sock = transport.get_extra_info("socket") if transport is not None else None
-    if sock is not None:
-        with contextlib.suppress(OSError, AttributeError):  # not a TCP socket, or already closed
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, STREAM_SEND_BUFFER)
-
 
 def request_tenant(request: web.Request, gateway: Gateway) -> str | None:
     """The request's tenant (None without API keys), 401 for a missing or unknown key: the one
