@@ -126,9 +126,9 @@ async def _admitted_chat(request: web.Request, engine: SimEngine, raw: bytes,
 
 
 async def _sleep_until(deadline: float) -> None:
-    """Wait for ``deadline``; behind schedule, still yield once, as vLLM's output queue does per
-    step (otherwise one stream whose writes never block holds the engine's loop)."""
-    await asyncio.sleep(max(0.0, deadline - asyncio.get_running_loop().time()))
+    delay = deadline - asyncio.get_running_loop().time()
+    if delay > 0:
+        await asyncio.sleep(delay)
 
 
 def _ids() -> tuple[str, int]:
