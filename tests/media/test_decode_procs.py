@@ -27,8 +27,13 @@ SLOW = many_scans(90, 2000)  # ~0.25 s of decode on an idle core
 SMALL = progressive_jpeg(64)
 
 
+# Decode workers of other tests' pools (in-process gateways) still alive when a test starts: not its own.
+_OTHERS: set[int | None] = set()
+
+
 def workers_alive() -> list[multiprocessing.process.BaseProcess]:
-    return [p for p in multiprocessing.active_children() if p.name == "mmgate-decode"]
+    """This test's decode workers: the live ones, less those alive before it started."""
+    return [p for p in multiprocessing.active_children() if p.name == "mmgate-decode" and p.pid not in _OTHERS]
 
 
 def pids_alive() -> set[int | None]:
@@ -45,8 +50,10 @@ async def wait_until(condition: object, timeout_s: float = 5.0) -> None:
 @pytest.fixture
 async def make_pool() -> AsyncIterator[type[DecodeProcesses]]:
     pools: list[DecodeProcesses] = []
+    _OTHERS.clear()
     with contextlib.suppress(AssertionError):  # an earlier test's workers may still be ending: give them a while
-        await wait_until(lambda: not workers_alive())
+        await wait_until(lambda: not workers_alive(), timeout_s=2.0)
+    _OTHERS.update(p.pid for p in workers_alive())  # still alive: another pool's, not counted
 
     def factory(*args: object, **kwargs: object) -> DecodeProcesses:
         pool = DecodeProcesses(*args, **kwargs)  # type: ignore[arg-type]
@@ -56,7 +63,8 @@ async def make_pool() -> AsyncIterator[type[DecodeProcesses]]:
     yield factory  # type: ignore[misc]
     for pool in pools:
         pool.close()
-    await wait_until(lambda: not workers_alive())  # the next test counts only its own workers
+    await wait_until(lambda: not workers_alive())  # this test's pools leave no worker behind
+    _OTHERS.clear()
 
 
 async def test_results_and_refusals_come_back(make_pool: type[DecodeProcesses]) -> None:
