@@ -15,20 +15,35 @@ from pathlib import Path
 import aiohttp
 import orjson
 
-from tests.support.serve_process import metric_value, serve_process
+from tests.support.serve_process import GatewayProcess, metric_value, serve_process
 from tests.support.vllm import SimProcess
+
+
+def unread_request(port: int, path: str, payload: dict[str, object], *, receive_buffer: int | None = None) -> socket.socket:
+    """A client that sends ``payload`` to ``path`` and never reads the answer."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    if receive_buffer is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+    sock.connect(("127.0.0.1", port))
+    body = orjson.dumps(payload)
+    sock.sendall(b"POST " + path.encode() + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    return sock
 
 
 def stalled_stream(port: int) -> socket.socket:
     """A client with a tiny receive buffer that sends a long streamed request and never reads."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    sock.connect(("127.0.0.1", port))
-    body = orjson.dumps({"model": "tiny-qwen2vl", "stream": True, "max_tokens": 400_000, "ignore_eos": True,
-                         "messages": [{"role": "user", "content": "tell me everything"}]})
-    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                 b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
-    return sock
+    return unread_request(port, "/v1/chat/completions", {
+        "model": "tiny-qwen2vl", "stream": True, "max_tokens": 400_000, "ignore_eos": True,
+        "messages": [{"role": "user", "content": "tell me everything"}]}, receive_buffer=4096)
+
+
+async def stalled(gw: GatewayProcess, timeout_s: float = 8.0) -> None:
+    """Wait for the gateway to count a stalled stream (its cut)."""
+    deadline = time.monotonic() + timeout_s
+    while metric_value(gw.metrics(), "mmgate_streams_stalled_total") < 1:
+        assert time.monotonic() < deadline, "the stream went out whole into the socket's buffers"
+        await asyncio.sleep(0.1)
 
 
 async def load(url: str) -> float:
@@ -138,17 +153,11 @@ async def test_a_stream_nobody_reads_stalls_within_a_small_send_buffer(tmp_path:
     sim.start(["--speedup", "100000", "--max-model-len", "1000000"])
     try:
         with serve_process(tmp_path, "--backend", f"vllm={sim.url}", "--stream-stall-timeout", "2") as gw:
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.connect(("127.0.0.1", gw.port))
-            body = orjson.dumps({"model": "tiny-qwen2vl", "stream": True, "max_tokens": 8_000, "ignore_eos": True,
-                                 "messages": [{"role": "user", "content": "tell me everything"}]})
-            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                         b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+            sock = unread_request(gw.port, "/v1/chat/completions", {
+                "model": "tiny-qwen2vl", "stream": True, "max_tokens": 8_000, "ignore_eos": True,
+                "messages": [{"role": "user", "content": "tell me everything"}]})
             try:
-                deadline = time.monotonic() + 8
-                while metric_value(gw.metrics(), "mmgate_streams_stalled_total") < 1:
-                    assert time.monotonic() < deadline, "the stream went out whole into the socket's buffers"
-                    await asyncio.sleep(0.1)
+                await stalled(gw)
                 assert await load(gw.url) == 0
             finally:
                 sock.close()
@@ -192,16 +201,10 @@ async def test_a_forwarded_stream_nobody_reads_stalls_within_a_small_send_buffer
     try:
         url = f"http://127.0.0.1:{backend.server_address[1]}"
         with serve_process(tmp_path, "--backend", f"openai={url}", "--stream-stall-timeout", "2") as gw:
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.connect(("127.0.0.1", gw.port))
-            body = orjson.dumps({"model": "spew", "stream": True, "prompt": "tell me everything"})
-            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                         b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+            sock = unread_request(gw.port, "/v1/completions", {"model": "spew", "stream": True,
+                                                               "prompt": "tell me everything"})
             try:
-                deadline = time.monotonic() + 8
-                while metric_value(gw.metrics(), "mmgate_streams_stalled_total") < 1:
-                    assert time.monotonic() < deadline, "the stream went out whole into the socket's buffers"
-                    await asyncio.sleep(0.1)
+                await stalled(gw)
             finally:
                 sock.close()
     finally:
