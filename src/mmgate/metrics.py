@@ -15,6 +15,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from mmgate.metrics_batch import FlushPending, Spread, Tally
+
 CHAT_ROUTE = "/v1/chat/completions"
 # The ``route`` label of requests outside the route table (answered 404/405), and of every
 # operator endpoint: bounded whatever paths clients send.
@@ -37,6 +39,10 @@ class GatewayMetrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
+        # Request-path counts kept as plain numbers (``Tally``, ``Spread``), moved into their
+        # children when the registry is collected: registered first, so collected first.
+        self._pending: list[Tally | Spread] = []
+        registry.register(FlushPending(self._pending))
         self.requests = Counter(
             "mmgate_requests", "HTTP requests by route and status", ["route", "status"], registry=registry
         )
@@ -133,9 +139,11 @@ class GatewayMetrics:
         registry.register(_TenantCollector(self._tenants))
         # Label children bound once: ``labels()`` costs a lock and a dict lookup per call, and these
         # are on every request. Keys are bounded (HTTP statuses, configured backend names).
-        self._route_children: dict[tuple[str, int], tuple[Any, Any]] = {}
-        self._backend_ok: dict[str, Any] = {}
-        self._decisions: dict[str, Any] = {}
+        self._route_counts: dict[tuple[str, int], tuple[Tally, Spread]] = {}
+        self._route_seconds: dict[str, Spread] = {}
+        self._backend_ok: dict[str, Tally] = {}
+        self._decisions: dict[str, Tally] = {}
+        self._first_chunk = self._spread(self.ttft_seconds)
         self._backend_gauges: set[str] = set()
         self.forwarded_data = self.images_forwarded.labels("data")
         self.forwarded_reference = self.images_forwarded.labels("reference")
@@ -144,25 +152,39 @@ class GatewayMetrics:
     def observe(self, route: str, status: int, seconds: float) -> None:
         """Count one request of ``route`` (a route-table path, ``UNMATCHED_ROUTE`` or
         ``OPERATOR_ROUTE``, never a client's raw path) and its latency."""
-        children = self._route_children.get((route, status))
-        if children is None:
-            children = self._route_children[(route, status)] = (
-                self.requests.labels(route, str(status)), self.request_seconds.labels(route))
-        children[0].inc()
-        children[1].observe(seconds)
+        bound = self._route_counts.get((route, status))
+        if bound is None:
+            spread = self._route_seconds.get(route)
+            if spread is None:
+                spread = self._route_seconds[route] = self._spread(self.request_seconds.labels(route))
+            bound = self._route_counts[(route, status)] = (self._tally(self.requests.labels(route, str(status))), spread)
+        bound[0].n += 1
+        bound[1].observe(seconds)
+
+    def first_chunk(self, seconds: float) -> None:
+        """Observe one stream's time to its first chunk (``mmgate_time_to_first_token_seconds``)."""
+        self._first_chunk.observe(seconds)
 
     def backend_ok(self, backend: str) -> None:
-        child = self._backend_ok.get(backend)
-        if child is None:
-            child = self._backend_ok[backend] = self.backend_requests.labels(backend, "ok")
-        child.inc()
+        tally = self._backend_ok.get(backend)
+        if tally is None:
+            tally = self._backend_ok[backend] = self._tally(self.backend_requests.labels(backend, "ok"))
+        tally.n += 1
 
     def routing_decision(self, reason: str) -> None:
         """Count one routing decision (``reason``: one of the policy's bounded ``REASONS``)."""
-        child = self._decisions.get(reason)
-        if child is None:
-            child = self._decisions[reason] = self.routing_decisions.labels(reason)
-        child.inc()
+        tally = self._decisions.get(reason)
+        if tally is None:
+            tally = self._decisions[reason] = self._tally(self.routing_decisions.labels(reason))
+        tally.n += 1
+
+    def _tally(self, child: Any) -> Tally:
+        self._pending.append(tally := Tally(child))
+        return tally
+
+    def _spread(self, child: Any) -> Spread:
+        self._pending.append(spread := Spread(child))
+        return spread
 
     def backend_in_flight(self, backend: str, outstanding: Callable[[], float], load: Callable[[], float]) -> None:
         """Have ``backend``'s in-flight gauges read ``outstanding()`` (this gateway's requests) and
@@ -178,7 +200,8 @@ class GatewayMetrics:
         """Drop a departed backend's per-backend series, counters too (labels stay bounded by the
         fleet, however often its members come and go)."""
         self._backend_gauges.discard(backend)
-        self._backend_ok.pop(backend, None)
+        if (tally := self._backend_ok.pop(backend, None)) is not None:
+            self._pending.remove(tally)
         for counter, labels in ((self.backend_requests, ("backend", "outcome")), (self.backend_ejections, ("backend",))):
             for values in _label_values(counter, labels, backend):
                 with contextlib.suppress(KeyError):  # removed meanwhile: nothing to do

@@ -29,12 +29,13 @@ from mmgate.api.edge import read_body
 from mmgate.api.endpoints import add_client_endpoints, tracked
 from mmgate.api.forward import FORWARDER_KEY, GATEWAY_KEY, Forwarder, deliver
 from mmgate.api.gateway import Gateway
-from mmgate.api.relay import CLIENT_CLOSED, TENANT_KEY, request_tenant
+from mmgate.api.relay import CLIENT_CLOSED, request_tenant
 from mmgate.api.responses import error_response, http_error_response
 from mmgate.api.tenant_slots import TenantSlots
 from mmgate.backends import Backend, BackendReply
 from mmgate.errors import EndpointNotFoundError, ForbiddenError, MmgateError
 from mmgate.metrics import CHAT_ROUTE, UNMATCHED_ROUTE
+from mmgate.observe import current
 from mmgate.observe.middleware import Observer, install
 from mmgate.observe.tracing import Tracing
 from mmgate.serving import json_response
@@ -88,7 +89,8 @@ def _guard(gateway: Gateway, slots: TenantSlots | None) -> Middleware:
                 return await handler(request)
             tenant = gateway.authenticate(request.headers)  # the 401 the handler would give, before the count
             assert tenant is not None  # tenants are configured: a key maps to one, or that was a 401
-            request[TENANT_KEY] = tenant
+            if (record := current()) is not None:
+                record.tenant = tenant  # for request_tenant, the access log and the tenant metrics
             with slots.hold(tenant):
                 return await handler(request)
         except MmgateError as exc:
@@ -151,7 +153,7 @@ async def _serve_chat(request: web.Request, gateway: Gateway) -> tuple[web.Strea
     outcome = await gateway.chat(raw, request.headers, tenant=tenant)
     try:
         return await deliver(request, outcome.reply, outcome.headers, gateway,
-                             on_first=lambda: gateway.metrics.ttft_seconds.observe(time.perf_counter() - started))
+                             on_first=lambda: gateway.metrics.first_chunk(time.perf_counter() - started))
     finally:
         # However delivery ended (done, client gone, cancelled): free the backend's connection
         # and its outstanding-request slot.

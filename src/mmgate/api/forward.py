@@ -34,6 +34,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import weakref
 from collections.abc import AsyncIterator, Callable, Mapping
 
 from aiohttp import web
@@ -212,14 +213,22 @@ class Forwarder:
 STREAM_SEND_BUFFER = 32 * 1024
 
 
+# The client connections whose send buffer is already bound: the setting stays with the socket, so
+# a keep-alive connection's later streams need no system call (weak: gone with the connection).
+_BOUND: weakref.WeakSet[asyncio.BaseTransport] = weakref.WeakSet()
+
+
 def bound_send_buffer(request: web.Request) -> None:
     """Give the request's client socket a fixed, small send buffer (``STREAM_SEND_BUFFER``): an event
-    stream follows."""
+    stream follows. Once per connection (``_BOUND``)."""
     transport = request.transport
-    sock = transport.get_extra_info("socket") if transport is not None else None
+    if transport is None or transport in _BOUND:
+        return
+    sock = transport.get_extra_info("socket")
     if sock is not None:
         with contextlib.suppress(OSError, AttributeError):  # not a TCP socket, or already closed
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, STREAM_SEND_BUFFER)
+    _BOUND.add(transport)
 
 
 FORWARDER_KEY = web.AppKey("forwarder", Forwarder)

@@ -18,21 +18,22 @@ from mmgate.api.forward import bound_send_buffer, relay_stream
 from mmgate.api.gateway import Gateway
 from mmgate.errors import MmgateError, ShuttingDownError
 from mmgate.observe import current
-from mmgate.observe.middleware import CLIENT_CLOSED, TENANT_KEY
+from mmgate.observe.middleware import CLIENT_CLOSED
 from mmgate.observe.stream import observed_stream
 
 log = logging.getLogger(__name__)
-__all__ = ["CLIENT_CLOSED", "TENANT_KEY", "bound_send_buffer", "deliver", "request_tenant", "tracked"]
+__all__ = ["CLIENT_CLOSED", "bound_send_buffer", "deliver", "request_tenant", "tracked"]
 
 def request_tenant(request: web.Request, gateway: Gateway) -> str | None:
     """The request's tenant (None without API keys), 401 for a missing or unknown key: the one
-    the middleware already authenticated, else ``Gateway.authenticate`` now (kept on the request
-    for its access-log line and tenant metrics)."""
-    tenant = request.get(TENANT_KEY)
+    the middleware already authenticated, else ``Gateway.authenticate`` now (kept on the request's
+    record for its access-log line and tenant metrics)."""
+    record = current()
+    tenant = record.tenant if record is not None else None
     if tenant is None:
         tenant = gateway.authenticate(request.headers)
-        if tenant is not None:
-            request[TENANT_KEY] = tenant
+        if tenant is not None and record is not None:
+            record.tenant = tenant
     return tenant
 ErrorFrame = Callable[[MmgateError], bytes]
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -86,5 +87,5 @@ async def deliver(
     await response.prepare(request)
     complete = await relay_stream(
         request, response, observed_stream(stream), gateway, error_frame=error_frame,
-        on_first=lambda: gateway.metrics.ttft_seconds.observe(time.perf_counter() - started))
+        on_first=lambda: gateway.metrics.first_chunk(time.perf_counter() - started))
     return response, complete

@@ -26,9 +26,21 @@ def valid_traceparent(value: str | None) -> str | None:
     return None
 
 
+# Ids are cut from one ``os.urandom`` read of this many (one system call per 256 ids, not per id).
+_IDS_PER_READ = 256
+_pool: list[str] = []
+
+
 def new_request_id() -> str:
-    """A fresh id: 32 lowercase hex digits (128 random bits), as vLLM makes its own."""
-    return os.urandom(16).hex()
+    """A fresh id: 32 lowercase hex digits (128 bits from ``os.urandom``), as vLLM makes its own."""
+    if not _pool:
+        block = os.urandom(16 * _IDS_PER_READ).hex()
+        _pool.extend(block[i:i + 32] for i in range(0, len(block), 32))
+    return _pool.pop()
+
+
+# A forked child must not hand out the ids its parent still holds.
+os.register_at_fork(after_in_child=_pool.clear)
 
 
 def request_id(incoming: str | None) -> str:

@@ -35,8 +35,6 @@ from mmgate.observe.tracing import EXPORT_TIMEOUT_S, Tracing
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 RECORD_KEY = web.RequestKey("mmgate.record", RequestRecord)
-# The tenant the request authenticated as (set by the API layer), read for the log and metrics.
-TENANT_KEY = web.RequestKey("mmgate.tenant", str)
 CLIENT_CLOSED = 499
 # The tail of a whole JSON answer searched for its ``usage`` (vLLM writes it near the end).
 _USAGE_TAIL = 64 * 1024
@@ -123,7 +121,7 @@ class Observer:
                 status: int) -> None:
         if record.status is not None:  # the route's own count: 499 for a stream cut short
             status = record.status
-        tenant = request.get(TENANT_KEY, record.tenant)
+        tenant = record.tenant  # the API layer's, once the request authenticated
         bytes_in = request.content.total_bytes
         bytes_out = 0
         backend = None
@@ -150,7 +148,7 @@ class Observer:
                    response: web.StreamResponse | None) -> None:
         set_attribute = server.set_attribute
         set_attribute("http.response.status_code", record.status or (response.status if response else 500))
-        tenant = request.get(TENANT_KEY, record.tenant)
+        tenant = record.tenant
         if tenant is not None:
             set_attribute("mmgate.tenant", tenant)
         if record.model is not None:
