@@ -113,3 +113,14 @@ def test_requests_in_flight_count_as_held() -> None:
     world.shares.admit("b0", A, 20)  # 40 + 60 fills the cache: still nothing to evict
     with pytest.raises(CacheShareError):
         world.shares.admit("b0", A, 10)  # B's image would go
+
+
+def test_a_backend_with_no_active_tenant_is_forgotten_within_a_window() -> None:
+    # Activity is kept per backend: one that left the fleet must not stay in it (bounded by the fleet).
+    world = World()
+    for index in range(50):
+        world.shares.admit(f"gone-{index}", A, 0)
+    assert len(world.shares._seen) == 50
+    world.clock.now += world.shares.window_s + 1
+    world.shares.admit("b0", B, 0)
+    assert list(world.shares._seen) == ["b0"]

@@ -22,7 +22,8 @@ from mmgate.observe.middleware import CLIENT_CLOSED
 from mmgate.observe.stream import observed_stream
 
 log = logging.getLogger(__name__)
-__all__ = ["CLIENT_CLOSED", "bound_send_buffer", "deliver", "request_tenant", "tracked"]
+__all__ = ["CLIENT_CLOSED", "deliver", "request_tenant", "tracked"]
+
 
 def request_tenant(request: web.Request, gateway: Gateway) -> str | None:
     """The request's tenant (None without API keys), 401 for a missing or unknown key: the one
@@ -35,6 +36,8 @@ def request_tenant(request: web.Request, gateway: Gateway) -> str | None:
         if tenant is not None and record is not None:
             record.tenant = tenant
     return tenant
+
+
 ErrorFrame = Callable[[MmgateError], bytes]
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 

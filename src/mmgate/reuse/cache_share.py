@@ -57,6 +57,7 @@ class CacheShares:
         self._seen: dict[str, dict[str, float]] = {}  # backend -> tenant tag -> last request with an image
         self._pending: dict[str, dict[str, int]] = {}  # backend -> tag -> bytes admitted, not answered yet
         self._totals: dict[str, tuple[float, dict[str, int]]] = {}  # backend -> (counted at, tag -> bytes)
+        self._forgot_at = clock()
 
     def active_tenants(self, backend: str) -> dict[str, float]:
         """The tenants active at ``backend`` (tag → when last seen); forgets those no longer active."""
@@ -78,7 +79,8 @@ class CacheShares:
         reserved (give it to ``release`` once the backend answered or failed), or raises
         ``CacheShareError`` (nothing reserved)."""
         now = self._clock()
-        self._forget_idle(now)
+        if now - self._forgot_at >= self.window_s:  # a walk over every backend: once a window
+            self._forget_idle(now)
         self._seen.setdefault(backend, {})[tag] = now
         if not new_bytes:
             return 0
@@ -154,6 +156,7 @@ class CacheShares:
 
     def _forget_idle(self, now: float) -> None:
         """Forget the counts of backends with no tenant active (a backend that left the fleet)."""
+        self._forgot_at = now
         for backend in [b for b, (at, _) in self._totals.items() if now - at > self.window_s]:
             del self._totals[backend]
         for backend in list(self._seen):

@@ -73,7 +73,7 @@ class ReuseSender:
                 self.metrics.cache_share_refusals.inc()
                 raise
         try:
-            return await self._send(backend, body, plans, counts, stream=stream, path=path)
+            return await self._send(backend, body, plans, counts, with_uuid=with_uuid, stream=stream, path=path)
         finally:
             if tag:
                 self.shares.release(backend.name, tag, reserved)
@@ -81,10 +81,9 @@ class ReuseSender:
 
     async def _send(
         self, backend: Backend, body: dict[str, object], plans: list[SlotPlan], counts: ReuseCounts, *,
-        stream: bool, path: str,
+        with_uuid: bool, stream: bool, path: str,
     ) -> tuple[BackendReply, ReuseCounts]:
         """``send`` once the request is rendered and admitted: the send/heal loop."""
-        with_uuid = backend.kind == "vllm"
         healed = 0
         for _ in range(MAX_HEALS + 1):
             reply = await backend.chat(await dumps_body(body), stream=stream, path=path)
