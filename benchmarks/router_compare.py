@@ -12,11 +12,12 @@ client sends, for each row:
 * ``image-reuse``: the same through mmgate's ``vllm`` backend with ``--reuse auto``, which sends the
   repeat as a cache-only reference (vllm-router still relays the bytes).
 
-Beside them run two ``bare_relay.py``: aiohttp relaying the bytes and doing nothing else with
+Beside them run three ``bare_relay.py``: aiohttp relaying the bytes and doing nothing else with
 aiohttp's client (``bare-relay``, a plain aiohttp relay's floor) and with mmgate's lean backend
 client (``bare-wire``, the floor of the HTTP stack mmgate's request path is built on: aiohttp's
 server, ``mmgate.backends.wire``), so mmgate's own work reads off as its CPU over the latter's
-(``CPU - bare wire``; ``CPU - bare`` is over the aiohttp relay's).
+(``CPU - bare wire``; ``CPU - bare`` is over the aiohttp relay's); and ``bare-server``, the lean
+client behind a server on httptools' parser with no framework, the floor without aiohttp's server.
 
 Added latency: 1 request in flight, the targets interleaved request by request (direct, each
 proxy), the median over rounds of (proxy - direct). CPU per request: ``--cpu-requests`` requests at
@@ -232,7 +233,8 @@ def main() -> int:
     backend_url = f"http://127.0.0.1:{backend_port}"
     procs: list[subprocess.Popen[bytes]] = [backend]
     targets = [Target("direct", backend_url), Target("vllm-router", ""), Target("bare-relay", ""),
-               Target("bare-wire", "")]
+               Target("bare-wire", ""), Target("bare-server", "")]
+    bares = len(targets)
     urls: dict[str, dict[str, str]] = {"direct": dict.fromkeys(ROWS, backend_url)}
     pids: dict[str, dict[str, list[int]]] = {}
     extra_pids: list[int] = []
@@ -243,7 +245,8 @@ def main() -> int:
         extra_pids = router_pids[1:]
         urls["vllm-router"] = dict.fromkeys(ROWS, router_url)
         pids["vllm-router"] = {row: list(router_pids) for row in ROWS}
-        for name, client in (("bare-relay", "aiohttp"), ("bare-wire", "wire")):
+        for name, client in (("bare-relay", "aiohttp"), ("bare-wire", "wire"),
+                             ("bare-server", "lean-server")):
             bare_port = free_port()
             bare = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "bare_relay.py"), str(bare_port),
                                      str(backend_port), "--client", client])
@@ -285,7 +288,7 @@ def main() -> int:
             added = [x - d for x, d in zip(t.latencies[row], direct.latencies[row], strict=True)]
             entry[t.name] = {"added_p50_ms": 1000 * statistics.median(added), "cpu_ms_per_request": t.cpu_ms[row],
                              "p50_ms": 1000 * statistics.median(t.latencies[row])}
-        for t in targets[4:]:
+        for t in targets[bares:]:
             mine = entry[t.name]
             mine["cpu_over_bare_ms"] = mine["cpu_ms_per_request"] - entry["bare-relay"]["cpu_ms_per_request"]
             mine["cpu_over_bare_wire_ms"] = mine["cpu_ms_per_request"] - entry["bare-wire"]["cpu_ms_per_request"]
