@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import socket
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -113,6 +114,9 @@ class _LeanServer(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as aiohttp's server does
 
     def data_received(self, data: bytes) -> None:
         self._parser.feed_data(data)
