@@ -18,6 +18,8 @@ client (``bare-wire``, the floor of the HTTP stack mmgate's request path is buil
 server, ``mmgate.backends.wire``), so mmgate's own work reads off as its CPU over the latter's
 (``CPU - bare wire``; ``CPU - bare`` is over the aiohttp relay's); and ``bare-server``, the lean
 client behind a server on httptools' parser with no framework, the floor without aiohttp's server.
+For each tree, ``<tree>-own-server`` (text rows) is ``own_server_floor.py``: that tree's chat
+pipeline on the same framework-free server, without the observer, guard and tracking.
 
 Added latency: 1 request in flight, the targets interleaved request by request (direct, each
 proxy), the median over rounds of (proxy - direct). CPU per request: ``--cpu-requests`` requests at
@@ -53,6 +55,7 @@ from gateway_overhead import one_mib_jpeg
 
 ROUTER_VERSION = "0.1.17"
 ROWS = ("text-stream", "text-whole", "image-relay", "image-reuse")
+TEXT_ROWS = ROWS[:2]
 
 
 def router_binary(venv: Path) -> Path:
@@ -234,7 +237,6 @@ def main() -> int:
     procs: list[subprocess.Popen[bytes]] = [backend]
     targets = [Target("direct", backend_url), Target("vllm-router", ""), Target("bare-relay", ""),
                Target("bare-wire", ""), Target("bare-server", "")]
-    bares = len(targets)
     urls: dict[str, dict[str, str]] = {"direct": dict.fromkeys(ROWS, backend_url)}
     pids: dict[str, dict[str, list[int]]] = {}
     extra_pids: list[int] = []
@@ -252,7 +254,7 @@ def main() -> int:
                                      str(backend_port), "--client", client])
             procs.append(bare)
             # The framework-free sketch is the floor for text; it joins a large body before relaying it.
-            served = [r for r in ROWS if r.startswith("text")] if client == "lean-server" else ROWS
+            served = TEXT_ROWS if client == "lean-server" else ROWS
             urls[name] = dict.fromkeys(served, f"http://127.0.0.1:{bare_port}")
             pids[name] = {row: [bare.pid] for row in served}
             wait_health(urls[name]["text-stream"], bare)
@@ -265,6 +267,14 @@ def main() -> int:
                                       "image-relay": relay_url, "image-reuse": reuse_url}
             pids[f"mmgate-{name}"] = {"text-stream": [relay.pid], "text-whole": [relay.pid],
                                       "image-relay": [relay.pid], "image-reuse": [reuse.pid]}
+            own_port = free_port()
+            own = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "own_server_floor.py"), str(own_port),
+                                    backend_url], env={**os.environ, "PYTHONPATH": str(Path(src).resolve())})
+            procs.append(own)
+            wait_health(f"http://127.0.0.1:{own_port}", own)
+            targets.append(Target(f"mmgate-{name}-own-server", ""))
+            urls[f"mmgate-{name}-own-server"] = dict.fromkeys(TEXT_ROWS, f"http://127.0.0.1:{own_port}")
+            pids[f"mmgate-{name}-own-server"] = {row: [own.pid] for row in TEXT_ROWS}
         payloads = bodies(one_mib_jpeg())
         for row in rows:
             rounds = args.rounds if row.startswith("text") else max(50, args.rounds // 4)
@@ -292,7 +302,7 @@ def main() -> int:
             added = [x - d for x, d in zip(t.latencies[row], direct.latencies[row], strict=True)]
             entry[t.name] = {"added_p50_ms": 1000 * statistics.median(added), "cpu_ms_per_request": t.cpu_ms[row],
                              "p50_ms": 1000 * statistics.median(t.latencies[row])}
-        for t in targets[bares:]:  # the mmgate trees (every row)
+        for t in (t for t in present if t.name.startswith("mmgate-")):
             mine = entry[t.name]
             mine["cpu_over_bare_ms"] = mine["cpu_ms_per_request"] - entry["bare-relay"]["cpu_ms_per_request"]
             mine["cpu_over_bare_wire_ms"] = mine["cpu_ms_per_request"] - entry["bare-wire"]["cpu_ms_per_request"]
@@ -310,7 +320,7 @@ def main() -> int:
                           "cpu_ratio": f"{e['cpu_ratio']:.2f}" if "cpu_ratio" in e else "",
                           "over_bare": f"{e['cpu_over_bare_ms']:.3f}" if "cpu_over_bare_ms" in e else "",
                           "over_wire": f"{e['cpu_over_bare_wire_ms']:.3f}" if "cpu_over_bare_wire_ms" in e else ""})
-    columns = [Column("row", 13, lambda r: r["row"], left=True), Column("proxy", 16, lambda r: r["proxy"], left=True),
+    columns = [Column("row", 13, lambda r: r["row"], left=True), Column("proxy", 22, lambda r: r["proxy"], left=True),
                Column("added p50 ms", 14, lambda r: r["added"]), Column("CPU ms/req", 12, lambda r: r["cpu"]),
                Column("added/router", 14, lambda r: r["added_ratio"]), Column("CPU/router", 12, lambda r: r["cpu_ratio"]),
                Column("CPU - bare", 12, lambda r: r["over_bare"]),
