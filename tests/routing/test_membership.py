@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry
 from mmgate.backends.http import HTTPBackend
 from mmgate.config import GatewaySettings
 from mmgate.metrics import GatewayMetrics
+from mmgate.routing.peers import Routed
 from mmgate.routing.router import Router
 from mmgate.routing.weights import RoutedImage
 from mmgate.sim.config import SimSettings
@@ -122,6 +123,8 @@ async def test_a_leaving_backend_is_forgotten_at_once_and_closed_once_its_stream
             assert b2 not in router.candidates(MODEL)
             assert not router.is_healthy(b2) and router.outstanding(b2) == 0
             assert not router.holdings.holds("sim-2", "img-b")
+            router._apply_routed(Routed("sim-2", -1, ("img-c",)))  # another gateway's news of it: dropped
+            assert router.holdings.num_held("sim-2") == 0 and not router.holdings.knows("img-c")
             assert registry.get_sample_value("mmgate_backend_healthy", {"backend": "sim-2"}) is None
             for outcome in ("ok", "http_500"):  # its counters go too: labels do not grow with churn
                 requests = {"backend": "sim-2", "outcome": outcome}

@@ -23,11 +23,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from mmgate.routing.peers import MAX_MESSAGE_BYTES as MAX_BODY_BYTES
-from mmgate.routing.peers import Routed, encode
+from mmgate.routing.peers import MAX_BODY_BYTES, Routed, encode
 
 MAC_BYTES = 32
 SENDER_CHARS = 16
@@ -59,11 +58,9 @@ def seal(secret: bytes, sender: str, number: int, body: bytes) -> bytes:
     return hmac.digest(secret, rest, hashlib.sha256) + rest
 
 
-def sync_message(
-    secret: bytes, sender: str, number: int, loads: Mapping[str, int], routed: Sequence[Routed],
-) -> bytes:
+def sync_message(secret: bytes, sender: str, number: int, routed: Sequence[Routed]) -> bytes:
     """A whole signed message, as a gateway publishes it (``mmgate.routing.peers.encode``, sealed)."""
-    return seal(secret, sender, number, encode(loads, routed))
+    return seal(secret, sender, number, encode(routed))
 
 
 def unseal(secret: bytes, data: bytes) -> tuple[str, int, memoryview]:
