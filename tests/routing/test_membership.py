@@ -173,6 +173,25 @@ async def test_a_backend_given_again_as_another_object_keeps_its_state_and_the_o
             await router.close()
 
 
+async def test_a_replaced_object_closed_at_the_drain_timeout_leaves_no_load_behind() -> None:
+    async with sims(2) as servers:
+        b0, b1 = (backend(f"sim-{i}", s) for i, s in enumerate(servers))
+        router = Router([b0, b1], GatewaySettings(drain_timeout_s=0.05))
+        try:
+            router.begin(b1)  # a request that outlives the drain timeout
+            b1_again = backend("sim-1", servers[1])
+            router.set_backends([b0, b1_again])
+            assert router.outstanding(b1_again) == 1
+            await eventually(lambda: b1.closes == 1)  # closed with the request in flight
+            assert router.outstanding(b1_again) == 0  # its count went with it...
+            router.end(b1)
+            router.begin(b1_again)
+            router.end(b1_again)
+            assert router.outstanding(b1_again) == 0  # ...and its late end takes nothing from sim-1
+        finally:
+            await router.close()
+
+
 async def test_set_backends_refuses_an_empty_or_ambiguous_fleet() -> None:
     async with sims(1) as servers:
         b0 = backend("sim-0", servers[0])

@@ -76,7 +76,6 @@ class Router:
         self._new_health = lambda: BackendHealth(
             eject_after_failures=settings.eject_after_failures, readmit_after_s=settings.readmit_after_s)
         self._health = {b.name: self._new_health() for b in self.backends}
-        self._outstanding = {b.name: 0 for b in self.backends}
         self._retirements = Retirements(settings.drain_timeout_s)  # its tasks: model refreshes too
         self.sync: RoutingSync | None = None
         self._syncer: asyncio.Task[None] | None = None
@@ -124,12 +123,11 @@ class Router:
             self._retirements.retire(old, counts_for_name=new is not None)
             if new is None:
                 self._retirements.name_left(name)
-                del self._health[name], self._outstanding[name]
+                del self._health[name]
                 self._unpublish(name)
         self.holdings.retain(given)  # also what requests answered by departed ones recorded since
         for backend in joined:
             self._health[backend.name] = self._new_health()
-            self._outstanding[backend.name] = 0
         self.backends, self._current = list(backends), given
         models = {m: [given[b.name] for b in bs if b.name in given] for m, bs in self._models.items()}
         self._models = {m: bs for m, bs in models.items() if bs}
@@ -139,10 +137,6 @@ class Router:
             self._publish_outstanding(backend)
         if joined:
             self._retirements.spawn(self.refresh_models(), "mmgate-router-refresh")
-
-    def _counts_for_name(self, backend: Backend) -> bool:
-        """True when ``backend``'s requests count in its name's load (current, or replaced)."""
-        return self._current.get(backend.name) is backend or self._retirements.counts_for_name(backend)
 
     # Models -----------------------------------------------------------------------------------
 
@@ -220,26 +214,20 @@ class Router:
 
     def outstanding(self, backend: Backend) -> int:
         """Requests in flight to ``backend`` (between ``begin`` and ``end``; 0 once it left)."""
-        return self._outstanding.get(backend.name, 0)
+        return self._retirements.load(backend.name, self._current.get(backend.name))
 
     def begin(self, backend: Backend, images: Sequence[RoutedImage] = ()) -> None:
         """One more request in flight to ``backend``, showing ``images``; pair every call with
         ``end``. Counts the image weight ``backend`` is believed to hold (the weight hit ratio)."""
         self._retirements.begin(backend)
-        if not self._counts_for_name(backend):
-            return  # it left the fleet after this request chose it: it counts only for its retirement
-        if self._metrics is not None and images:
+        if self._metrics is not None and images and backend.name in self._current:  # not one that left
             hit = sum(i.weight for i in images if self.holdings.holds(backend.name, i.key))
             self._metrics.routing_image_weight.labels(backend.name, "hit").inc(hit)
             self._metrics.routing_image_weight.labels(backend.name, "miss").inc(sum(i.weight for i in images) - hit)
-        self._outstanding[backend.name] += 1
 
     def end(self, backend: Backend) -> None:
         """One request to ``backend`` finished (its stream included); never goes below zero."""
         self._retirements.end(backend)
-        if not self._counts_for_name(backend):
-            return
-        self._outstanding[backend.name] = max(0, self._outstanding[backend.name] - 1)
 
     # Health -----------------------------------------------------------------------------------
 
@@ -319,7 +307,7 @@ class Router:
             self._metrics.forget_backend(name)
 
     def _publish_outstanding(self, backend: Backend) -> None:
-        """``backend``'s in-flight gauges, read from the router when scraped (bound once per name)."""
+        """``backend``'s in-flight gauge, read from the router when scraped (bound once per name)."""
         if self._metrics is not None:
             name = backend.name
-            self._metrics.backend_in_flight(name, lambda: self._outstanding.get(name, 0))
+            self._metrics.backend_in_flight(name, lambda: self._retirements.load(name, self._current.get(name)))
