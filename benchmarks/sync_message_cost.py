@@ -53,7 +53,7 @@ SENDER = "0123456789abcdef"
 
 def unbounded() -> PeerBudget:
     """A budget too large to bind: the sync as it was before the budget."""
-    return PeerBudget(cpu_per_s=1e9, burst_s=1e9, total_cpu_per_s=1e9, messages_per_s=1e9)
+    return PeerBudget(cpu_per_s=1e9, burst_s=1e9, total_cpu_per_s=1e9)
 
 
 def cpu_s() -> float:
