@@ -49,12 +49,11 @@ from mmgate.routing import BackendHoldings, PeerBudget, Routed, RoutingSync, syn
 CHANNEL = "bench:routing"
 SECRET = b"the benchmark's fleet secret, 32+ characters"
 SENDER = "0123456789abcdef"
-NAMES = ("vllm-0", "vllm-1", "vllm-2", "vllm-3")
 
 
 def unbounded() -> PeerBudget:
     """A budget too large to bind: the sync as it was before the budget."""
-    return PeerBudget(cpu_per_s=1e9, burst_s=1e9, total_cpu_per_s=1e9, messages_per_s=1e9)
+    return PeerBudget(cpu_per_s=1e9, burst_s=1e9, total_cpu_per_s=1e9)
 
 
 def cpu_s() -> float:
@@ -64,9 +63,9 @@ def cpu_s() -> float:
 
 def largest(number: int, secret: bytes = SECRET) -> bytes:
     """The largest valid message: routed requests of 64 keys each (the most a request carries), as
-    many as the sync lets into one message (``encode`` cuts the rest)."""
-    routed = [Routed("vllm-0", e, tuple(f"tenant~{e:03d}{k:02d}" for k in range(64))) for e in range(256)]
-    return sync_message(secret, SENDER, number, dict.fromkeys(NAMES, 1), routed)
+    many as one message may hold (1,024 keys)."""
+    routed = [Routed("vllm-0", e, tuple(f"tenant~{e:03d}{k:02d}" for k in range(64))) for e in range(16)]
+    return sync_message(secret, SENDER, number, routed)
 
 
 def receiver(url: str, budget: PeerBudget | None = None) -> tuple[RoutingSync, CollectorRegistry]:
@@ -78,7 +77,7 @@ def receiver(url: str, budget: PeerBudget | None = None) -> tuple[RoutingSync, C
         holdings.hold(r.backend, [(key, 1 << 20) for key in r.keys])
         holdings.show(r.keys, r.token)
 
-    sync = RoutingSync(Redis.from_url(url, socket_timeout=5), CHANNEL, NAMES, dict.fromkeys(NAMES, 0), routed,
+    sync = RoutingSync(Redis.from_url(url, socket_timeout=5), CHANNEL, routed,
                        secret=SECRET, io_timeout_s=5.0, clock=time.monotonic, metrics=GatewayMetrics(registry),
                        budget=budget)
     return sync, registry
@@ -227,8 +226,7 @@ def main() -> None:
     redis = start_redis(port)
     with tempfile.TemporaryDirectory() as tmp:
         paths = {"small": f"{tmp}/small", "largest": f"{tmp}/largest", "forged": f"{tmp}/forged"}
-        small = sync_message(SECRET, SENDER, 0, {f"vllm-{i}": i for i in range(4)},
-                             [Routed("vllm-1", 1234567, tuple(f"tenant~{'k' * 40}{i}" for i in range(3)))])
+        small = sync_message(SECRET, SENDER, 0, [Routed("vllm-1", 1234567, tuple(f"tenant~{'k' * 40}{i}" for i in range(3)))])
         write_messages(paths["small"], [small])
         # A key holder's flood: each message numbered (a copy of one would be a replay, dropped unread).
         write_messages(paths["largest"], [largest(n) for n in range(round(args.flood_rate * args.flood_s))])

@@ -43,9 +43,8 @@ class RoutingSettings(Frozen):
 
     sync: bool = setting(
         False, flag="--routing-sync",
-        help="share this gateway's routing — which backend answered which images, its in-flight requests "
-        "per backend — with the other gateways in front of the same backends, over the pub/sub of the "
-        "--redis-url (or --routing-sync-url), off the request path")
+        help="share which backend answered which images with the other gateways in front of the same "
+        "backends, over the pub/sub of the --redis-url (or --routing-sync-url), off the request path")
     sync_url: str | None = setting(
         None, flag="--routing-sync-url",
         help="Redis (redis://, rediss://, unix://) for the routing sync, when not the --redis-url; "

@@ -66,11 +66,6 @@ class GatewayMetrics:
             "mmgate_backend_outstanding", "Requests in flight to the backend (streams included)", ["backend"],
             registry=registry,
         )
-        self.backend_load = Gauge(
-            "mmgate_backend_load",
-            "Requests in flight to the backend from every gateway, as this one estimates them (its own, "
-            "plus the other gateways' from the routing sync when it is on)", ["backend"], registry=registry,
-        )
         self.backend_ejections = Counter(
             "mmgate_backend_ejections", "Times the backend was taken out of rotation", ["backend"],
             registry=registry,
@@ -108,11 +103,6 @@ class GatewayMetrics:
             "dropped (routed requests queued past the bound), forged (not signed with the fleet's secret), "
             "replayed (a signed message heard before), over_budget (its sender's share of the event loop was spent)",
             ["direction", "outcome"], registry=registry,
-        )
-        self.routing_sync_peers = Gauge(
-            "mmgate_routing_sync_peers",
-            "Other gateways heard from on the routing-sync channel within --routing-sync-max-age",
-            registry=registry,
         )
         self.streams_stalled = Counter(
             "mmgate_streams_stalled",
@@ -186,15 +176,13 @@ class GatewayMetrics:
         self._pending.append(spread := Spread(child))
         return spread
 
-    def backend_in_flight(self, backend: str, outstanding: Callable[[], float], load: Callable[[], float]) -> None:
-        """Have ``backend``'s in-flight gauges read ``outstanding()`` (this gateway's requests) and
-        ``load()`` (every synced gateway's) when scraped, so a request's start and end set nothing.
-        Bound once per backend (until ``forget_backend``)."""
+    def backend_in_flight(self, backend: str, outstanding: Callable[[], float]) -> None:
+        """Have ``backend``'s in-flight gauge read ``outstanding()`` (this gateway's requests) when
+        scraped, so a request's start and end set nothing. Bound once per backend (until ``forget_backend``)."""
         if backend in self._backend_gauges:
             return
         self._backend_gauges.add(backend)
         self.backend_outstanding.labels(backend).set_function(outstanding)
-        self.backend_load.labels(backend).set_function(load)
 
     def forget_backend(self, backend: str) -> None:
         """Drop a departed backend's per-backend series, counters too (labels stay bounded by the
@@ -206,7 +194,7 @@ class GatewayMetrics:
             for values in _label_values(counter, labels, backend):
                 with contextlib.suppress(KeyError):  # removed meanwhile: nothing to do
                     counter.remove(*values)
-        for gauge in (self.backend_healthy, self.backend_outstanding, self.backend_load):
+        for gauge in (self.backend_healthy, self.backend_outstanding):
             with contextlib.suppress(KeyError):
                 gauge.remove(backend)
         for outcome in ("hit", "miss"):

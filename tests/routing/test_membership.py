@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry
 from mmgate.backends.http import HTTPBackend
 from mmgate.config import GatewaySettings
 from mmgate.metrics import GatewayMetrics
+from mmgate.routing.peers import Routed
 from mmgate.routing.router import Router
 from mmgate.routing.weights import RoutedImage
 from mmgate.sim.config import SimSettings
@@ -122,6 +123,8 @@ async def test_a_leaving_backend_is_forgotten_at_once_and_closed_once_its_stream
             assert b2 not in router.candidates(MODEL)
             assert not router.is_healthy(b2) and router.outstanding(b2) == 0
             assert not router.holdings.holds("sim-2", "img-b")
+            router._apply_routed(Routed("sim-2", -1, ("img-c",)))  # another gateway's news of it: dropped
+            assert router.holdings.num_held("sim-2") == 0 and not router.holdings.knows("img-c")
             assert registry.get_sample_value("mmgate_backend_healthy", {"backend": "sim-2"}) is None
             for outcome in ("ok", "http_500"):  # its counters go too: labels do not grow with churn
                 requests = {"backend": "sim-2", "outcome": outcome}
@@ -166,6 +169,25 @@ async def test_a_backend_given_again_as_another_object_keeps_its_state_and_the_o
             assert router.outstanding(b1_again) == 0
             await eventually(lambda: b1.closes == 1)
             assert b1_again.closes == 0
+        finally:
+            await router.close()
+
+
+async def test_a_replaced_object_closed_at_the_drain_timeout_leaves_no_load_behind() -> None:
+    async with sims(2) as servers:
+        b0, b1 = (backend(f"sim-{i}", s) for i, s in enumerate(servers))
+        router = Router([b0, b1], GatewaySettings(drain_timeout_s=0.05))
+        try:
+            router.begin(b1)  # a request that outlives the drain timeout
+            b1_again = backend("sim-1", servers[1])
+            router.set_backends([b0, b1_again])
+            assert router.outstanding(b1_again) == 1
+            await eventually(lambda: b1.closes == 1)  # closed with the request in flight
+            assert router.outstanding(b1_again) == 0  # its count went with it...
+            router.end(b1)
+            router.begin(b1_again)
+            router.end(b1_again)
+            assert router.outstanding(b1_again) == 0  # ...and its late end takes nothing from sim-1
         finally:
             await router.close()
 

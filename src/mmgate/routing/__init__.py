@@ -3,7 +3,7 @@ robin) over one record of what each backend holds, with active health probes and
 ejection, and the routing sync between gateways. docs/ROUTING.md has the routing in one page."""
 
 from mmgate.routing.admission import PeerBudget, sync_message
-from mmgate.routing.health import BackendHealth, HealthStatus
+from mmgate.routing.health import BackendHealth
 from mmgate.routing.holdings import BackendHoldings, processed_bytes, session_token
 from mmgate.routing.peers import Routed
 from mmgate.routing.policy import Decision, RoutingPolicy
@@ -13,7 +13,7 @@ from mmgate.routing.sync import RoutingSync
 from mmgate.routing.weights import RoutedImage, image_tokens, image_weight
 
 __all__ = [
-    "BackendHealth", "BackendHoldings", "Decision", "HealthStatus", "PeerBudget", "Routed", "RoutedImage", "Router",
+    "BackendHealth", "BackendHoldings", "Decision", "PeerBudget", "Routed", "RoutedImage", "Router",
     "RoutingPolicy", "RoutingSync", "build_router", "image_tokens", "image_weight", "processed_bytes",
     "session_token", "sync_message",
 ]

@@ -12,10 +12,12 @@ apply of the largest message (``mmgate.routing.peers``) as often as it likes. So
   sender is a replay (``replayed``), dropped before it is parsed, so a recorded message sent again
   costs a hash and takes nothing from its sender's budget;
 * **within its sender's budget** (``PeerBudget``): each sender may take ``CPU_PER_S`` seconds of
-  the event loop's CPU a second (up to ``BURST_S`` at once) and ``MESSAGES_PER_S`` messages, and every
-  sender together ``TOTAL_CPU_PER_S``; past it its messages are dropped unparsed (``over_budget``)
-  until the budget refills. A key holder (a gateway of the fleet, or whoever stole the secret) is
-  held to that bound too.
+  the event loop's CPU a second (up to ``BURST_S`` at once), and every sender together
+  ``TOTAL_CPU_PER_S``; past it its messages are dropped unparsed (``over_budget``) until the
+  budget refills. A key holder (a gateway of the fleet, or whoever stole the secret) is held to
+  that bound too. The charge is everything an admitted message costs the gateway from its
+  signature check on (``time.thread_time``, nanoseconds), small messages as large ones; what is
+  left is reading a message off the socket, which every message costs, dropped or not.
 """
 
 from __future__ import annotations
@@ -23,11 +25,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from mmgate.routing.peers import MAX_MESSAGE_BYTES as MAX_BODY_BYTES
-from mmgate.routing.peers import Routed, encode
+from mmgate.routing.peers import MAX_BODY_BYTES, Routed, encode
 
 MAC_BYTES = 32
 SENDER_CHARS = 16
@@ -39,7 +40,6 @@ MIN_SECRET_CHARS = 32
 CPU_PER_S = 0.02
 BURST_S = 0.1
 TOTAL_CPU_PER_S = 0.1
-MESSAGES_PER_S = 400.0  # four times a sender's most (one per 10 ms, ``mmgate.routing.sync``)
 MAX_SENDERS = 64
 
 
@@ -59,11 +59,9 @@ def seal(secret: bytes, sender: str, number: int, body: bytes) -> bytes:
     return hmac.digest(secret, rest, hashlib.sha256) + rest
 
 
-def sync_message(
-    secret: bytes, sender: str, number: int, loads: Mapping[str, int], routed: Sequence[Routed],
-) -> bytes:
+def sync_message(secret: bytes, sender: str, number: int, routed: Sequence[Routed]) -> bytes:
     """A whole signed message, as a gateway publishes it (``mmgate.routing.peers.encode``, sealed)."""
-    return seal(secret, sender, number, encode(loads, routed))
+    return seal(secret, sender, number, encode(routed))
 
 
 def unseal(secret: bytes, data: bytes) -> tuple[str, int, memoryview]:
@@ -82,7 +80,6 @@ def unseal(secret: bytes, data: bytes) -> tuple[str, int, memoryview]:
 class _Sender:
     last_number: int
     cpu_s: float  # seconds of the event loop it may still take (below zero: in debt)
-    messages: float
     at: float
 
 
@@ -91,15 +88,13 @@ class PeerBudget:
     Only signed messages reach it, so only key holders take a place."""
 
     def __init__(self, *, cpu_per_s: float = CPU_PER_S, burst_s: float = BURST_S,
-                 total_cpu_per_s: float = TOTAL_CPU_PER_S, messages_per_s: float = MESSAGES_PER_S,
-                 max_senders: int = MAX_SENDERS) -> None:
-        if min(cpu_per_s, burst_s, total_cpu_per_s, messages_per_s) <= 0 or max_senders < 1:
+                 total_cpu_per_s: float = TOTAL_CPU_PER_S, max_senders: int = MAX_SENDERS) -> None:
+        if min(cpu_per_s, burst_s, total_cpu_per_s) <= 0 or max_senders < 1:
             raise ValueError("budgets must be positive and max_senders at least 1")
         self.cpu_per_s, self.burst_s, self.total_cpu_per_s = cpu_per_s, burst_s, total_cpu_per_s
-        self.messages_per_s = messages_per_s
         self.max_senders = max_senders
         self._senders: OrderedDict[str, _Sender] = OrderedDict()
-        self._total = _Sender(0, burst_s, 0.0, float("-inf"))
+        self._total = _Sender(0, burst_s, float("-inf"))
         self.spent_s = 0.0  # CPU time every admitted message took, in all
         self.largest_s = 0.0  # the most one message took: what a bucket can be overdrawn by
 
@@ -107,7 +102,7 @@ class PeerBudget:
         """Let one message of ``sender`` in (then ``charge`` what it took), or raise ``Refused``."""
         state = self._senders.get(sender)
         if state is None:
-            state = self._senders[sender] = _Sender(-1, self.burst_s, self.messages_per_s, now)
+            state = self._senders[sender] = _Sender(-1, self.burst_s, now)
             while len(self._senders) > self.max_senders:
                 self._senders.popitem(last=False)
         self._senders.move_to_end(sender)
@@ -117,13 +112,11 @@ class PeerBudget:
         elapsed = max(0.0, now - state.at)
         state.at = now
         state.cpu_s = min(self.burst_s, state.cpu_s + elapsed * self.cpu_per_s)
-        state.messages = min(self.messages_per_s, state.messages + elapsed * self.messages_per_s)
         total = self._total
         total.cpu_s = min(self.burst_s, total.cpu_s + max(0.0, now - total.at) * self.total_cpu_per_s)
         total.at = now
-        if state.cpu_s <= 0 or state.messages < 1 or total.cpu_s <= 0:
+        if state.cpu_s <= 0 or total.cpu_s <= 0:
             raise Refused("over_budget", f"{sender} is over its budget")
-        state.messages -= 1
 
     def charge(self, sender: str, seconds: float) -> None:
         """``sender``'s admitted message took ``seconds`` of the event loop's CPU."""

@@ -14,7 +14,6 @@ at once (no flapping).
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
 
 from mmgate.backends import Backend
@@ -23,17 +22,10 @@ from mmgate.errors import MmgateError
 log = logging.getLogger(__name__)
 
 
-class HealthStatus(enum.Enum):
-    """Where a backend stands in the state machine."""
-
-    HEALTHY = "healthy"
-    EJECTED = "ejected"
-
-
 class BackendHealth:
     """Consecutive-failure ejection with time-gated re-admission, for one backend."""
 
-    __slots__ = ("consecutive_failures", "eject_after_failures", "ejected_at", "readmit_after_s", "status")
+    __slots__ = ("consecutive_failures", "eject_after_failures", "ejected_at", "readmit_after_s")
 
     def __init__(self, *, eject_after_failures: int, readmit_after_s: float) -> None:
         if eject_after_failures < 1:
@@ -42,19 +34,17 @@ class BackendHealth:
             raise ValueError("readmit_after_s must not be negative")
         self.eject_after_failures = eject_after_failures
         self.readmit_after_s = readmit_after_s
-        self.status = HealthStatus.HEALTHY
         self.consecutive_failures = 0
-        self.ejected_at: float | None = None
+        self.ejected_at: float | None = None  # None: HEALTHY; else EJECTED since then
 
     @property
     def is_healthy(self) -> bool:
-        return self.status is HealthStatus.HEALTHY
+        return self.ejected_at is None
 
     def record_failure(self, now: float) -> bool:
         """Count one failure; True when this failure ejected the backend."""
         self.consecutive_failures += 1
-        if self.status is HealthStatus.HEALTHY and self.consecutive_failures >= self.eject_after_failures:
-            self.status = HealthStatus.EJECTED
+        if self.ejected_at is None and self.consecutive_failures >= self.eject_after_failures:
             self.ejected_at = now
             return True
         return False
@@ -62,11 +52,8 @@ class BackendHealth:
     def record_success(self, now: float) -> bool:
         """Count one success; True when it re-admitted an ejected backend."""
         self.consecutive_failures = 0
-        if self.status is HealthStatus.HEALTHY:
+        if self.ejected_at is None or now - self.ejected_at < self.readmit_after_s:
             return False
-        if self.ejected_at is not None and now - self.ejected_at < self.readmit_after_s:
-            return False
-        self.status = HealthStatus.HEALTHY
         self.ejected_at = None
         return True
 

@@ -18,8 +18,8 @@ Modes (``RoutingSettings.mode``, ``--routing``):
   the least loaded of them, which keeps room at the homes for requests that can go nowhere else
   cheaply. Then bounded loads apply (consistent hashing with bounded loads, Mirrokni et al.): no
   backend above ``load_factor`` x the mean requests in flight once the request is placed
-  (``capacity``), counted as this gateway sees them (with the routing sync, every synced
-  gateway's); the request spills to the next backend of its order (``spill``).
+  (``capacity``), this gateway's own requests (each gateway caps its own share); the request
+  spills to the next backend of its order (``spill``).
 
 A decision's ``reason`` is one of ``REASONS``, a bounded metric label.
 """

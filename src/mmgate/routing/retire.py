@@ -51,10 +51,12 @@ class Retirements:
         if leaving is not None and left == 0:
             leaving.drained.set()
 
-    def counts_for_name(self, backend: Backend) -> bool:
-        """True when ``backend`` is retiring and its requests still count in its name's load."""
-        leaving = self._leaving.get(id(backend))
-        return leaving is not None and leaving.counts_for_name
+    def load(self, name: str, current: Backend | None) -> int:
+        """Requests in flight under ``name``: its ``current`` object's and those of the retiring
+        objects that still count in it (the router's load; one count per request, kept here)."""
+        own = self._in_flight.get(id(current), 0) if current is not None else 0
+        return own + sum(self._in_flight.get(key, 0) for key, leaving in self._leaving.items()
+                         if leaving.counts_for_name and leaving.backend.name == name)
 
     def name_left(self, name: str) -> None:
         """The name left the fleet: no retiring object's requests count in it any more."""

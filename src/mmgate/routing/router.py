@@ -7,7 +7,7 @@ gateway shows. Routing keys (session ids, backend names, image keys) are hash ke
 The reuse sender records a request's images on a backend once it answered and forgets them on a
 heal; the router records who showed them as it ranks, forgets a backend's on its re-admission,
 and shares and applies answered requests over the routing sync (``mmgate.routing.sync``).
-Load is each backend's requests in flight (``begin``/``end``), every synced gateway's included.
+Load is each backend's requests in flight from this gateway (``begin``/``end``).
 Health: ``report_failure`` ejects after ``eject_after_failures`` consecutive failures; ``start()``
 probes every ``health_interval_s``, re-admits (no sooner than ``readmit_after_s``) and refreshes
 the models (``mmgate.routing.health``).
@@ -76,7 +76,6 @@ class Router:
         self._new_health = lambda: BackendHealth(
             eject_after_failures=settings.eject_after_failures, readmit_after_s=settings.readmit_after_s)
         self._health = {b.name: self._new_health() for b in self.backends}
-        self._outstanding = {b.name: 0 for b in self.backends}
         self._retirements = Retirements(settings.drain_timeout_s)  # its tasks: model refreshes too
         self.sync: RoutingSync | None = None
         self._syncer: asyncio.Task[None] | None = None
@@ -92,10 +91,8 @@ class Router:
         """Share this gateway's routing with the others on ``channel`` (``mmgate.routing.sync``),
         signed with ``secret``: ``client`` publishes and subscribes. Call before ``start``."""
         self.sync = RoutingSync(
-            client, channel, [b.name for b in self.backends], self._outstanding, self._apply_routed,
-            secret=secret, io_timeout_s=io_timeout_s, clock=self._clock,
-            metrics=self._metrics,
-        )
+            client, channel, self._apply_routed,
+            secret=secret, io_timeout_s=io_timeout_s, clock=self._clock, metrics=self._metrics)
         return self.sync
 
     # Membership -------------------------------------------------------------------------------
@@ -126,27 +123,20 @@ class Router:
             self._retirements.retire(old, counts_for_name=new is not None)
             if new is None:
                 self._retirements.name_left(name)
-                del self._health[name], self._outstanding[name]
+                del self._health[name]
                 self._unpublish(name)
         self.holdings.retain(given)  # also what requests answered by departed ones recorded since
         for backend in joined:
             self._health[backend.name] = self._new_health()
-            self._outstanding[backend.name] = 0
         self.backends, self._current = list(backends), given
         models = {m: [given[b.name] for b in bs if b.name in given] for m, bs in self._models.items()}
         self._models = {m: bs for m, bs in models.items() if bs}
-        if self.sync is not None:
-            self.sync.set_names(given)
         for backend in backends:
             self._retirements.track(backend)
             self._publish_health(backend)
             self._publish_outstanding(backend)
         if joined:
             self._retirements.spawn(self.refresh_models(), "mmgate-router-refresh")
-
-    def _counts_for_name(self, backend: Backend) -> bool:
-        """True when ``backend``'s requests count in its name's load (current, or replaced)."""
-        return self._current.get(backend.name) is backend or self._retirements.counts_for_name(backend)
 
     # Models -----------------------------------------------------------------------------------
 
@@ -198,7 +188,7 @@ class Router:
         for pool in (healthy, [b for b in candidates if not self.is_healthy(b)]):
             if not pool:
                 continue
-            decision = self.policy.decide([b.name for b in pool], [self.load(b) for b in pool], session_id, images)
+            decision = self.policy.decide([b.name for b in pool], [self.outstanding(b) for b in pool], session_id, images)
             if not order and self._metrics is not None:
                 self._metrics.routing_decision(decision.reason)
             order.extend(pool[i] for i in decision.order)
@@ -208,12 +198,15 @@ class Router:
 
     def record_answered(self, backend: Backend, images: Sequence[RoutedImage], session_id: str | None) -> None:
         """``backend`` answered a request showing ``images`` (the reuse sender recorded that it
-        holds them): tell the other gateways, which record it all."""
-        if self.sync is not None:
+        holds them): tell the other gateways, which record it all (a request without images: nothing)."""
+        if self.sync is not None and images:
             self.sync.routed(backend.name, session_token(session_id), [i.key for i in images])
 
     def _apply_routed(self, routed: Routed) -> None:
-        """Another gateway's backend answered ``routed``: record it as if this one's had."""
+        """Another gateway's backend answered ``routed``: record it as if this one's had (a backend
+        not in this fleet is dropped: a message cannot grow the record past the fleet)."""
+        if routed.backend not in self._current:
+            return
         self.holdings.hold(routed.backend, [(key, REMOTE_IMAGE_BYTES) for key in routed.keys])
         self.holdings.show(routed.keys, routed.token)
 
@@ -221,36 +214,20 @@ class Router:
 
     def outstanding(self, backend: Backend) -> int:
         """Requests in flight to ``backend`` (between ``begin`` and ``end``; 0 once it left)."""
-        return self._outstanding.get(backend.name, 0)
-
-    def load(self, backend: Backend) -> int:
-        """Requests in flight to ``backend`` from this gateway and, with the routing sync, from the
-        others as they last said."""
-        own = self._outstanding.get(backend.name, 0)
-        return own if self.sync is None else own + self.sync.peer_load(backend.name)
+        return self._retirements.load(backend.name, self._current.get(backend.name))
 
     def begin(self, backend: Backend, images: Sequence[RoutedImage] = ()) -> None:
         """One more request in flight to ``backend``, showing ``images``; pair every call with
         ``end``. Counts the image weight ``backend`` is believed to hold (the weight hit ratio)."""
         self._retirements.begin(backend)
-        if not self._counts_for_name(backend):
-            return  # it left the fleet after this request chose it: it counts only for its retirement
-        if self._metrics is not None and images:
+        if self._metrics is not None and images and backend.name in self._current:  # not one that left
             hit = sum(i.weight for i in images if self.holdings.holds(backend.name, i.key))
             self._metrics.routing_image_weight.labels(backend.name, "hit").inc(hit)
             self._metrics.routing_image_weight.labels(backend.name, "miss").inc(sum(i.weight for i in images) - hit)
-        self._outstanding[backend.name] += 1
-        if self.sync is not None:
-            self.sync.changed()
 
     def end(self, backend: Backend) -> None:
         """One request to ``backend`` finished (its stream included); never goes below zero."""
         self._retirements.end(backend)
-        if not self._counts_for_name(backend):
-            return
-        self._outstanding[backend.name] = max(0, self._outstanding[backend.name] - 1)
-        if self.sync is not None:
-            self.sync.changed()
 
     # Health -----------------------------------------------------------------------------------
 
@@ -330,8 +307,7 @@ class Router:
             self._metrics.forget_backend(name)
 
     def _publish_outstanding(self, backend: Backend) -> None:
-        """``backend``'s in-flight gauges, read from the router when scraped (bound once per name)."""
+        """``backend``'s in-flight gauge, read from the router when scraped (bound once per name)."""
         if self._metrics is not None:
             name = backend.name
-            self._metrics.backend_in_flight(name, lambda: self._outstanding.get(name, 0),
-                                            lambda: self.load(backend))
+            self._metrics.backend_in_flight(name, lambda: self._retirements.load(name, self._current.get(name)))

@@ -1,27 +1,20 @@
 """Routing sync between the gateways of one fleet over Redis pub/sub, off the request path.
 
-With ``--routing-sync`` (on the ``--redis-url``) or ``--routing-sync-url`` each gateway
-publishes one message on ``--routing-sync-channel`` as soon as something changed, then at most one
-per ``INTERVAL_S`` (changes in between go together in the next), and a heartbeat at least every
-third of ``MAX_AGE_S``, busy or idle: every gateway on the channel is
-heard from within the max age. A gateway that heard no other within it is alone on the channel:
-it publishes at the heartbeat's pace only, its changes together (a message costs CPU, and nobody
-needs it sooner); the first message it hears brings the pace back. A message holds the gateway's
-in-flight requests per backend and the requests its backends answered since its last message
-(``mmgate.routing.peers`` has the format). Each gateway subscribes to the same channel, skips its
-own messages, records every answered request in its own record of what each backend holds
-(``on_routed``) and adds the others' in-flight counts to its own for the bounded-load cap
-(``peer_load``). docs/ROUTING.md has what it buys.
+With ``--routing-sync`` (on the ``--redis-url``) or ``--routing-sync-url`` each gateway publishes,
+on ``--routing-sync-channel``, the requests its backends answered: one message as soon as one
+was answered, then at most one per ``INTERVAL_S`` (the ones answered in between go together in
+the next; ``mmgate.routing.peers`` has the format). Each gateway subscribes to the same channel,
+skips its own messages and records every answered request in its own record of what each backend
+holds (``on_routed``), as if its own backend had answered it. docs/ROUTING.md has what it buys.
 
-Nothing on the request path waits for Redis: ``routed``/``changed`` only queue (bounded: at most
+Nothing on the request path waits for Redis: ``routed`` only queues (bounded: at most
 ``MAX_PENDING`` routed requests wait; beyond that the oldest are dropped, counted). Fails open: a
 publish that fails or times out is counted and its routed requests go again with the next message
 (at least once; the queue's bound still holds), the listener reconnects with backoff
-(0.25 s doubling to 5 s), and a gateway whose messages stop counts no more after
-``max_age_s``: every gateway falls back to its own counts. Messages are signed with the fleet's
-shared secret and each sender is held to a budget of the event loop (``mmgate.routing.admission``);
-a message that is not signed, is a replay, is over its budget or is not a message
-(``InvalidSync``) is dropped whole and counted by why; it cannot reach the record.
+(0.25 s doubling to 5 s), and meanwhile each gateway routes on its own record. Messages are
+signed with the fleet's shared secret and each sender is held to a budget of the event loop
+(``mmgate.routing.admission``); a message that is not signed, is a replay, is over its budget or
+is not a message (``InvalidSync``) is dropped whole and counted by why; it cannot reach the record.
 
 Redis Cluster: PUBLISH on any node reaches subscribers on every node, so the URL may name any one.
 """
@@ -34,7 +27,7 @@ import logging
 import secrets
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from redis.asyncio import Redis
@@ -44,16 +37,14 @@ from mmgate.config import CacheSettings
 from mmgate.errors import ConfigError
 from mmgate.metrics import GatewayMetrics
 from mmgate.routing.admission import MAC_BYTES, SENDER_CHARS, PeerBudget, Refused, seal, unseal
-from mmgate.routing.peers import InvalidSync, PeerLoads, Routed, decode, encode, take
+from mmgate.routing.peers import InvalidSync, Routed, decode, encode, take
 from mmgate.store.redis.client import build_client
 
 log = logging.getLogger(__name__)
 
 SYNC_URL_SETTING = "--routing-sync-url"
-# At most one message per this many seconds (a change goes out at once, changes within it together).
+# At most one message per this many seconds (the first answer goes out at once, later ones together).
 INTERVAL_S = 0.01
-# Another gateway's in-flight counts count this long after its last message (a heartbeat every third).
-MAX_AGE_S = 1.0
 MAX_PENDING = 4096
 LISTEN_WAIT_S = 1.0
 BACKOFF_S = (0.25, 5.0)
@@ -62,7 +53,7 @@ BACKOFF_S = (0.25, 5.0)
 def _cancelled() -> bool:
     """True when this task has been cancelled and the cancellation got lost on the way: redis-py's
     asyncio client can return normally from a command cancelled at the wrong moment
-    (redis/redis-py#2028; a publish did in 2 of 8 runs of the lone-gateway test), and a loop
+    (redis/redis-py#2028; a publish did in 2 of 8 runs of a sync test), and a loop
     would go round forever and its gateway never stop. Each loop looks before it goes round again."""
     task = asyncio.current_task()
     return task is not None and task.cancelling() > 0
@@ -81,88 +72,50 @@ def sync_client(url: str, cache: CacheSettings) -> Redis:
 
 
 class RoutingSync:
-    """Publishes this gateway's routing, applies the others'. ``run`` until cancelled."""
+    """Publishes the requests this gateway's backends answered, applies the others'. ``run`` until cancelled."""
 
     def __init__(
-        self, client: Redis, channel: str, names: Sequence[str], loads: Mapping[str, int],
-        on_routed: Callable[[Routed], None], *, secret: bytes,
-        io_timeout_s: float, clock: Callable[[], float], metrics: GatewayMetrics | None = None,
-        interval_s: float = INTERVAL_S, max_age_s: float = MAX_AGE_S, budget: PeerBudget | None = None,
+        self, client: Redis, channel: str, on_routed: Callable[[Routed], None], *,
+        secret: bytes, io_timeout_s: float, clock: Callable[[], float], metrics: GatewayMetrics | None = None,
+        interval_s: float = INTERVAL_S, budget: PeerBudget | None = None,
     ) -> None:
         self.gateway_id = secrets.token_hex(SENDER_CHARS // 2)
         self._own = self.gateway_id.encode()
         self._secret = secret
         self._number = 0  # of this gateway's next message: the others drop any not above the last
-        self.peers = PeerLoads(max_age_s)
         self.budget = budget if budget is not None else PeerBudget()
         self._client = client  # publishes on pooled connections; the subscription holds one of its own
         self._channel = channel
-        self._names = frozenset(names)
-        self._loads = loads
         self._on_routed = on_routed
         self._interval_s = interval_s
-        self._heartbeat_s = max_age_s / 3
         self._io_timeout_s = io_timeout_s
         self._clock = clock
         self._metrics = metrics
         self._pending: deque[Routed] = deque()
-        self._dirty = False
         self._wake = asyncio.Event()
-        self._last_sent = float("-inf")
         self.subscribed = asyncio.Event()
 
-    def set_names(self, names: Iterable[str]) -> None:
-        """The fleet's backends changed: messages about others are dropped from now on."""
-        self._names = frozenset(names)
-
-    # The request path: queue only ---------------------------------------------------------------
-
     def routed(self, backend: str, token: int, keys: Sequence[str]) -> None:
-        """``backend`` just answered this gateway's request with ``keys`` for session ``token``."""
+        """``backend`` just answered this gateway's request with ``keys`` for session ``token``
+        (the request path: it only queues)."""
         if len(self._pending) >= MAX_PENDING:
             self._pending.popleft()
             self._count("sent", "dropped")
         self._pending.append(Routed(backend, token, tuple(keys)))
-        self.changed()
-
-    def _requeue(self, batch: list[Routed]) -> None:
-        """Put a batch whose publish failed back in front of the queue, within its bound (the oldest
-        go first, counted). At least once: a publish that timed out may still have gone out, and then
-        the others see those requests twice — a record is the same twice. Losing them would cost images processed again."""
-        self._pending.extendleft(reversed(batch))
-        while len(self._pending) > MAX_PENDING:
-            self._pending.popleft()
-            self._count("sent", "dropped")
-        self._dirty = True
-
-    def changed(self) -> None:
-        """This gateway's in-flight counts changed (wakes the publisher)."""
-        self._dirty = True
         self._wake.set()
-
-    def peer_load(self, backend: str) -> int:
-        """Requests the other gateways have in flight to ``backend``, as they last said."""
-        return self.peers.total(backend, self._clock())
-
-    # Background ----------------------------------------------------------------------------------
 
     async def run(self) -> None:
         """Publish and listen until cancelled."""
         async with asyncio.TaskGroup() as group:
             group.create_task(self._publish_loop())
             group.create_task(self._listen_loop())
-            group.create_task(self._gauge_loop())
 
     async def publish_once(self) -> bool:
-        """Send what changed since the last message (True: sent, or nothing to send)."""
-        now = self._clock()
-        if now - self._last_sent < self._heartbeat_s and (not self._dirty or not self.peers.fresh(now)):
-            return True  # nothing new; or no other gateway on the channel: the heartbeat carries it
+        """Send the next batch of answered requests (True: sent, or nothing to send)."""
         batch = take(self._pending)
-        self._dirty = bool(self._pending)
-        if self._dirty:
-            self._wake.set()
-        data = seal(self._secret, self.gateway_id, self._number, encode(self._loads, batch))
+        if not batch:
+            return True
+        data = seal(self._secret, self.gateway_id, self._number, encode(batch))
         self._number += 1
         try:
             async with asyncio.timeout(self._io_timeout_s):
@@ -170,9 +123,13 @@ class RoutingSync:
         except (TimeoutError, RedisError, OSError) as exc:
             self._count("sent", "error")
             log.debug("routing sync publish failed: %s", exc)
-            self._requeue(batch)  # the loads go with the next message, and so do the routed requests
+            # Back in front, within the bound (the oldest go first, counted). At least once: a publish
+            # that timed out may still have gone out, and a request recorded twice is recorded once.
+            self._pending.extendleft(reversed(batch))
+            while len(self._pending) > MAX_PENDING:
+                self._pending.popleft()
+                self._count("sent", "dropped")
             return False
-        self._last_sent = self._clock()
         self._count("sent", "ok")
         return True
 
@@ -189,9 +146,7 @@ class RoutingSync:
             log.debug("routing sync message dropped: %s", exc)
             return False
         try:
-            message = decode(body, self._names)
-            self.peers.update(sender, message.loads, self._clock())
-            for routed in message.routed:
+            for routed in decode(body):
                 self._on_routed(routed)
         except InvalidSync as exc:
             self._count("received", "invalid")
@@ -202,23 +157,15 @@ class RoutingSync:
         self._count("received", "ok")
         return True
 
-    def refresh(self) -> None:
-        """Set the peer gauge as it stands now (every third of the max age: the others' messages
-        age out). The load gauges read the loads when scraped."""
-        if self._metrics is not None:
-            self._metrics.routing_sync_peers.set(self.peers.fresh(self._clock()))
-
     async def _publish_loop(self) -> None:
-        # A change goes out at once, then at most one message per interval (changes in between
-        # coalesce into the next); alone on the channel, or with nothing changing, the heartbeat.
+        # The first answer goes out at once, then at most one message per interval (the ones
+        # answered in between go together); a failed publish backs off.
         delay = self._interval_s
         while True:
             if _cancelled():
                 raise asyncio.CancelledError
-            wait_s = max(self._interval_s, self._last_sent + self._heartbeat_s - self._clock())
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(wait_s):
-                    await self._wake.wait()
+            if not self._pending:
+                await self._wake.wait()
             self._wake.clear()
             try:
                 ok = await self.publish_once()
@@ -227,11 +174,6 @@ class RoutingSync:
                 ok = False
             delay = self._interval_s if ok else min(BACKOFF_S[1], max(BACKOFF_S[0], 2 * delay))
             await asyncio.sleep(delay)
-
-    async def _gauge_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self._heartbeat_s)
-            self.refresh()
 
     async def _listen_loop(self) -> None:
         delay = BACKOFF_S[0]
@@ -262,7 +204,7 @@ class RoutingSync:
                 self.subscribed.clear()
                 if not warned:
                     log.warning("routing sync lost its subscription (%s): each gateway routes on its own "
-                                "counts until it is back", type(exc).__name__)
+                                "record until it is back", type(exc).__name__)
                     warned = True
             finally:
                 with contextlib.suppress(Exception):
