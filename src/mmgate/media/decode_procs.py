@@ -91,6 +91,11 @@ class DecodeProcesses:
     def tenant_cap(self) -> int:
         return max(1, self.workers - 1)
 
+    @property
+    def live_workers(self) -> int:
+        """Workers started or starting and not killed yet (at most ``workers``)."""
+        return self._live
+
     async def validate(self, tenant: str | None, data: bytes, allowed_formats: tuple[str, ...], max_pixels: int,
                        *, pixels: int, low_priority: bool = False) -> ImageInfo:
         """``validate_image(data, …)`` in a worker; ``tenant`` (its tag, or None without tenants)
