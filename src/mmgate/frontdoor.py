@@ -53,7 +53,7 @@ BUSY_RESPONSE = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application
                  b"Connection: close\r\nContent-Length: " + str(len(_BUSY_BODY)).encode() + b"\r\n\r\n" + _BUSY_BODY)
 
 
-def _lines_valid(head: bytearray, start: int) -> bool:
+def lines_valid(head: bytearray, start: int) -> bool:
     """False when a line completed at or after ``start`` is neither a request line (the first) nor a
     ``name: value`` header line."""
     while (end := head.find(b"\n", start)) >= 0:
@@ -166,7 +166,7 @@ class FrontDoor:
         line_start = head.rfind(b"\n") + 1  # where the first line not yet checked begins
         head += data
         if (head.find(b"\r\n\r\n", start) >= 0 or head.find(b"\n\n", start) >= 0
-                or len(head) >= self.max_head_bytes or not _lines_valid(head, line_start)):
+                or len(head) >= self.max_head_bytes or not lines_valid(head, line_start)):
             # Whole head, too long a head, or a line that is no request or header line: the gateway's
             # parser answers it (a 400 naming the fault, not a silent close at the deadline).
             self._hand_over(fd)

@@ -163,7 +163,8 @@ class SessionWorkload:
                 data = await r.read()
                 complete = data.rstrip().endswith(b"data: [DONE]")
                 outcome.status = r.status if complete else 0
-                outcome.error = "" if complete else "stream ended without [DONE]"
+                outcome.error = "" if complete else \
+                    f"stream ended without [DONE] (status {r.status}, {len(data)} bytes): {data[-200:]!r}"
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:  # the client's view: a failure
             outcome.error = f"{exc.__class__.__name__}: {exc}"
         finally:

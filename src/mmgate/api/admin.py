@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -73,10 +74,14 @@ def add_operator_endpoints(app: web.Application, admin_key: str | None) -> None:
 def is_admin(request: web.Request) -> bool:
     """True when the gateway has an admin key and the request carries it (``X-Mmgate-Admin-Key``,
     or ``Authorization: Bearer <admin key>``, which is what a Prometheus scrape config sends)."""
-    key = request.app.get(ADMIN_KEY)
+    return carries_admin_key(request.app.get(ADMIN_KEY), request.headers)
+
+
+def carries_admin_key(key: str | None, headers: Mapping[str, str]) -> bool:
+    """``is_admin`` for a request's ``headers`` and the gateway's admin ``key`` (None: none set)."""
     if key is None:
         return False
-    given = request.headers.get(ADMIN_HEADER) or request.headers.get("Authorization", "").removeprefix("Bearer ")
+    given = headers.get(ADMIN_HEADER) or headers.get("Authorization", "").removeprefix("Bearer ")
     return bool(given) and hmac.compare_digest(given.encode("utf-8", "replace"), key.encode())
 
 

@@ -29,13 +29,13 @@ from mmgate.api.edge import read_body
 from mmgate.api.endpoints import add_client_endpoints, tracked
 from mmgate.api.forward import FORWARDER_KEY, GATEWAY_KEY, Forwarder, deliver
 from mmgate.api.gateway import Gateway
-from mmgate.api.relay import CLIENT_CLOSED, request_tenant
+from mmgate.api.lane import LANE_KEY, ChatLane
+from mmgate.api.relay import CLIENT_CLOSED, admitted, request_tenant
 from mmgate.api.responses import error_response, http_error_response
 from mmgate.api.tenant_slots import TenantSlots
 from mmgate.backends import Backend, BackendReply
 from mmgate.errors import EndpointNotFoundError, ForbiddenError, MmgateError
 from mmgate.metrics import CHAT_ROUTE, UNMATCHED_ROUTE
-from mmgate.observe import current
 from mmgate.observe.middleware import Observer, install
 from mmgate.observe.tracing import Tracing
 from mmgate.serving import json_response
@@ -85,13 +85,8 @@ def _guard(gateway: Gateway, slots: TenantSlots | None) -> Middleware:
     @web.middleware
     async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
-            if slots is None or gateway.tenants is None or request.path in _OPEN_PATHS or is_admin(request):
-                return await handler(request)
-            tenant = gateway.authenticate(request.headers)  # the 401 the handler would give, before the count
-            assert tenant is not None  # tenants are configured: a key maps to one, or that was a 401
-            if (record := current()) is not None:
-                record.tenant = tenant  # for request_tenant, the access log and the tenant metrics
-            with slots.hold(tenant):
+            with admitted(gateway, slots, request.headers,
+                          exempt=slots is None or request.path in _OPEN_PATHS or is_admin(request)):
                 return await handler(request)
         except MmgateError as exc:
             return error_response(exc)
@@ -120,6 +115,13 @@ def build_app(gateway: Gateway, *, admin_key: str | None = None) -> web.Applicat
     install(app, observer)
     if slots is not None:
         app[SLOTS_KEY] = slots
+    if tracing is None:  # traced requests need the observer's middleware: aiohttp serves them all
+        lane = app[LANE_KEY] = ChatLane(gateway, observer, slots, admin_key)
+
+        async def close_lane(_: web.Application) -> None:
+            lane.close()
+
+        app.on_cleanup.append(close_lane)
     app[GATEWAY_KEY] = gateway
     app[FORWARDER_KEY] = Forwarder(gateway)
     app.router.add_post(CHAT_ROUTE, tracked(CHAT_ROUTE, _serve_chat))

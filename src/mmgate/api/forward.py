@@ -221,7 +221,11 @@ _BOUND: weakref.WeakSet[asyncio.BaseTransport] = weakref.WeakSet()
 def bound_send_buffer(request: web.Request) -> None:
     """Give the request's client socket a fixed, small send buffer (``STREAM_SEND_BUFFER``): an event
     stream follows. Once per connection (``_BOUND``)."""
-    transport = request.transport
+    bound_transport_buffer(request.transport)
+
+
+def bound_transport_buffer(transport: asyncio.BaseTransport | None) -> None:
+    """``bound_send_buffer`` for a client connection's transport."""
     if transport is None or transport in _BOUND:
         return
     sock = transport.get_extra_info("socket")

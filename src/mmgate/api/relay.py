@@ -8,43 +8,76 @@ SSE stream, ending a broken stream with an error frame in the API's own shape.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import AbstractContextManager
+from typing import Protocol, TypeVar
 
 from aiohttp import web
 
 from mmgate.api.forward import bound_send_buffer, relay_stream
 from mmgate.api.gateway import Gateway
+from mmgate.api.tenant_slots import TenantSlots
 from mmgate.errors import MmgateError, ShuttingDownError
 from mmgate.observe import current
 from mmgate.observe.middleware import CLIENT_CLOSED
 from mmgate.observe.stream import observed_stream
 
 log = logging.getLogger(__name__)
-__all__ = ["CLIENT_CLOSED", "deliver", "request_tenant", "tracked"]
+__all__ = ["CLIENT_CLOSED", "admitted", "deliver", "request_tenant", "tenant_of", "tracked"]
 
 
 def request_tenant(request: web.Request, gateway: Gateway) -> str | None:
     """The request's tenant (None without API keys), 401 for a missing or unknown key: the one
     the middleware already authenticated, else ``Gateway.authenticate`` now (kept on the request's
     record for its access-log line and tenant metrics)."""
+    return tenant_of(gateway, request.headers)
+
+
+def tenant_of(gateway: Gateway, headers: Mapping[str, str]) -> str | None:
+    """``request_tenant`` for a request's ``headers``."""
     record = current()
     tenant = record.tenant if record is not None else None
     if tenant is None:
-        tenant = gateway.authenticate(request.headers)
+        tenant = gateway.authenticate(headers)
         if tenant is not None and record is not None:
             record.tenant = tenant
     return tenant
+
+
+_FREE: contextlib.nullcontext[None] = contextlib.nullcontext()
+
+
+def admitted(gateway: Gateway, slots: TenantSlots | None, headers: Mapping[str, str],
+             *, exempt: bool = False) -> AbstractContextManager[None]:
+    """The tenant limit around one request: with API keys and ``--max-tenant-requests``, the
+    request is authenticated (401) and holds one of its tenant's slots (429 past the limit) for
+    as long as the context lasts. ``exempt``: a request outside the limit (open paths, the admin
+    key)."""
+    if slots is None or gateway.tenants is None or exempt:
+        return _FREE
+    tenant = gateway.authenticate(headers)  # the 401 the handler would give, before the count
+    assert tenant is not None  # tenants are configured: a key maps to one, or that was a 401
+    if (record := current()) is not None:
+        record.tenant = tenant  # for request_tenant, the access log and the tenant metrics
+    return slots.hold(tenant)
 
 
 ErrorFrame = Callable[[MmgateError], bytes]
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
-async def tracked(
-    gateway: Gateway, route: str, work: Callable[[], Awaitable[tuple[web.StreamResponse, bool]]]
-) -> web.StreamResponse:
+class _Answered(Protocol):
+    @property
+    def status(self) -> int: ...
+
+
+Answer = TypeVar("Answer", bound=_Answered)
+
+
+async def tracked(gateway: Gateway, route: str, work: Callable[[], Awaitable[tuple[Answer, bool]]]) -> Answer:
     """Run ``work`` (which returns the response and whether it went out complete) as one request
     of ``route`` (its route-table path, the metrics label); errors propagate to the caller's error
     shaping."""

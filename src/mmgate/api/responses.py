@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 from aiohttp import web
 
@@ -11,6 +13,12 @@ from mmgate.serving import json_response
 
 def error_response(exc: MmgateError, headers: dict[str, str] | None = None) -> web.Response:
     """The HTTP response for ``exc``: its status and ``{"error": {message, type, param, code}}``."""
+    body, headers = error_parts(exc, headers)
+    return json_response(body, status=exc.status, headers=headers)
+
+
+def error_parts(exc: MmgateError, headers: dict[str, str] | None = None) -> tuple[dict[str, Any], dict[str, str] | None]:
+    """The JSON body and extra headers (``Retry-After``) of ``exc``'s response."""
     body = exc.to_body()
     if isinstance(exc, BackendStatusError) and exc.body is not None and 400 <= exc.backend_status < 500:
         # A backend 4xx is the client's problem: keep the backend's own error fields.
@@ -20,7 +28,7 @@ def error_response(exc: MmgateError, headers: dict[str, str] | None = None) -> w
     retry_after = getattr(exc, "retry_after_s", None)
     if retry_after is not None:
         headers = {**(headers or {}), "Retry-After": str(retry_after)}
-    return json_response(body, status=exc.status, headers=headers)
+    return body, headers
 
 
 def error_frame(exc: MmgateError) -> bytes:

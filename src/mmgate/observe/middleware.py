@@ -15,7 +15,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from aiohttp import web
@@ -110,38 +110,45 @@ class Observer:
             response.headers[REQUEST_ID_HEADER] = record.request_id
             record.mark_first_byte()
 
-    def _session(self, request: web.Request) -> str | None:
-        for name in self._session_headers:
-            value = request.headers.get(name)
-            if value:
-                return clip(value)
-        return None
-
     def _finish(self, request: web.Request, record: RequestRecord, response: web.StreamResponse | None,
                 status: int) -> None:
-        if record.status is not None:  # the route's own count: 499 for a stream cut short
-            status = record.status
-        tenant = record.tenant  # the API layer's, once the request authenticated
-        bytes_in = request.content.total_bytes
         bytes_out = 0
-        backend = None
+        backend = body = None
         if response is not None:
             bytes_out = response.body_length
             backend = response.headers.get("x-mmgate-backend")
-            if record.prompt_tokens is None and record.model is not None and response.status == 200:
+            if response.status == 200:
                 body = getattr(response, "body", None)  # a whole answer (streams were watched as relayed)
-                if isinstance(body, bytes | bytearray):
-                    record.note_usage(body[-_USAGE_TAIL:])
+        self.finish(record, status, request.headers, bytes_in=request.content.total_bytes, bytes_out=bytes_out,
+                    backend=backend, body=body if isinstance(body, bytes | bytearray) else None)
+
+    def finish(self, record: RequestRecord, status: int, headers: Mapping[str, str], *, bytes_in: int,
+               bytes_out: int, backend: str | None, body: bytes | bytearray | None) -> None:
+        """One request is over: its tenant metrics and its access-log line. ``status``: what was
+        sent (the route's own count in ``record.status`` wins: 499 for a stream cut short);
+        ``bytes_out``: head and body as written; ``body``: a whole 200 answer, read for its usage."""
+        if record.status is not None:
+            status = record.status
+        tenant = record.tenant  # the API layer's, once the request authenticated
+        if body is not None and record.prompt_tokens is None and record.model is not None:
+            record.note_usage(body[-_USAGE_TAIL:])
         self.metrics.tenant(tenant).observe(record, status, bytes_in, bytes_out)
         if self._format is None or self._write is None or not self._logger.isEnabledFor(logging.INFO):
             return
         first_byte = record.first_byte
         self._write(self._format((
-            record.request_id, record.method, clip(record.path), status, tenant, self._session(request),
+            record.request_id, record.method, clip(record.path), status, tenant, self._session(headers),
             clip(record.model), backend, record.sent, record.stripped, record.referenced, record.healed, bytes_in,
             bytes_out, record.prompt_tokens, record.completion_tokens,
             None if first_byte is None else (first_byte - record.started) * 1000,
             (time.perf_counter() - record.started) * 1000)))
+
+    def _session(self, headers: Mapping[str, str]) -> str | None:
+        for name in self._session_headers:
+            value = headers.get(name)
+            if value:
+                return clip(value)
+        return None
 
     @staticmethod
     def _end_trace(server: Any, request: web.Request, record: RequestRecord,

@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry
 from mmgate.api import Gateway, build_app
 from mmgate.api.edge import GuardedSite, connection_cap
 from mmgate.api.frontsite import FrontDoorSite, front_door_supported
+from mmgate.api.lane import lane_of
 from mmgate.backends import Backend, HTTPBackend
 from mmgate.backends.discovery import (
     BackendDiscovery,
@@ -71,6 +72,8 @@ class RunningGateway:
             await site.stop()  # no new connections
         if self.runner.server is not None:
             self.runner.server.pre_shutdown()  # idle connections close; busy ones after their answer
+        if (lane := lane_of(self.runner)) is not None:
+            lane.pre_shutdown()  # the same for the chat lane's
         inflight = set(gateway.inflight)
         if inflight:
             _, cut = await asyncio.wait(inflight, timeout=gateway.settings.drain_timeout_s)

@@ -1,0 +1,201 @@
+"""The chat lane (``mmgate.api.lane``): mmgate's own HTTP/1.1 server for POST /v1/chat/completions,
+driven over raw loopback sockets against a real gateway and a real sim engine. What it takes it
+serves like aiohttp's route would (keep-alive, pipelining, bodies in pieces, the body deadline,
+streams in chunked framing); what it does not take goes to aiohttp with its bytes, and is answered
+as before. The lane sends no ``Server`` header and aiohttp does: that is how a test tells who
+answered."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+import pytest
+
+from mmgate.serve import start_gateway
+from tests.support.gateway import FAST_SIM, gateway_settings, running_gateway
+
+MODEL = "mmgate-sim-vl"
+HEAD = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+
+
+def body(**extra: Any) -> bytes:
+    return orjson.dumps({"model": MODEL, "max_tokens": 3, "messages": [{"role": "user", "content": "hi"}], **extra})
+
+
+def chat(data: bytes, *extra: bytes) -> bytes:
+    return HEAD + b"".join(extra) + b"Content-Length: " + str(len(data)).encode() + b"\r\n\r\n" + data
+
+
+async def answer(reader: asyncio.StreamReader, timeout: float = 10) -> tuple[int, dict[str, str], bytes]:
+    """One answer off a persistent connection: (status, lower-cased headers, body), the body read
+    by Content-Length or de-chunked."""
+    async with asyncio.timeout(timeout):
+        head = await reader.readuntil(b"\r\n\r\n")
+        lines = head.decode("latin-1").strip().split("\r\n")
+        headers = {k.lower(): v for k, v in (line.split(": ", 1) for line in lines[1:])}
+        if headers.get("transfer-encoding") == "chunked":
+            parts = []
+            while True:
+                size = int((await reader.readuntil(b"\r\n")).strip(), 16)
+                parts.append(await reader.readexactly(size + 2))
+                if size == 0:
+                    break
+                assert parts[-1].endswith(b"\r\n")
+            data = b"".join(p[:-2] for p in parts)
+        else:
+            data = await reader.readexactly(int(headers.get("content-length", "0")))
+    return int(lines[0].split(" ")[1]), headers, data
+
+
+@contextlib.asynccontextmanager
+async def connection(port: int) -> AsyncIterator[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        yield reader, writer
+    finally:
+        writer.close()
+
+
+async def test_keep_alive_then_a_request_the_lane_does_not_take_goes_to_aiohttp() -> None:
+    async with running_gateway() as gw, connection(gw.port) as (reader, writer):
+        for i in range(3):
+            writer.write(chat(body(), f"X-Request-Id: lane-{i}\r\n".encode()))
+            status, headers, data = await answer(reader)
+            assert status == 200 and orjson.loads(data)["object"] == "chat.completion"
+            assert "server" not in headers and headers["x-request-id"] == f"lane-{i}"  # the lane's
+            assert headers["x-mmgate-backend"] and headers["date"].endswith("GMT")
+        writer.write(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        status, headers, data = await answer(reader)
+        assert status == 200 and orjson.loads(data)["status"] == "ok" and "aiohttp" in headers["server"]
+        writer.write(chat(body()))  # the connection is aiohttp's now: chat still answered
+        status, headers, _ = await answer(reader)
+        assert status == 200 and "aiohttp" in headers["server"]
+
+
+async def test_pipelined_requests_are_answered_in_order() -> None:
+    async with running_gateway() as gw, connection(gw.port) as (reader, writer):
+        writer.write(b"".join(chat(body(max_tokens=n), f"X-Request-Id: p{n}\r\n".encode()) for n in (1, 2, 3)))
+        for n in (1, 2, 3):
+            status, headers, data = await answer(reader)
+            assert status == 200 and headers["x-request-id"] == f"p{n}"
+            assert orjson.loads(data)["usage"]["completion_tokens"] == n
+
+
+async def test_a_body_in_pieces_is_served_and_a_missing_body_gets_408() -> None:
+    async with running_gateway(gateway_settings(body_timeout_s=0.5)) as gw:
+        data = body()
+        async with connection(gw.port) as (reader, writer):
+            writer.write(chat(data)[:-len(data) + 5])
+            await asyncio.sleep(0.1)
+            writer.write(data[5:20])
+            await asyncio.sleep(0.1)
+            writer.write(data[20:])
+            status, headers, _ = await answer(reader)
+            assert status == 200 and "server" not in headers
+        async with connection(gw.port) as (reader, writer):
+            started = time.perf_counter()
+            writer.write(chat(data)[:-10])  # ten bytes never come
+            status, headers, reply = await answer(reader)
+            assert status == 408 and orjson.loads(reply)["error"]["type"] == "invalid_request_error"
+            assert time.perf_counter() - started < 5 and headers["connection"] == "close"
+            assert await asyncio.wait_for(reader.read(), 5) == b""  # and the connection is closed
+
+
+async def test_a_stream_is_chunked_around_the_backends_events() -> None:
+    async with running_gateway() as gw, connection(gw.port) as (reader, writer):
+        for _ in range(2):  # the connection stays usable after a stream
+            writer.write(chat(body(stream=True, stream_options={"include_usage": True})))
+            status, headers, data = await answer(reader)
+            assert status == 200 and headers["content-type"].startswith("text/event-stream")
+            assert headers["cache-control"] == "no-cache" and "server" not in headers
+            events = [e for e in data.split(b"\n\n") if e]
+            assert events[-1] == b"data: [DONE]"
+            assert orjson.loads(events[-2][len(b"data: "):])["usage"]["completion_tokens"] == 3
+
+
+@pytest.mark.parametrize(("request_bytes", "status"), [
+    # chunked request body: aiohttp reads it
+    (HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + b"%x\r\n%b\r\n0\r\n\r\n" % (len(body()), body()), 200),
+    # compressed body: refused as before (no --max-inflation-ratio)
+    (chat(body(), b"Content-Encoding: gzip\r\n"), 415),
+    # a query string, HTTP/1.0, Expect: still chat, through aiohttp
+    (chat(body()).replace(b"completions HTTP", b"completions?x=1 HTTP"), 200),
+    (chat(body()).replace(b"HTTP/1.1", b"HTTP/1.0"), 200),
+    (chat(body(), b"Expect: 100-continue\r\n"), None),
+    # what aiohttp's parser refuses: duplicate Content-Type, no Host, a bad Content-Length
+    (chat(body(), b"Content-Type: text/plain\r\n"), 400),
+    (chat(body()).replace(b"Host: x\r\n", b""), 400),
+    (HEAD + b"Content-Length: 1x\r\n\r\n", 400),
+    (HEAD + b"Content-Length: 5\r\nContent-Length: 6\r\n\r\nhello!", 400),
+    # past --max-body-bytes: 413 before the body
+    (HEAD + b"Content-Length: 999999999999\r\n\r\n", 413),
+    # a header line that is no header, before the head is whole: 400 at once
+    (HEAD + b"this is no header\r\n", 400),
+])
+async def test_what_the_lane_does_not_take_is_answered_by_aiohttp(request_bytes: bytes, status: int | None) -> None:
+    async with running_gateway() as gw, connection(gw.port) as (reader, writer):
+        writer.write(request_bytes)
+        got, headers, data = await answer(reader)
+        if status is None:  # Expect: 100-continue gets its interim answer, then the real one
+            assert got == 100
+            got, headers, data = await answer(reader)
+            status = 200
+        assert got == status, data
+        assert "aiohttp" in headers.get("server", ""), headers
+
+
+async def test_errors_come_in_openai_shape_with_the_request_id() -> None:
+    async with running_gateway() as gw, connection(gw.port) as (reader, writer):
+        writer.write(chat(b"{not json", b"X-Request-Id: bad-1\r\n"))
+        status, headers, data = await answer(reader)
+        assert status == 400 and headers["x-request-id"] == "bad-1" and "server" not in headers
+        assert orjson.loads(data)["error"]["type"] == "invalid_request_error"
+        writer.write(chat(body(model="no-such-model")))
+        status, _, data = await answer(reader)
+        assert status == 404 and orjson.loads(data)["error"]["param"] == "model"
+        writer.write(chat(body()))  # the connection is still served
+        assert (await answer(reader))[0] == 200
+
+
+async def test_an_idle_connection_is_closed_after_the_header_timeout() -> None:
+    async with running_gateway(gateway_settings(header_timeout_s=0.5)) as gw, connection(gw.port) as (reader, writer):
+        writer.write(chat(body()))
+        assert (await answer(reader))[0] == 200
+        started = time.perf_counter()
+        assert await asyncio.wait_for(reader.read(), 5) == b""
+        assert 0.3 < time.perf_counter() - started < 3
+
+
+async def test_idle_lane_connections_are_displaced_at_the_connection_cap() -> None:
+    async with running_gateway(gateway_settings(max_connections=4)) as gw:
+        idle = []
+        for _ in range(4):
+            reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
+            writer.write(chat(body()))
+            assert (await answer(reader))[0] == 200
+            idle.append((reader, writer))
+        async with connection(gw.port) as (reader, writer):  # a fifth: the oldest idle one makes room
+            writer.write(chat(body()))
+            assert (await answer(reader))[0] == 200
+        assert await asyncio.wait_for(idle[0][0].read(), 5) == b""
+        metrics = gw.gateway.metrics.registry.get_sample_value("mmgate_edge_connections_total", {"event": "displaced"})
+        assert metrics == 1
+        for _, w in idle:
+            w.close()
+
+
+async def test_idle_connections_close_at_shutdown() -> None:
+    gw = await start_gateway(gateway_settings(), sim_settings=FAST_SIM)
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
+        writer.write(chat(body()))
+        assert (await answer(reader))[0] == 200
+    finally:
+        await gw.stop()
+    assert await asyncio.wait_for(reader.read(), 5) == b""
+    writer.close()
