@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import random
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -84,6 +86,23 @@ async def test_pipelined_requests_are_answered_in_order() -> None:
             status, headers, data = await answer(reader)
             assert status == 200 and headers["x-request-id"] == f"p{n}"
             assert orjson.loads(data)["usage"]["completion_tokens"] == n
+
+
+async def test_a_pipelined_request_the_lane_does_not_take_is_answered_after_the_chat() -> None:
+    async with running_gateway() as gw, connection(gw.port) as (reader, writer):
+        writer.write(chat(body(), b"X-Request-Id: first\r\n") + b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        status, headers, _ = await answer(reader)
+        assert status == 200 and headers["x-request-id"] == "first" and "server" not in headers
+        status, headers, data = await answer(reader)
+        assert status == 200 and orjson.loads(data)["status"] == "ok" and "aiohttp" in headers["server"]
+
+
+async def test_connection_close_is_honoured() -> None:
+    async with running_gateway() as gw, connection(gw.port) as (reader, writer):
+        writer.write(chat(body(), b"Connection: close\r\n"))
+        status, headers, _ = await answer(reader)
+        assert status == 200 and headers["connection"] == "close" and "server" not in headers
+        assert await asyncio.wait_for(reader.read(), 5) == b""
 
 
 async def test_a_body_in_pieces_is_served_and_a_missing_body_gets_408() -> None:
@@ -199,3 +218,48 @@ async def test_idle_connections_close_at_shutdown() -> None:
         await gw.stop()
     assert await asyncio.wait_for(reader.read(), 5) == b""
     writer.close()
+
+
+def mutated_head(rng: random.Random) -> bytes:
+    """A chat request whose head has a few random bytes changed, inserted or cut (its body valid)."""
+    data = body()
+    request = bytearray(chat(data, b"X-Session-Id: s-1\r\nAuthorization: Bearer k\r\n"))
+    head_end = request.find(b"\r\n\r\n")
+    for _ in range(rng.randint(1, 3)):
+        at = rng.randrange(len(REQUEST_LINE_BYTES), head_end)
+        action = rng.random()
+        junk = bytes([rng.choice(b"\x00\r\n\t :;,\"\\\x7f\x80\xff" + bytes(range(0x20, 0x7f)))])
+        if action < 0.4:
+            request[at:at + 1] = junk
+        elif action < 0.8:
+            request[at:at] = junk
+        else:
+            del request[at]
+    return bytes(request)
+
+
+REQUEST_LINE_BYTES = b"POST /v1/chat/completions HTTP/1.1\r\n"
+
+
+async def test_mutated_heads_get_an_answer_never_a_500_and_the_gateway_serves_on(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Garbage in the head of a chat request, on the boundary between the lane's parser and
+    aiohttp's: every one gets a 2xx/4xx answer or a close (never a 5xx, never a hang past the
+    deadline), nothing is logged as an error, and a normal request is served after them all."""
+    rng = random.Random(23)
+    statuses: dict[int, int] = {}
+    async with running_gateway(gateway_settings(header_timeout_s=1.0, body_timeout_s=1.0)) as gw:
+        for _ in range(150):
+            async with connection(gw.port) as (reader, writer):
+                writer.write(mutated_head(rng))
+                try:
+                    status, _, _ = await answer(reader, timeout=5)
+                except (asyncio.IncompleteReadError, ConnectionError, ValueError):
+                    status = 0  # closed without an answer (a head cut short waits for its deadline)
+                assert status < 500, status
+                statuses[status] = statuses.get(status, 0) + 1
+        async with connection(gw.port) as (reader, writer):
+            writer.write(chat(body()))
+            assert (await answer(reader))[0] == 200
+    assert statuses.get(400, 0) > 20 and statuses.get(200, 0) > 5, statuses  # both sides were reached
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
