@@ -22,7 +22,7 @@ For each tree, ``<tree>-own-server`` (text rows) is ``own_server_floor.py``: tha
 pipeline on the same framework-free server, without the observer, guard and tracking.
 
 Added latency: 1 request in flight, the targets interleaved request by request (direct, each
-proxy), the median over rounds of (proxy - direct). CPU per request: ``--cpu-requests`` requests at
+proxy; each round in a new order), the median over rounds of (proxy - direct). CPU per request: ``--cpu-requests`` requests at
 ``--concurrency``, proxy by proxy, the proxy's process tree's CPU time (``/proc``, children and
 threads included) over the requests. Ratios are mmgate's over vllm-router's.
 
@@ -37,6 +37,7 @@ import base64
 import contextlib
 import json
 import os
+import random
 import signal
 import statistics
 import subprocess
@@ -192,8 +193,13 @@ async def latency(targets: list[Target], urls: dict[str, dict[str, str]], body: 
                 await one(http, urls[t.name][row], body)
         for t in targets:
             t.latencies[row] = []
+        # Each round in a new order: a target's place in the round moves its latency by tens of
+        # µs (what ran just before it on the two cores), so a fixed order would bias the ratios.
+        order = list(targets)
+        shuffle = random.Random(row).shuffle
         for _ in range(rounds):
-            for t in targets:
+            shuffle(order)
+            for t in order:
                 t.latencies[row].append(await one(http, urls[t.name][row], body))
 
 

@@ -41,6 +41,7 @@ _REASONS = {s.value: s.phrase for s in http.HTTPStatus}
 # Bodies at least this large are joined in a thread (bytes.join drops the GIL), as ``read_body`` does.
 _JOIN_IN_THREAD_BYTES = 1 << 20
 _END = b"0\r\n\r\n"
+_CLOSE = "Connection: close\r\n"
 _INTERNAL = orjson.dumps({"error": {"message": "the gateway failed to answer this request (its log says why)",
                                     "type": "internal_error", "param": None, "code": 500}})
 _date = [0, ""]
@@ -82,14 +83,11 @@ class _Answer:
         self.status = status
         self.head_sent = True
         self.record.mark_first_byte()
-        lines = [f"HTTP/1.1 {status} {_REASONS.get(status, 'Unknown')}\r\nContent-Type: {content_type}\r\n"]
-        lines.extend(f"{name}: {value}\r\n" for name, value in extra.items())
-        lines.append(f"{REQUEST_ID_HEADER}: {self.record.request_id}\r\nDate: {_now_date()}\r\n")
-        lines.append("Transfer-Encoding: chunked\r\n" if length is None else f"Content-Length: {length}\r\n")
-        if conn.closing:
-            lines.append("Connection: close\r\n")
-        lines.append("\r\n")
-        return "".join(lines).encode()
+        fields = "".join([f"{name}: {value}\r\n" for name, value in extra.items()])
+        framing = "Transfer-Encoding: chunked" if length is None else f"Content-Length: {length}"
+        return (f"HTTP/1.1 {status} {_REASONS.get(status, 'Unknown')}\r\nContent-Type: {content_type}\r\n{fields}"
+                f"{REQUEST_ID_HEADER}: {self.record.request_id}\r\nDate: {_now_date()}\r\n{framing}\r\n"
+                f"{_CLOSE if conn.closing else ''}\r\n").encode()
 
     def whole_body(self, status: int, content_type: str, extra: Mapping[str, str], body: bytes) -> None:
         head = self.head(status, content_type, extra, len(body))
