@@ -25,11 +25,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from mmgate.api import agents
 from mmgate.api.admin import ADMIN_HEADER, ADMIN_KEY, add_operator_endpoints, is_admin
-from mmgate.api.edge import read_body
+from mmgate.api.edge import LANE_KEY, read_body
 from mmgate.api.endpoints import add_client_endpoints, tracked
 from mmgate.api.forward import FORWARDER_KEY, GATEWAY_KEY, Forwarder, deliver
 from mmgate.api.gateway import Gateway
-from mmgate.api.lane import LANE_KEY, ChatLane
+from mmgate.api.lane import ChatLane
 from mmgate.api.relay import CLIENT_CLOSED, admitted, request_tenant
 from mmgate.api.responses import error_response, http_error_response
 from mmgate.api.tenant_slots import TenantSlots

@@ -223,9 +223,9 @@ class ConnectionGuard:
         return self._lane.connection(self._server)
 
     def _displace(self) -> bool:
-        """Close one connection to make room (False: none could be): oldest first among those that never sent a whole request (slow or silent clients), then
-        among idle keep-alive connections: a client that did send requests goes last. (aiohttp's
-        connections before the lane's: a lane connection has sent a chat request, or none yet.)"""
+        """Close one connection to make room (False: none could be): oldest first among those that
+        never sent a whole request (slow or silent clients), then among idle keep-alive
+        connections: a client that did send requests goes last (aiohttp's before the lane's)."""
         conns = self._server._connections
         victim = next((h for h in conns if h._request_count == 0 and _is_idle(h)), None)
         lane = self._lane.idle(fresh=True) if self._lane is not None and victim is None else None
@@ -263,14 +263,21 @@ class GuardedSite(web.TCPSite):
         self._runner._reg_site(self)  # BaseSite.start; TCPSite.start would pass the bare server
         server = self._runner.server
         assert server is not None
-        # Imported here: the lane's module imports the HTTP layer, which imports this one.
-        from mmgate.api.lane import lane_of
-
         self.guard = ConnectionGuard(server, self._max_connections, self._on_event, lane_of(self._runner))
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
             self.guard, self._host, self._port, backlog=self._backlog, reuse_address=self._reuse_address
         )
+
+
+# The application's chat lane (``mmgate.api.lane``), when it has one.
+LANE_KEY: web.AppKey[ChatLane] = web.AppKey("chat_lane")
+
+
+def lane_of(runner: web.BaseRunner) -> ChatLane | None:
+    """The chat lane of the application ``runner`` serves (None: aiohttp serves every request)."""
+    app = getattr(runner, "app", None)
+    return app.get(LANE_KEY) if isinstance(app, web.Application) else None
 
 
 def raise_fd_limit(wanted: int) -> int:

@@ -205,6 +205,15 @@ class Forwarder:
                            on_finish=lambda: router.end(backend))
 
 
+# Headers of every relayed event stream: no cache may keep it, no proxy (nginx) may buffer it.
+STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+def stream_cut() -> ShuttingDownError:
+    """The error a stream cut at shutdown ends with (after the drain time)."""
+    return ShuttingDownError("the gateway shut down before this stream finished; retry the request")
+
+
 # The kernel send buffer of a client socket that gets an event stream (Linux doubles it): a few
 # hundred tokens' worth. Left alone, Linux grows it up to ``tcp_wmem``'s maximum (4 MiB): a whole
 # long answer fits, so a client that reads nothing never stalls the relay, and the gateway relays
@@ -252,12 +261,7 @@ async def deliver(
     bound_send_buffer(request)
     response = _HeadWithFirstChunk(
         status=reply.status,
-        headers={
-            "Content-Type": reply.content_type,
-            "Cache-Control": "no-cache",
-            "X-Accel-Buffering": "no",
-            **headers,
-        },
+        headers={"Content-Type": reply.content_type, **STREAM_HEADERS, **headers},
     )
     await response.prepare(request)
     if not reply.stream_arrived():
@@ -323,9 +327,8 @@ async def relay_stream(
     except asyncio.CancelledError:
         if gateway.stopping:
             # Cut at shutdown after the drain time: say so in the stream, end it cleanly.
-            cut = ShuttingDownError("the gateway shut down before this stream finished; retry the request")
             with contextlib.suppress(ConnectionError, RuntimeError):
-                await response.write(error_frame(cut))
+                await response.write(error_frame(stream_cut()))
                 await response.write_eof()
         raise
     try:

@@ -26,8 +26,7 @@ from typing import Any
 
 from aiohttp import web
 
-from mmgate.api.edge import ConnectionGuard
-from mmgate.api.lane import lane_of
+from mmgate.api.edge import ConnectionGuard, lane_of
 from mmgate.frontdoor import STATS
 
 log = logging.getLogger(__name__)

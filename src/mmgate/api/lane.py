@@ -32,8 +32,6 @@ import socket
 from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
-from aiohttp import web
-
 from mmgate.api.lane_head import MAX_HEAD_BYTES, REQUEST_LINE, parse_head
 from mmgate.api.lane_serve import serve
 from mmgate.frontdoor import lines_valid
@@ -101,15 +99,6 @@ class ChatLane:
             self._sweep = None
 
 
-LANE_KEY = web.AppKey("chat_lane", ChatLane)
-
-
-def lane_of(runner: web.BaseRunner) -> ChatLane | None:
-    """The chat lane of the application ``runner`` serves (None: aiohttp serves every request)."""
-    app = getattr(runner, "app", None)
-    return app.get(LANE_KEY) if isinstance(app, web.Application) else None
-
-
 class LaneConnection(asyncio.Protocol):
     """One client connection while the lane serves it (module docstring)."""
 
@@ -133,7 +122,7 @@ class LaneConnection(asyncio.Protocol):
 
     @property
     def idle(self) -> bool:
-        return self.task is None and self._body is None
+        return self.task is None  # a body still arriving belongs to a request in progress
 
     @property
     def body_pending(self) -> bool:
@@ -289,9 +278,6 @@ class LaneConnection(asyncio.Protocol):
             raise ConnectionResetError("the client closed the connection")
         transport.write(data)
         self.bytes_out += len(data)
-
-    def buffered(self) -> int:
-        return self.transport.get_write_buffer_size() if self.transport is not None else 0
 
     async def drained(self) -> None:
         """Return once the transport takes writes again (at once unless it paused them)."""

@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING
 import orjson
 
 from mmgate.api.admin import carries_admin_key
-from mmgate.api.forward import bound_transport_buffer
+from mmgate.api.forward import STREAM_HEADERS, bound_transport_buffer, stream_cut
 from mmgate.api.gateway import ChatOutcome, Gateway
 from mmgate.api.relay import admitted, tenant_of, tracked
 from mmgate.api.responses import error_frame, error_parts
-from mmgate.errors import BodyTimeoutError, MmgateError, ShuttingDownError
+from mmgate.errors import BodyTimeoutError, MmgateError
 from mmgate.metrics import CHAT_ROUTE
 from mmgate.observe.ids import REQUEST_ID_HEADER, TRACEPARENT_HEADER, request_id, valid_traceparent
 from mmgate.observe.middleware import CLIENT_CLOSED
@@ -191,7 +191,7 @@ async def _deliver(answer: _Answer, outcome: ChatOutcome, gateway: Gateway, star
         return await _drained(conn, stall_s, stream=False)
     bound_transport_buffer(conn.transport)
     pending = answer.head(reply.status, reply.content_type,
-                          {"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **outcome.headers}, None)
+                          {**STREAM_HEADERS, **outcome.headers}, None)
     if not reply.stream_arrived():
         conn.send(pending)  # nothing to send with the head: the client gets it now
         pending = b""
@@ -218,9 +218,8 @@ async def _deliver(answer: _Answer, outcome: ChatOutcome, gateway: Gateway, star
         return False  # the client went away; the caller closes the backend stream
     except asyncio.CancelledError:
         if gateway.stopping:  # cut at shutdown after the drain time: say so in the stream, end it
-            cut = ShuttingDownError("the gateway shut down before this stream finished; retry the request")
             with contextlib.suppress(ConnectionError):
-                conn.send(pending + _chunk(error_frame(cut)) + _END)
+                conn.send(pending + _chunk(error_frame(stream_cut())) + _END)
         raise
     try:
         conn.send(pending + _END)

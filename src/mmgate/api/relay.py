@@ -17,7 +17,7 @@ from typing import Protocol, TypeVar
 
 from aiohttp import web
 
-from mmgate.api.forward import bound_send_buffer, relay_stream
+from mmgate.api.forward import STREAM_HEADERS, bound_send_buffer, relay_stream
 from mmgate.api.gateway import Gateway
 from mmgate.api.tenant_slots import TenantSlots
 from mmgate.errors import MmgateError, ShuttingDownError
@@ -66,7 +66,7 @@ def admitted(gateway: Gateway, slots: TenantSlots | None, headers: Mapping[str, 
 
 
 ErrorFrame = Callable[[MmgateError], bytes]
-SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+SSE_HEADERS = {"Content-Type": "text/event-stream", **STREAM_HEADERS}
 
 
 class _Answered(Protocol):

@@ -15,9 +15,8 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from mmgate.api import Gateway, build_app
-from mmgate.api.edge import GuardedSite, connection_cap
+from mmgate.api.edge import GuardedSite, connection_cap, lane_of
 from mmgate.api.frontsite import FrontDoorSite, front_door_supported
-from mmgate.api.lane import lane_of
 from mmgate.backends import Backend, HTTPBackend
 from mmgate.backends.discovery import (
     BackendDiscovery,
