@@ -20,6 +20,7 @@ from PIL import Image
 
 from mmgate.errors import ImageTooLargeError, UnsupportedImageError
 from mmgate.media.decode_procs import DecodeProcesses
+from mmgate.media.decode_worker import Worker
 from tests.support.bombs import many_scans, progressive_jpeg
 
 FORMATS = ("JPEG", "PNG")
@@ -55,15 +56,27 @@ async def make_pool() -> AsyncIterator[type[DecodeProcesses]]:
         await wait_until(lambda: not workers_alive(), timeout_s=2.0)
     _OTHERS.update(p.pid for p in workers_alive())  # still alive: another pool's, not counted
 
+    started: list[multiprocessing.process.BaseProcess] = []  # every worker this test's pools started
+
     def factory(*args: object, **kwargs: object) -> DecodeProcesses:
         pool = DecodeProcesses(*args, **kwargs)  # type: ignore[arg-type]
+        start = pool._start
+
+        def recorded() -> Worker:
+            worker = start()
+            started.append(worker.process)
+            return worker
+
+        pool._start = recorded  # type: ignore[method-assign]
         pools.append(pool)
         return pool
 
     yield factory  # type: ignore[misc]
     for pool in pools:
         pool.close()
-    await wait_until(lambda: not workers_alive())  # this test's pools leave no worker behind
+    # This test's pools leave no worker behind (another test's in-process gateway may meanwhile
+    # have started decode workers of its own in this process: not counted).
+    await wait_until(lambda: not any(p.is_alive() for p in started))
     _OTHERS.clear()
 
 
