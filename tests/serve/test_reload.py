@@ -17,11 +17,12 @@ from tests.support.http import CHAT_PATH
 from tests.support.images import png_data_url
 from tests.support.serve_process import GatewayProcess, metric_value, serve_process
 
-SLOW_SIM = SimSettings(port=0, speedup=20.0)  # a streamed answer of 2000 tokens takes ~1 s
+SLOW_SIM = SimSettings(port=0, speedup=20.0)  # 0.5 ms a token: a streamed answer of 4000 takes ~2 s
 
 
 def body(seed: int, *, stream: bool = False) -> dict[str, object]:
-    return {"model": "mmgate-sim-vl", "max_tokens": 2000 if stream else 8, "stream": stream,
+    # A stream ignores the modelled EOS (8..255 tokens) so that it really lasts its 4000 tokens.
+    return {"model": "mmgate-sim-vl", "max_tokens": 4000 if stream else 8, "stream": stream, "ignore_eos": stream,
             "messages": [{"role": "user", "content": [
         {"type": "text", "text": "what is this?"},
         {"type": "image_url", "image_url": {"url": png_data_url(seed)}, "uuid": f"img-{seed}"}]}]}
