@@ -29,7 +29,7 @@ from mmgate.errors import (
 from mmgate.media import MediaLoader
 from mmgate.media.decode import PixelBudget
 from mmgate.metrics import GatewayMetrics
-from mmgate.observe import note_model, note_reuse, note_stream_options, span
+from mmgate.observe import note_chat, note_reuse, span, traced
 from mmgate.reuse import (
     ImageSlot,
     KeySpace,
@@ -191,7 +191,10 @@ class Gateway:
             tenant = self.authenticate(headers)
         assert tenant is None or isinstance(tenant, str)
         self.session_id(headers)  # a hostile session header is a 400 before any work
-        with span("parse", {"mmgate.body_bytes": len(raw)}):
+        if traced():
+            with span("parse", {"mmgate.body_bytes": len(raw)}):
+                request = await self.parse_async(raw)
+        else:  # no span: no attributes made, no context entered (the common, untraced request)
             request = await self.parse_async(raw)
         return await self.chat_parsed(request, headers, tenant, path=path)
 
@@ -211,8 +214,7 @@ class Gateway:
             if model is None:
                 raise InvalidRequestError("'model' is required: no backend has listed its model yet", param="model")
             request.model = request.body["model"] = model
-        note_model(request.model)
-        note_stream_options(request.body.get("stream_options"))
+        tracing = note_chat(request.model, request.body.get("stream_options"))
         self.router.candidates(request.model)  # an unknown model is a 404 before any image is loaded
         keys = self.keys  # one key space for the whole request, whatever a reload swaps meanwhile
         salt = client_cache_salt(request.body)
@@ -220,38 +222,51 @@ class Gateway:
             request.body["cache_salt"] = keys.cache_salt(tenant, salt)
         for p in request.passthrough:  # audio/video URLs the backend fetches: policed first
             p.part[p.kind]["url"] = await self.loader.check_passthrough(p.url, param=p.param, kind=p.kind)
-        # Session scoping promises that nothing crosses sessions: no reuse of known uuids then.
-        scoped = self.settings.cache.session_scoping
-        images = {} if scoped else known_by_uuid(self.store, request.slots, keys, tenant)
-        tag = keys.tenant_tag(tenant) if tenant is not None else None
-        images.update(await self._load_images([s for s in request.slots if s.index not in images], session_id, tag))
-        self._check_request_pixels(request.slots, images)
-        plans = plan_slots(self.store, request.slots, images, keys, tenant)
-        routed = routed_images(self.store, plans)
+        plans, routed = await self._plan_images(request.slots, session_id, keys, tenant) if request.slots else ([], [])
         # The router's order of preference, by the images' keys: the first is its pick, the second
         # the failover.
-        with span("route") as routing:
+        if tracing:
+            with span("route") as routing:
+                ranked = [pin] if pin is not None else self.router.ranked(request.model, session_id, routed)
+                routing.set_attribute("mmgate.backend", ranked[0].name)
+        else:
             ranked = [pin] if pin is not None else self.router.ranked(request.model, session_id, routed)
-            routing.set_attribute("mmgate.backend", ranked[0].name)
         try:
-            return await self._tracked_send(request, plans, ranked[0], routed, session_id, path)
+            return await self._tracked_send(request, plans, ranked[0], routed, session_id, path, tracing)
         except (BackendConnectError, BackendBusyError, CacheShareError):
             # Nothing reached that backend (unreachable, whether or not it is ejected yet, every
             # connection to it in use, or the tenant past its share of its cache): try the next once.
             if len(ranked) < 2:
                 raise
-            return await self._tracked_send(request, plans, ranked[1], routed, session_id, path)
+            return await self._tracked_send(request, plans, ranked[1], routed, session_id, path, tracing)
+
+    async def _plan_images(
+        self, slots: list[ImageSlot], session_id: str | None, keys: KeySpace, tenant: str | None,
+    ) -> tuple[list[SlotPlan], list[RoutedImage]]:
+        """Each image's bytes (known by its uuid, or loaded), its reuse plan and its routing key."""
+        # Session scoping promises that nothing crosses sessions: no reuse of known uuids then.
+        images = {} if self.settings.cache.session_scoping else known_by_uuid(self.store, slots, keys, tenant)
+        tag = keys.tenant_tag(tenant) if tenant is not None else None
+        images.update(await self._load_images([s for s in slots if s.index not in images], session_id, tag))
+        self._check_request_pixels(slots, images)
+        plans = plan_slots(self.store, slots, images, keys, tenant)
+        return plans, routed_images(self.store, plans)
 
     async def _tracked_send(
         self, request: ChatRequest, plans: list[SlotPlan], backend: Backend, routed: list[RoutedImage],
-        session_id: str | None, path: str = CHAT_PATH,
+        session_id: str | None, path: str, tracing: bool,
     ) -> ChatOutcome:
         """One send with the router's outstanding-request count and passive health reports."""
         router = self.router
         router.begin(backend, routed)
         try:
-            with span("send", {"mmgate.backend": backend.name}):  # its traceparent reaches the backend
-                reply, counts = await self.reuse.send(backend, request.body, plans, stream=request.stream, path=path)
+            sending = self.reuse.send(backend, request.body, plans, stream=request.stream, path=path,
+                                      body_bytes=request.raw_bytes)
+            if tracing:
+                with span("send", {"mmgate.backend": backend.name}):  # its traceparent reaches the backend
+                    reply, counts = await sending
+            else:
+                reply, counts = await sending
         except (BackendConnectError, BackendTimeoutError):
             router.end(backend)
             router.report_failure(backend)

@@ -32,6 +32,8 @@ class ChatRequest:
     stream: bool
     slots: list[ImageSlot]
     passthrough: list[PassthroughSlot] = field(default_factory=list)
+    # The size of the JSON it was parsed from (None: built, not parsed from the client's bytes).
+    raw_bytes: int | None = None
 
 
 @dataclass(slots=True)
@@ -53,8 +55,10 @@ def parse_chat_request(
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise InvalidRequestError(f"request body is not valid JSON: {exc}") from exc
-    return parse_chat_body(body, max_images=max_images, max_uuid_length=max_uuid_length, max_depth=max_depth,
-                           shallow=_shallow(raw, max_depth))
+    request = parse_chat_body(body, max_images=max_images, max_uuid_length=max_uuid_length, max_depth=max_depth,
+                              shallow=_shallow(raw, max_depth))
+    request.raw_bytes = len(raw)
+    return request
 
 
 async def parse_chat_request_async(
@@ -66,8 +70,10 @@ async def parse_chat_request_async(
         body = await loads_body(raw)
     except orjson.JSONDecodeError as exc:
         raise InvalidRequestError(f"request body is not valid JSON: {exc}") from exc
-    return parse_chat_body(body, max_images=max_images, max_uuid_length=max_uuid_length, max_depth=max_depth,
-                           shallow=_shallow(raw, max_depth))
+    request = parse_chat_body(body, max_images=max_images, max_uuid_length=max_uuid_length, max_depth=max_depth,
+                              shallow=_shallow(raw, max_depth))
+    request.raw_bytes = len(raw)
+    return request
 
 
 # Bodies up to this size are scanned for brackets to skip the depth walk (``_shallow``); in larger

@@ -123,22 +123,9 @@ class LeanClient:
         return BackendReply(status=200, content_type=content_type, stream=self._relay(ex),
                             _release=ex.finish, _arrived=ex.arrived, _ended=ex.ended)
 
-    async def _relay(self, ex: Exchange) -> AsyncIterator[bytes]:
+    def _relay(self, ex: Exchange) -> AsyncIterator[bytes]:
         """The event stream as its bytes come off the socket (no re-framing)."""
-        try:
-            while True:
-                chunk = ex.take()
-                if chunk is not None:
-                    yield chunk
-                elif ex.complete:
-                    return
-                else:
-                    try:
-                        await ex.wait()
-                    except WireError as exc:
-                        raise self._error(exc, "mid-stream") from exc
-        finally:
-            ex.finish()
+        return _Relay(ex, self._error)
 
     def _error(self, exc: WireError, doing: str) -> UpstreamError:
         """The gateway error for ``exc`` (module docstring); the reply's head not yet here is
@@ -172,3 +159,34 @@ class LeanClient:
         if self._pool is not None:
             self._pool.close()
             self._pool = None
+
+
+class _Relay:
+    """An event stream's chunks as they come off the socket. An async iterator, not an async
+    generator: the event loop keeps no record of it (a generator costs a weak-set entry and a
+    finalizer per stream). It ends the exchange when the stream ends or fails; one abandoned is
+    ended by its reply's ``release`` (``BackendReply``)."""
+
+    __slots__ = ("_error", "_ex")
+
+    def __init__(self, ex: Exchange, error: Callable[[WireError, str], UpstreamError]) -> None:
+        self._ex = ex
+        self._error = error
+
+    def __aiter__(self) -> _Relay:
+        return self
+
+    async def __anext__(self) -> bytes:
+        ex = self._ex
+        while True:
+            chunk = ex.take()
+            if chunk is not None:
+                return chunk
+            if ex.complete:
+                ex.finish()
+                raise StopAsyncIteration
+            try:
+                await ex.wait()
+            except WireError as exc:
+                ex.finish()
+                raise self._error(exc, "mid-stream") from exc

@@ -10,11 +10,12 @@ from mmgate.observe.record import (
     RequestRecord,
     backend_headers,
     current,
+    note_chat,
     note_model,
     note_reuse,
-    note_stream_options,
     span,
+    traced,
 )
 
-__all__ = ["REQUEST_ID_HEADER", "RequestRecord", "backend_headers", "current", "note_model", "note_reuse",
-           "note_stream_options", "request_id", "span"]
+__all__ = ["REQUEST_ID_HEADER", "RequestRecord", "backend_headers", "current", "note_chat", "note_model",
+           "note_reuse", "request_id", "span", "traced"]

@@ -119,12 +119,16 @@ def note_model(model: str | None) -> None:
         record.model = model
 
 
-def note_stream_options(options: object) -> None:
-    """The chat request's ``stream_options``: its stream carries usage only when it asks for it."""
+def note_chat(model: str, stream_options: object) -> bool:
+    """The model a chat request is routed by, and its ``stream_options`` (its stream carries usage
+    only when it asks for it); True when the request is traced (its spans are worth making)."""
     record = _current.get()
-    if record is not None:
-        record.stream_usage = isinstance(options, dict) and bool(
-            options.get("include_usage") or options.get("continuous_usage_stats"))
+    if record is None:
+        return False
+    record.model = model
+    record.stream_usage = isinstance(stream_options, dict) and bool(
+        stream_options.get("include_usage") or stream_options.get("continuous_usage_stats"))
+    return record.tracer is not None
 
 
 def note_reuse(counts: _Counts) -> None:
@@ -151,6 +155,12 @@ class _NoSpan:
 
 
 NO_SPAN = _NoSpan()
+
+
+def traced() -> bool:
+    """Whether the current request is traced (its spans are worth making)."""
+    record = _current.get()
+    return record is not None and record.tracer is not None
 
 
 def span(name: str, attributes: dict[str, Any] | None = None) -> Any:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from mmgate.backends import CHAT_PATH, Backend, BackendReply, status_error
 from mmgate.errors import CacheShareError
-from mmgate.jsonbody import dumps_body
+from mmgate.jsonbody import LARGE_BODY_BYTES, dumps_body
 from mmgate.metrics import GatewayMetrics
 from mmgate.reuse.cache_share import CacheShares
 from mmgate.reuse.heal import MAX_HEALS, reply_cache_miss_index, resolve_from_store
@@ -23,6 +23,9 @@ from mmgate.reuse.plan import ReuseCounts, SlotPlan, render
 from mmgate.reuse.shares import tenant_of
 from mmgate.reuse.store import UUIDStore
 from mmgate.routing import BackendHoldings, image_weight, processed_bytes
+
+# A client body below this, with no image inlined, is sent without looking for big strings.
+SMALL_BODY_BYTES = LARGE_BODY_BYTES // 2
 
 
 def held_size(plan: SlotPlan, store: UUIDStore | None = None) -> int:
@@ -50,13 +53,13 @@ class ReuseSender:
 
     async def send(
         self, backend: Backend, body: dict[str, object], plans: list[SlotPlan], *, stream: bool,
-        path: str = CHAT_PATH,
+        path: str = CHAT_PATH, body_bytes: int | None = None,
     ) -> tuple[BackendReply, ReuseCounts]:
         """The backend's successful reply and what reuse did; a backend error raises its ``MmgateError``.
         ``path``: the backend endpoint that reads the body's messages (chat completions, embeddings,
-        pooling)."""
+        pooling). ``body_bytes``: the size of the client's JSON ``body`` was parsed from, if it was."""
         with_uuid = backend.kind == "vllm"
-        if not with_uuid:
+        if plans and not with_uuid:
             await resolve_from_store(self.store, plans, None)
         known = {p.key for p in plans if self.auto and with_uuid and self.holdings.holds(backend.name, p.key)}
         counts = render(plans, with_uuid=with_uuid, already_sent=known)
@@ -73,7 +76,8 @@ class ReuseSender:
                 self.metrics.cache_share_refusals.inc()
                 raise
         try:
-            return await self._send(backend, body, plans, counts, with_uuid=with_uuid, stream=stream, path=path)
+            return await self._send(backend, body, plans, counts, with_uuid=with_uuid, stream=stream, path=path,
+                                    body_bytes=body_bytes)
         finally:
             if tag:
                 self.shares.release(backend.name, tag, reserved)
@@ -81,12 +85,15 @@ class ReuseSender:
 
     async def _send(
         self, backend: Backend, body: dict[str, object], plans: list[SlotPlan], counts: ReuseCounts, *,
-        with_uuid: bool, stream: bool, path: str,
+        with_uuid: bool, stream: bool, path: str, body_bytes: int | None,
     ) -> tuple[BackendReply, ReuseCounts]:
         """``send`` once the request is rendered and admitted: the send/heal loop."""
         healed = 0
         for _ in range(MAX_HEALS + 1):
-            reply = await backend.chat(await dumps_body(body), stream=stream, path=path)
+            # No image inlined into a small client body: what is sent is about as small (a hint
+            # that spares the walk for big strings; dumps_body's output is the same either way).
+            small = body_bytes is not None and body_bytes < SMALL_BODY_BYTES and not any(p.sent_data for p in plans)
+            reply = await backend.chat(await dumps_body(body, small=small), stream=stream, path=path)
             if reply.status == 200:
                 break
             self.metrics.backend_requests.labels(backend.name, f"http_{reply.status}").inc()
@@ -101,8 +108,9 @@ class ReuseSender:
             counts = render(plans, with_uuid=with_uuid, already_sent=set(), force_data=True)
         self.metrics.backend_ok(backend.name)
         counts.healed = healed
-        self.holdings.hold(backend.name, [(p.key, held_size(p, self.store)) for p in plans])
-        self._count(counts)
+        if plans:
+            self.holdings.hold(backend.name, [(p.key, held_size(p, self.store)) for p in plans])
+            self._count(counts)
         return reply, counts
 
     def _count(self, counts: ReuseCounts) -> None:

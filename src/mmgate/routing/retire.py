@@ -55,6 +55,8 @@ class Retirements:
         """Requests in flight under ``name``: its ``current`` object's and those of the retiring
         objects that still count in it (the router's load; one count per request, kept here)."""
         own = self._in_flight.get(id(current), 0) if current is not None else 0
+        if not self._leaving:
+            return own
         return own + sum(self._in_flight.get(key, 0) for key, leaving in self._leaving.items()
                          if leaving.counts_for_name and leaving.backend.name == name)
 

@@ -182,16 +182,18 @@ class Router:
         ones by the same policy. The first is the choice, the second the failover. Counts the
         decision's reason and records who showed ``images`` (about the clients, so at once: another
         session's concurrent request with the same image sees it shared, not its own new one)."""
-        candidates = self.candidates(model)
-        healthy = [b for b in candidates if self.is_healthy(b)]
+        healthy: list[Backend] = []
+        ejected: list[Backend] = []
+        for backend in self.candidates(model):
+            (healthy if self.is_healthy(backend) else ejected).append(backend)
         order: list[Backend] = []
-        for pool in (healthy, [b for b in candidates if not self.is_healthy(b)]):
+        for pool in (healthy, ejected):
             if not pool:
                 continue
             decision = self.policy.decide([b.name for b in pool], [self.outstanding(b) for b in pool], session_id, images)
             if not order and self._metrics is not None:
                 self._metrics.routing_decision(decision.reason)
-            order.extend(pool[i] for i in decision.order)
+            order += [pool[i] for i in decision.order]
         if images:
             self.holdings.show([i.key for i in images], session_token(session_id))
         return order
