@@ -104,6 +104,8 @@ class LaneConnection(asyncio.Protocol):
 
     def __init__(self, lane: ChatLane, fallback: Callable[[], asyncio.Protocol]) -> None:
         self.lane = lane
+        # Looked up once: in Python 3.11 every get_running_loop() is a getpid() system call.
+        self.loop = asyncio.get_running_loop()
         self._fallback = fallback
         self.transport: asyncio.Transport | None = None
         self._buf = bytearray()
@@ -119,6 +121,7 @@ class LaneConnection(asyncio.Protocol):
         self.closing = False  # close once the answer in progress is out
         self.lost = False
         self.bytes_out = 0
+        self.buffer_bound = False  # the send buffer bound for event streams (bound_transport_buffer)
 
     @property
     def idle(self) -> bool:
@@ -212,12 +215,11 @@ class LaneConnection(asyncio.Protocol):
             self._buf = bytearray(data[stop:]) if len(data) > stop else bytearray()
         else:
             self._buf = bytearray()
-            body = self._body = asyncio.get_running_loop().create_future()
+            body = self._body = self.loop.create_future()
             self._body_chunks = []
             self._body_left = head.length
             self._take_body(data[start:])
-        self.task = asyncio.get_running_loop().create_task(serve(self, head, body))
-        self.task.add_done_callback(self._served)
+        self.task = self.loop.create_task(serve(self, head, body))  # it calls ``request_done`` as it ends
 
     def _take_body(self, data: bytes) -> None:
         """Body bytes of the request being served; past its end, the next request's."""
@@ -235,7 +237,9 @@ class LaneConnection(asyncio.Protocol):
                 body.set_result(self._body_chunks)
             self._body_chunks = []
 
-    def _served(self, task: asyncio.Task[None]) -> None:
+    def request_done(self) -> None:
+        """The request's task is ending (its last step: called from ``serve``, not as a done
+        callback, which would take another turn of the event loop per request)."""
         self.task = None
         self.served += 1
         self.bytes_out = 0
@@ -284,7 +288,7 @@ class LaneConnection(asyncio.Protocol):
         if not self._writing_paused:
             return
         if self._drain is None or self._drain.done():
-            self._drain = asyncio.get_running_loop().create_future()
+            self._drain = self.loop.create_future()
         await asyncio.shield(self._drain)
         if self.lost:
             raise ConnectionResetError("the client closed the connection")
@@ -293,7 +297,7 @@ class LaneConnection(asyncio.Protocol):
 
     def _idle(self) -> None:
         """Between requests: closed by the lane's sweep ``--header-timeout`` from now."""
-        self.idle_since = asyncio.get_running_loop().time()
+        self.idle_since = self.loop.time()
         self.lane.watch()
 
     def close(self) -> None:

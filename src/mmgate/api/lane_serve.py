@@ -44,6 +44,7 @@ _END = b"0\r\n\r\n"
 _CLOSE = "Connection: close\r\n"
 _INTERNAL = orjson.dumps({"error": {"message": "the gateway failed to answer this request (its log says why)",
                                     "type": "internal_error", "param": None, "code": 500}})
+_STREAM_LINES = "".join(f"{name}: {value}\r\n" for name, value in STREAM_HEADERS.items())
 _date = [0, ""]
 Body = bytes | asyncio.Future[list[bytes]]
 
@@ -75,15 +76,17 @@ class _Answer:
         self.bytes_in = 0
         self.head_sent = False
 
-    def head(self, status: int, content_type: str, extra: Mapping[str, str], length: int | None) -> bytes:
-        """The response head (the connection closes after it when it must)."""
+    def head(self, status: int, content_type: str, extra: Mapping[str, str], length: int | None,
+             lines: str = "") -> bytes:
+        """The response head (the connection closes after it when it must); ``lines``: header
+        lines made already."""
         conn = self.conn
         if not self.keep_alive or conn.closing or conn.lane.stopping or conn.body_pending:
             conn.closing = True
         self.status = status
         self.head_sent = True
         self.record.mark_first_byte()
-        fields = "".join([f"{name}: {value}\r\n" for name, value in extra.items()])
+        fields = lines + "".join([f"{name}: {value}\r\n" for name, value in extra.items()])
         framing = "Transfer-Encoding: chunked" if length is None else f"Content-Length: {length}"
         return (f"HTTP/1.1 {status} {_REASONS.get(status, 'Unknown')}\r\nContent-Type: {content_type}\r\n{fields}"
                 f"{REQUEST_ID_HEADER}: {self.record.request_id}\r\nDate: {_now_date()}\r\n{framing}\r\n"
@@ -124,10 +127,10 @@ async def serve(conn: LaneConnection, head: Head, body: Body) -> None:
     try:
         try:
             if lane.slots is None:
-                await tracked(gateway, CHAT_ROUTE, lambda: _chat(answer, head, body, gateway))
+                await tracked(gateway, CHAT_ROUTE, lambda: _chat(answer, head, body, gateway), task=conn.task)
             else:
                 with admitted(gateway, lane.slots, headers, exempt=carries_admin_key(lane.admin_key, headers)):
-                    await tracked(gateway, CHAT_ROUTE, lambda: _chat(answer, head, body, gateway))
+                    await tracked(gateway, CHAT_ROUTE, lambda: _chat(answer, head, body, gateway), task=conn.task)
         except MmgateError as exc:
             answer.error(exc)
         status = answer.status
@@ -140,8 +143,11 @@ async def serve(conn: LaneConnection, head: Head, body: Body) -> None:
         log.exception("the chat lane failed to serve a request")
         answer.internal()
     finally:
-        lane.observer.finish(record, status, headers, bytes_in=answer.bytes_in, bytes_out=conn.bytes_out,
-                             backend=answer.backend, body=answer.whole)
+        try:
+            lane.observer.finish(record, status, headers, bytes_in=answer.bytes_in, bytes_out=conn.bytes_out,
+                                 backend=answer.backend, body=answer.whole)
+        finally:
+            conn.request_done()
 
 
 async def _chat(answer: _Answer, head: Head, body: Body, gateway: Gateway) -> tuple[_Answer, bool]:
@@ -189,9 +195,10 @@ async def _deliver(answer: _Answer, outcome: ChatOutcome, gateway: Gateway, star
             answer.whole = body
         answer.whole_body(reply.status, reply.content_type, outcome.headers, body)
         return await _drained(conn, stall_s, stream=False)
-    bound_transport_buffer(conn.transport)
-    pending = answer.head(reply.status, reply.content_type,
-                          {**STREAM_HEADERS, **outcome.headers}, None)
+    if not conn.buffer_bound:
+        bound_transport_buffer(conn.transport)
+        conn.buffer_bound = True
+    pending = answer.head(reply.status, reply.content_type, outcome.headers, None, _STREAM_LINES)
     if not reply.stream_arrived():
         conn.send(pending)  # nothing to send with the head: the client gets it now
         pending = b""

@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractContextManager
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from aiohttp import web
 
@@ -77,13 +77,15 @@ class _Answered(Protocol):
 Answer = TypeVar("Answer", bound=_Answered)
 
 
-async def tracked(gateway: Gateway, route: str, work: Callable[[], Awaitable[tuple[Answer, bool]]]) -> Answer:
+async def tracked(gateway: Gateway, route: str, work: Callable[[], Awaitable[tuple[Answer, bool]]], *,
+                  task: asyncio.Task[Any] | None = None) -> Answer:
     """Run ``work`` (which returns the response and whether it went out complete) as one request
     of ``route`` (its route-table path, the metrics label); errors propagate to the caller's error
-    shaping."""
+    shaping. ``task``: the one running this, when the caller knows it."""
     started = time.perf_counter()
     status = 500
-    task = asyncio.current_task()
+    if task is None:
+        task = asyncio.current_task()
     if task is not None:
         gateway.inflight.add(task)
     try:
