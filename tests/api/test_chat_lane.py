@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 import pytest
 
+from mmgate.api.lane_head import REQUEST_LINE
 from mmgate.serve import start_gateway
 from tests.support.gateway import FAST_SIM, gateway_settings, running_gateway
 
@@ -226,7 +227,7 @@ def mutated_head(rng: random.Random) -> bytes:
     request = bytearray(chat(data, b"X-Session-Id: s-1\r\nAuthorization: Bearer k\r\n"))
     head_end = request.find(b"\r\n\r\n")
     for _ in range(rng.randint(1, 3)):
-        at = rng.randrange(len(REQUEST_LINE_BYTES), head_end)
+        at = rng.randrange(len(REQUEST_LINE), head_end)
         action = rng.random()
         junk = bytes([rng.choice(b"\x00\r\n\t :;,\"\\\x7f\x80\xff" + bytes(range(0x20, 0x7f)))])
         if action < 0.4:
@@ -236,9 +237,6 @@ def mutated_head(rng: random.Random) -> bytes:
         else:
             del request[at]
     return bytes(request)
-
-
-REQUEST_LINE_BYTES = b"POST /v1/chat/completions HTTP/1.1\r\n"
 
 
 async def test_mutated_heads_get_an_answer_never_a_500_and_the_gateway_serves_on(

@@ -101,7 +101,8 @@ async def test_chunked_stream_arrives_unchanged_and_its_connection_is_reused() -
             chunks = [c async for c in reply.stream]
             assert b"".join(chunks) == b"".join(FRAMES) and chunks == FRAMES  # no re-framing, none merged
             assert reply.stream_ended()
-            reply.release()
+            assert in_use(b) == 0  # the stream's end gave the connection back, before any release
+            reply.release()  # idempotent
             assert in_use(b) == 0
         assert server.connections == 1
         assert server.requests[0].startswith(b"POST /v1/chat/completions HTTP/1.1\r\n")

@@ -121,7 +121,7 @@ class LaneConnection(asyncio.Protocol):
         self.closing = False  # close once the answer in progress is out
         self.lost = False
         self.bytes_out = 0
-        self.buffer_bound = False  # the send buffer bound for event streams (bound_transport_buffer)
+        self.buffer_bound = False  # the send buffer set for event streams (bind_stream_buffer)
 
     @property
     def idle(self) -> bool:

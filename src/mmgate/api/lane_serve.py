@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from mmgate.api.admin import carries_admin_key
-from mmgate.api.forward import STREAM_HEADERS, bound_transport_buffer, stream_cut
+from mmgate.api.forward import STREAM_HEADERS, bind_stream_buffer, stream_cut
 from mmgate.api.gateway import ChatOutcome, Gateway
 from mmgate.api.relay import admitted, tenant_of, tracked
 from mmgate.api.responses import error_frame, error_parts
@@ -195,8 +195,8 @@ async def _deliver(answer: _Answer, outcome: ChatOutcome, gateway: Gateway, star
             answer.whole = body
         answer.whole_body(reply.status, reply.content_type, outcome.headers, body)
         return await _drained(conn, stall_s, stream=False)
-    if not conn.buffer_bound:
-        bound_transport_buffer(conn.transport)
+    if not conn.buffer_bound and conn.transport is not None:
+        bind_stream_buffer(conn.transport)
         conn.buffer_bound = True
     pending = answer.head(reply.status, reply.content_type, outcome.headers, None, _STREAM_LINES)
     if not reply.stream_arrived():

@@ -55,10 +55,7 @@ def parse_chat_request(
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise InvalidRequestError(f"request body is not valid JSON: {exc}") from exc
-    request = parse_chat_body(body, max_images=max_images, max_uuid_length=max_uuid_length, max_depth=max_depth,
-                              shallow=_shallow(raw, max_depth))
-    request.raw_bytes = len(raw)
-    return request
+    return _parsed(raw, body, max_images=max_images, max_uuid_length=max_uuid_length, max_depth=max_depth)
 
 
 async def parse_chat_request_async(
@@ -70,6 +67,12 @@ async def parse_chat_request_async(
         body = await loads_body(raw)
     except orjson.JSONDecodeError as exc:
         raise InvalidRequestError(f"request body is not valid JSON: {exc}") from exc
+    return _parsed(raw, body, max_images=max_images, max_uuid_length=max_uuid_length, max_depth=max_depth)
+
+
+def _parsed(raw: bytes | bytearray, body: Any, *, max_images: int, max_uuid_length: int,
+            max_depth: int) -> ChatRequest:
+    """``parse_chat_body`` of ``body``, decoded from ``raw``."""
     request = parse_chat_body(body, max_images=max_images, max_uuid_length=max_uuid_length, max_depth=max_depth,
                               shallow=_shallow(raw, max_depth))
     request.raw_bytes = len(raw)
