@@ -137,10 +137,10 @@ def _restore(node: Any, values: dict[str, Any]) -> Any:
     return values.get(node, node) if isinstance(node, str) else node
 
 
-async def dumps_body(body: Any, *, small: bool = False) -> bytes:
-    """``orjson.dumps(body)``, writing the big strings of a large body one at a time. ``small``:
-    the caller knows the body is far below ``LARGE_BODY_BYTES`` (no walk for its big strings)."""
-    if small or _big_string_bytes(body) < LARGE_BODY_BYTES:
+async def dumps_body(body: Any) -> bytes:
+    """``orjson.dumps(body)``, writing the big strings of a large body one at a time (a caller
+    that knows its body is far below ``LARGE_BODY_BYTES`` calls ``orjson.dumps`` itself)."""
+    if _big_string_bytes(body) < LARGE_BODY_BYTES:
         return orjson.dumps(body)  # the common body: no copy of its containers, no nonce
     big: list[str] = []
     nonce = secrets.token_hex(8)

@@ -98,6 +98,40 @@ async def test_a_pipelined_request_the_lane_does_not_take_is_answered_after_the_
         assert status == 200 and orjson.loads(data)["status"] == "ok" and "aiohttp" in headers["server"]
 
 
+async def test_a_whole_reply_goes_out_as_the_backend_gives_it_not_after_the_pipeline_unwinds() -> None:
+    """The client has a whole 200 reply while the pipeline's steps after the backend's answer are
+    still held (``EarlyWhole``); a stream waits for them, and the connection serves on."""
+    async with running_gateway() as gw, connection(gw.port) as (reader, writer):
+        gateway = gw.gateway
+        release = asyncio.Event()
+        send = gateway.reuse.send
+
+        async def held(*args: Any, **kwargs: Any) -> Any:
+            result = await send(*args, **kwargs)
+            await release.wait()
+            return result
+
+        gateway.reuse.send = held  # type: ignore[method-assign]
+        writer.write(chat(body(max_tokens=2), b"X-Request-Id: early\r\n"))
+        status, headers, data = await answer(reader, timeout=5)
+        assert status == 200 and headers["x-request-id"] == "early" and "server" not in headers
+        assert orjson.loads(data)["usage"]["completion_tokens"] == 2
+        assert headers["x-mmgate-backend"] and headers["x-mmgate-reuse"] == "sent=0; stripped=0; referenced=0; healed=0"
+        assert len(gateway.inflight) == 1  # its task is still held after the backend's answer
+        release.set()
+        await asyncio.sleep(0.05)
+        release.clear()
+        writer.write(chat(body(stream=True), b"X-Request-Id: stream\r\n"))
+        with pytest.raises(TimeoutError):  # a stream goes out from the request's task: held
+            await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 0.3)
+        release.set()
+        status, headers, data = await answer(reader)
+        assert status == 200 and headers["x-request-id"] == "stream" and data.endswith(b"data: [DONE]\n\n")
+        writer.write(chat(body(), b"X-Request-Id: after\r\n"))
+        status, headers, _ = await answer(reader)
+        assert status == 200 and headers["x-request-id"] == "after" and not gateway.inflight
+
+
 async def test_connection_close_is_honoured() -> None:
     async with running_gateway() as gw, connection(gw.port) as (reader, writer):
         writer.write(chat(body(), b"Connection: close\r\n"))

@@ -71,3 +71,10 @@ def test_no_nodes_is_an_error() -> None:
     with pytest.raises(ValueError):
         rendezvous_pick("k", [])
     assert rendezvous_rank("k", []) == []
+
+
+def test_one_node_ranks_first_without_hashing(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+    monkeypatch.setattr("mmgate.routing.rendezvous.rendezvous_score", lambda key, node: calls.append(node) or 0)
+    assert rendezvous_rank("k", ["only"]) == [0] and calls == []
+    assert rendezvous_rank("k", ["a", "b"]) in ([0, 1], [1, 0]) and calls == ["a", "b"]

@@ -40,6 +40,7 @@ from mmgate.reuse import (
     client_cache_salt,
     known_by_uuid,
     plan_slots,
+    reply_headers,
 )
 from mmgate.routing import RoutedImage, Router, image_weight
 from mmgate.serving import lower_thread_priority
@@ -278,7 +279,7 @@ class Gateway:
         # Recorded once the backend answered: a failover or a failed send records nothing.
         router.record_answered(backend, routed, session_id)
         note_reuse(counts)
-        headers = {"x-mmgate-backend": backend.name, "x-mmgate-reuse": counts.header()}
+        headers = reply_headers(backend.name, counts)
         return ChatOutcome(reply=reply, backend=backend, headers=headers, on_finish=lambda: router.end(backend))
 
     def _check_request_pixels(self, slots: list[ImageSlot], images: dict[int, LoadedImage]) -> None:

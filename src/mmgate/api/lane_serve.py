@@ -2,9 +2,11 @@
 and its middlewares, in their order: the observer (record, request id, access log and tenant
 metrics), the tenant limit (``admitted``), the route's tracking (``tracked``: metrics, in-flight
 set, 499), then the body (408 past ``--body-timeout``), the pipeline (``Gateway.chat``) and the
-answer: whole, or an event stream relayed chunk by chunk (HTTP chunked framing around the backend's
-bytes, never re-framed), with the stall cut, the error frame of a backend failing mid-stream, and
-the shutdown's cut. Errors get the same OpenAI-shaped bodies as everywhere (``error_parts``).
+answer: whole (a 200 is written by the backend connection's callback the moment it is parsed,
+through the request's ``EarlyWhole``, before the pipeline unwinds), or an event stream relayed
+chunk by chunk (HTTP chunked framing around the backend's bytes, never re-framed), with the stall
+cut, the error frame of a backend failing mid-stream, and the shutdown's cut. Errors get the same
+OpenAI-shaped bodies as everywhere (``error_parts``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from mmgate.api.forward import STREAM_HEADERS, bind_stream_buffer, stream_cut
 from mmgate.api.gateway import ChatOutcome, Gateway
 from mmgate.api.relay import admitted, tenant_of, tracked
 from mmgate.api.responses import error_frame, error_parts
+from mmgate.backends.base import set_early_whole
 from mmgate.errors import BodyTimeoutError, MmgateError
 from mmgate.metrics import CHAT_ROUTE
 from mmgate.observe.ids import REQUEST_ID_HEADER, TRACEPARENT_HEADER, request_id, valid_traceparent
@@ -64,7 +67,8 @@ def _chunk(data: bytes) -> bytes:
 class _Answer:
     """What went out for one request, for its tracking and its access-log line."""
 
-    __slots__ = ("backend", "bytes_in", "conn", "head_sent", "keep_alive", "record", "status", "whole")
+    __slots__ = ("backend", "bytes_in", "conn", "delivered", "head_sent", "headers", "keep_alive", "record", "status",
+                 "whole")
 
     def __init__(self, conn: LaneConnection, record: RequestRecord, keep_alive: bool) -> None:
         self.conn = conn
@@ -75,6 +79,20 @@ class _Answer:
         self.whole: bytes | None = None
         self.bytes_in = 0
         self.head_sent = False
+        self.headers: dict[str, str] | None = None  # for an early whole reply (EarlyWhole)
+        self.delivered = False  # the whole reply went out early
+
+    def write_whole(self, content_type: str | None, body: bytes) -> None:
+        """The backend's whole 200 reply, written from its connection's callback (``EarlyWhole``):
+        what ``_deliver`` would write, before the pipeline unwinds."""
+        headers = self.headers
+        if headers is None or self.head_sent:
+            return
+        try:
+            self.whole_body(200, content_type or "application/json", headers, body)
+        except ConnectionError:
+            return  # ``_deliver`` tries again and finds the client gone
+        self.delivered = True
 
     def head(self, status: int, content_type: str, extra: Mapping[str, str], length: int | None,
              lines: str = "") -> bytes:
@@ -101,6 +119,9 @@ class _Answer:
             self.conn.send(body)
 
     def error(self, exc: MmgateError) -> None:
+        if self.head_sent:  # the whole reply went out early (``write_whole``): it stands
+            log.warning("the chat lane answered before the pipeline failed: %s", exc.message)
+            return
         body, headers = error_parts(exc)
         with contextlib.suppress(ConnectionError):
             self.whole_body(exc.status, "application/json", headers or {}, orjson.dumps(body))
@@ -123,6 +144,7 @@ async def serve(conn: LaneConnection, head: Head, body: Body) -> None:
     record.traceparent = valid_traceparent(headers.get(TRACEPARENT_HEADER))
     bind(record)  # in this request's own task (and context)
     answer = _Answer(conn, record, head.keep_alive)
+    set_early_whole(answer)
     status = 500
     try:
         try:
@@ -193,7 +215,8 @@ async def _deliver(answer: _Answer, outcome: ChatOutcome, gateway: Gateway, star
         body = reply.body or b""
         if reply.status == 200:
             answer.whole = body
-        answer.whole_body(reply.status, reply.content_type, outcome.headers, body)
+        if not answer.delivered:
+            answer.whole_body(reply.status, reply.content_type, outcome.headers, body)
         return await _drained(conn, stall_s, stream=False)
     if not conn.buffer_bound and conn.transport is not None:
         bind_stream_buffer(conn.transport)

@@ -11,17 +11,43 @@ inspect them (cache-miss healing) before anything reached the client.
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from mmgate.vllm_protocol import error_message
 
-__all__ = ["CHAT_PATH", "Backend", "BackendKind", "BackendReply", "error_message"]
+__all__ = ["CHAT_PATH", "Backend", "BackendKind", "BackendReply", "EarlyWhole", "early_whole", "error_message"]
 
 CHAT_PATH = "/v1/chat/completions"
 
 BackendKind = Literal["vllm", "openai"]
+
+
+class EarlyWhole(Protocol):
+    """Where a chat request's whole 200 reply goes the moment the backend's connection has parsed
+    it, before the pipeline returns (the chat lane's answer: the client gets its bytes without
+    waiting for the request's task to wake and unwind). ``headers``: the gateway's headers for
+    the reply of the send in progress (set by the reuse sender before each send; None: nothing
+    may be written early)."""
+
+    headers: dict[str, str] | None
+
+    def write_whole(self, content_type: str | None, body: bytes) -> None:
+        """Write the reply now (once; never raises; ``content_type`` None: the backend sent none)."""
+
+
+# The early writer of the request the current task serves (None: its reply goes back up the pipeline).
+_early_whole: contextvars.ContextVar[EarlyWhole | None] = contextvars.ContextVar("mmgate_early_whole", default=None)
+
+
+def early_whole() -> EarlyWhole | None:
+    return _early_whole.get()
+
+
+def set_early_whole(sink: EarlyWhole | None) -> None:
+    _early_whole.set(sink)
 
 
 @dataclass(slots=True)

@@ -10,11 +10,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping
 from urllib.parse import quote, urlsplit
 
-from mmgate.backends.base import CHAT_PATH, BackendReply
+from mmgate.backends.base import CHAT_PATH, BackendReply, early_whole
 from mmgate.backends.wire import (
     BrokenOff,
     ConnectFailed,
     Exchange,
+    OnWhole,
     PoolFull,
     ReadTimeout,
     WireError,
@@ -78,7 +79,8 @@ class LeanClient:
         head = self._chat_head if path == CHAT_PATH else \
             f"POST {self._base_path}{path} HTTP/1.1\r\n{self._fixed}Content-Type: application/json\r\n"
         extra = "" if observed is None else lines(observed.items(), len(observed))
-        return await self._send(f"{head}{extra}Content-Length: {len(body)}\r\n\r\n".encode(), body, stream=stream)
+        return await self._send(f"{head}{extra}Content-Length: {len(body)}\r\n\r\n".encode(), body, stream=stream,
+                                on_whole=None if stream or (early := early_whole()) is None else early.write_whole)
 
     async def request(self, method: str, path: str, headers: Iterable[tuple[str, str]],
                       body: bytes | AsyncIterable[bytes] | None, *, stream: bool) -> BackendReply:
@@ -102,12 +104,12 @@ class LeanClient:
         return self._pool
 
     async def _send(self, head: bytes, body: bytes | AsyncIterable[bytes] | None, *, stream: bool,
-                    head_only: bool = False) -> BackendReply:
+                    head_only: bool = False, on_whole: OnWhole | None = None) -> BackendReply:
         """The reply whole, or streamed when asked for and the backend streams (200, an event
         stream); an error status is always read whole."""
         pool = self._pool or self._new_pool()
         try:
-            ex = await pool.send(head, body, head_only=head_only)
+            ex = await pool.send(head, body, head_only=head_only, on_whole=on_whole)
         except WireError as exc:
             raise self._error(exc, "before answering") from exc
         content_type = ex.content_type or "application/json"

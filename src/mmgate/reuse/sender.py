@@ -13,7 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import orjson
+
 from mmgate.backends import CHAT_PATH, Backend, BackendReply, status_error
+from mmgate.backends.base import early_whole
 from mmgate.errors import CacheShareError
 from mmgate.jsonbody import LARGE_BODY_BYTES, dumps_body
 from mmgate.metrics import GatewayMetrics
@@ -26,6 +29,11 @@ from mmgate.routing import BackendHoldings, image_weight, processed_bytes
 
 # A client body below this, with no image inlined, is sent without looking for big strings.
 SMALL_BODY_BYTES = LARGE_BODY_BYTES // 2
+
+
+def reply_headers(backend: str, counts: ReuseCounts) -> dict[str, str]:
+    """The gateway's headers on a backend's successful reply: who answered, what reuse did."""
+    return {"x-mmgate-backend": backend, "x-mmgate-reuse": counts.header()}
 
 
 def held_size(plan: SlotPlan, store: UUIDStore | None = None) -> int:
@@ -88,12 +96,15 @@ class ReuseSender:
         with_uuid: bool, stream: bool, path: str, body_bytes: int | None,
     ) -> tuple[BackendReply, ReuseCounts]:
         """``send`` once the request is rendered and admitted: the send/heal loop."""
-        healed = 0
-        for _ in range(MAX_HEALS + 1):
+        for healed in range(MAX_HEALS + 1):
             # No image inlined into a small client body: what is sent is about as small (a hint
-            # that spares the walk for big strings; dumps_body's output is the same either way).
+            # that spares dumps_body's walk for big strings; the output is the same either way).
             small = body_bytes is not None and body_bytes < SMALL_BODY_BYTES and not any(p.sent_data for p in plans)
-            reply = await backend.chat(await dumps_body(body, small=small), stream=stream, path=path)
+            counts.healed = healed  # the heals before this send
+            if (early := early_whole()) is not None:  # its 200 may go out to the client before it returns
+                early.headers = reply_headers(backend.name, counts)
+            sent = orjson.dumps(body) if small else await dumps_body(body)  # small: no walk, no coroutine
+            reply = await backend.chat(sent, stream=stream, path=path)
             if reply.status == 200:
                 break
             self.metrics.backend_requests.labels(backend.name, f"http_{reply.status}").inc()
@@ -103,11 +114,9 @@ class ReuseSender:
             self.holdings.forget(backend.name, [p.key for p in plans])
             named = next((p for p in plans if p.slot.index == index), None)
             await resolve_from_store(self.store, plans, named)
-            healed += 1
             self.metrics.reuse_heals.inc()
             counts = render(plans, with_uuid=with_uuid, already_sent=set(), force_data=True)
         self.metrics.backend_ok(backend.name)
-        counts.healed = healed
         if plans:
             self.holdings.hold(backend.name, [(p.key, held_size(p, self.store)) for p in plans])
             self._count(counts)

@@ -27,4 +27,6 @@ def rendezvous_rank(key: str, nodes: Sequence[str]) -> list[int]:
 
     Ties (two nodes of the same name) keep their input order.
     """
+    if len(nodes) < 2:
+        return list(range(len(nodes)))  # nothing to rank: no hashing on a one-replica fleet's every request
     return sorted(range(len(nodes)), key=lambda i: -rendezvous_score(key, nodes[i]))

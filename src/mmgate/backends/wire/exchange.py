@@ -4,7 +4,8 @@ exchange its parser (httptools) fills."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterable
+import logging
+from collections.abc import AsyncIterable, Callable
 from typing import TYPE_CHECKING
 
 import httptools
@@ -14,6 +15,9 @@ from mmgate.backends.wire.errors import BadReply, BrokenOff, ReadTimeout, WireEr
 if TYPE_CHECKING:
     from mmgate.backends.wire.pool import WirePool
 
+log = logging.getLogger(__name__)
+# Called with a whole 200 reply's content type and body the moment it is parsed.
+OnWhole = Callable[[str | None, bytes], None]
 _PAUSE_BYTES = 64 * 1024  # a stream's unread bytes past which the socket is not read
 _PIECE_BYTES = 1 << 20  # a large body is written a piece at a time, waiting while the socket is full
 _SMALL_BYTES = 16 * 1024  # a body up to this size is joined to the head: one send
@@ -72,10 +76,11 @@ class Exchange:
 
     __slots__ = ("_framed", "_interim", "_keep_alive", "_paused", "_timer", "_wait_started", "_waiter",
                  "_written", "buffered", "chunks", "complete", "conn", "content_type", "error", "head_only",
-                 "last_data", "parser", "pool", "status", "streaming")
+                 "last_data", "on_whole", "parser", "pool", "status", "streaming")
 
-    def __init__(self, pool: WirePool, conn: Conn, head_only: bool) -> None:
+    def __init__(self, pool: WirePool, conn: Conn, head_only: bool, on_whole: OnWhole | None = None) -> None:
         self.pool = pool
+        self.on_whole = on_whole
         self.conn: Conn | None = conn
         self.parser = httptools.HttpResponseParser(self)
         self.head_only = head_only
@@ -149,7 +154,22 @@ class Exchange:
             else:
                 self.fail(failure(BadReply, f"not an HTTP reply ({exc})", self.status != 0))
                 return
+        if self.complete and self.on_whole is not None:
+            self._early()
         self.wake()
+
+    def _early(self) -> None:
+        """A whole 200 reply: to the early writer now (its status and body are final)."""
+        sink, self.on_whole = self.on_whole, None
+        if sink is None or self.status != 200:
+            return
+        chunks = self.chunks
+        body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        chunks[:] = [body]
+        try:
+            sink(self.content_type, body)
+        except Exception:  # the writer's bug: its task still gets the reply and answers
+            log.exception("the early writer of a whole reply failed")
 
     def lost(self) -> None:
         if not self.complete and self.error is None:
@@ -204,23 +224,28 @@ class Exchange:
 
     # -- the request ----------------------------------------------------------------------------
 
-    async def write(self, head: bytes, body: bytes | AsyncIterable[bytes] | None) -> None:
+    def write_small(self, head: bytes, body: bytes | AsyncIterable[bytes] | None) -> bool:
+        """Write the request now when it is one send (no body, or a small one); False: ``write``."""
+        if body is not None and (not isinstance(body, bytes) or len(body) > _SMALL_BYTES):
+            return False
+        conn = self.conn
+        assert conn is not None and conn.transport is not None
+        conn.transport.write(head if body is None else head + body)
+        self._written = not conn.closed and self.error is None
+        return True
+
+    async def write(self, head: bytes, body: bytes | AsyncIterable[bytes]) -> None:
+        """Write a request ``write_small`` did not: a large body a piece at a time, or chunks."""
         conn = self.conn
         assert conn is not None and conn.transport is not None
         transport = conn.transport
-        if body is None:
-            transport.write(head)
-        elif isinstance(body, bytes):
-            if len(body) <= _SMALL_BYTES:
-                transport.write(head + body)
-            else:
-                transport.write(head)
-                view = memoryview(body)
-                for start in range(0, len(body), _PIECE_BYTES):
-                    await self._room()
-                    transport.write(view[start:start + _PIECE_BYTES])
+        transport.write(head)
+        if isinstance(body, bytes):
+            view = memoryview(body)
+            for start in range(0, len(body), _PIECE_BYTES):
+                await self._room()
+                transport.write(view[start:start + _PIECE_BYTES])
         else:
-            transport.write(head)
             async for chunk in body:
                 if chunk:
                     await self._room()

@@ -8,7 +8,7 @@ from collections import deque
 from collections.abc import AsyncIterable
 
 from mmgate.backends.wire.errors import ConnectFailed, PoolFull
-from mmgate.backends.wire.exchange import Conn, EarlyReply, Exchange
+from mmgate.backends.wire.exchange import Conn, EarlyReply, Exchange, OnWhole
 
 
 class WirePool:
@@ -38,23 +38,45 @@ class WirePool:
         return len(self._idle)
 
     async def send(self, head: bytes, body: bytes | AsyncIterable[bytes] | None, *,
-                   head_only: bool = False) -> Exchange:
+                   head_only: bool = False, on_whole: OnWhole | None = None) -> Exchange:
         """Write one request (``head``: its request line and headers, blank line included;
         ``body`` whole, or chunks sent with chunked framing) and wait for the reply's head. The
         exchange holds its connection until ``read_all`` or ``finish``."""
-        conn = await self._acquire()
-        ex = Exchange(self, conn, head_only)
+        conn = self._idle_conn() or await self._acquire()
+        ex = Exchange(self, conn, head_only, on_whole)
         conn.ex = ex
         try:
-            try:
-                await ex.write(head, body)
-            except EarlyReply:
-                pass  # what it answered is read next
+            if not ex.write_small(head, body):  # no body or a small one: written at once
+                assert body is not None
+                try:
+                    await ex.write(head, body)
+                except EarlyReply:
+                    pass  # what it answered is read next
             await ex.head()
         except BaseException:
             ex.finish()  # not complete: closed, never reused
             raise
         return ex
+
+    def _idle_conn(self) -> Conn | None:
+        """A free slot's idle connection, taken without a wait (None: ``_acquire`` it)."""
+        if self._active >= self.limit or self._waiters or self._closed or not self._idle:
+            return None
+        conn = self._pop_idle()
+        if conn is not None:
+            self._active += 1
+        return conn
+
+    def _pop_idle(self) -> Conn | None:
+        """The newest idle connection still good to use; those past their keep-alive are closed."""
+        idle = self._idle
+        now = self.loop.time()
+        while idle:
+            conn = idle.pop()
+            if not conn.closed and now - conn.idle_since < self.keepalive_s:
+                return conn
+            conn.close()
+        return None
 
     async def _acquire(self) -> Conn:
         if self._active >= self.limit or self._waiters:
@@ -64,15 +86,7 @@ class WirePool:
         try:
             if self._closed:
                 raise ConnectFailed("the pool is closed")
-            idle = self._idle
-            if idle:
-                now = self.loop.time()
-                while idle:
-                    conn = idle.pop()
-                    if not conn.closed and now - conn.idle_since < self.keepalive_s:
-                        return conn
-                    conn.close()
-            return await self._connect()
+            return self._pop_idle() or await self._connect()
         except BaseException:
             self._free_slot()
             raise
