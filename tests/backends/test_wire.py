@@ -14,7 +14,7 @@ from contextlib import asynccontextmanager
 import pytest
 
 from mmgate.backends import HTTPBackend
-from mmgate.backends.base import set_early_whole
+from mmgate.backends.base import set_early_reply
 from mmgate.backends.wire import WirePool
 from mmgate.errors import (
     BackendBusyError,
@@ -146,54 +146,64 @@ async def test_error_status_is_read_whole_and_keeps_the_connection() -> None:
 
 
 class Early:
-    """An early writer (``EarlyWhole``) that records what it was given, and when."""
+    """An early writer (``EarlyReply``) that records what it was given, and when."""
 
     def __init__(self, backend: HTTPBackend, *, fail: bool = False) -> None:
         self.headers: dict[str, str] | None = {"x-mmgate-backend": "b"}
         self.backend = backend
         self.fail = fail
         self.written: list[tuple[str | None, bytes, int]] = []
+        self.streams: list[tuple[str | None, bytes | None, bool]] = []
 
     def write_whole(self, content_type: str | None, body: bytes) -> None:
         self.written.append((content_type, body, in_use(self.backend)))  # the connection still held
         if self.fail:
             raise RuntimeError("a bug of the writer")
 
+    def write_stream(self, content_type: str | None, chunk: bytes | None, ended: bool) -> None:
+        self.streams.append((content_type, chunk, ended))
 
-async def test_a_whole_200_goes_to_the_early_writer_as_it_is_parsed_and_nothing_else_does() -> None:
+
+async def test_a_200_goes_to_the_early_writer_as_it_is_parsed_and_nothing_else_does() -> None:
     body = b'{"id":"x","choices":[]}'
     replies = {b'{"n":200}': b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
                % (len(body), body),
                b'{"n":400}': b"HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}",
-               b'{"n":"sse"}': SSE_HEAD + chunked(FRAMES)}
+               b'{"n":"sse"}': SSE_HEAD + chunked(FRAMES),
+               b'{"n":"sse in one"}': SSE_HEAD + chunked(FRAMES)}
 
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        reply = replies[server.requests[-1].rsplit(b"\r\n\r\n", 1)[1]]
-        writer.write(reply[:40])  # the head and body in two reads
+        asked = server.requests[-1].rsplit(b"\r\n\r\n", 1)[1]
+        reply = replies[asked]
+        cut = len(reply) if asked == b'{"n":"sse in one"}' else len(SSE_HEAD) if asked == b'{"n":"sse"}' else 40
+        writer.write(reply[:cut])  # in two reads (the stream: its head alone, then its events)
         await writer.drain()
         await asyncio.sleep(0.02)
-        writer.write(reply[40:])
+        writer.write(reply[cut:])
 
     async with serving(answer) as server:
         b = make(server.url)
         early = Early(b)
-        set_early_whole(early)
+        set_early_reply(early)
         try:
             reply = await b.chat(b'{"n":200}', stream=False)
             assert reply.body == body and early.written == [("application/json", body, 1)]
             reply = await b.chat(b'{"n":400}', stream=False)  # an error: the pipeline's to answer
-            assert reply.status == 400 and len(early.written) == 1
-            reply = await b.chat(b'{"n":"sse"}', stream=True)  # a stream: relayed by its reader
+            assert reply.status == 400 and len(early.written) == 1 and not early.streams
+            reply = await b.chat(b'{"n":"sse"}', stream=True)  # its head at once; the events relayed
+            assert early.streams == [("text/event-stream", None, False)]
             assert reply.stream is not None and b"".join([c async for c in reply.stream]) == b"".join(FRAMES)
-            assert len(early.written) == 1
+            reply = await b.chat(b'{"n":"sse in one"}', stream=True)  # head, events and end in one read
+            assert early.streams[1] == ("text/event-stream", b"".join(FRAMES), True)
+            assert reply.stream is not None and [c async for c in reply.stream] == []
             reply = await b.chat(b'{"n":200}', stream=True)  # asked to stream, answered whole: not early
-            assert reply.body == body and len(early.written) == 1
+            assert reply.body == body and len(early.written) == 1 and len(early.streams) == 2
             failing = Early(b, fail=True)
-            set_early_whole(failing)
+            set_early_reply(failing)
             reply = await b.chat(b'{"n":200}', stream=False)  # a writer that raises: the reply still comes back
             assert reply.body == body and len(failing.written) == 1
         finally:
-            set_early_whole(None)
+            set_early_reply(None)
         assert server.connections == 1 and in_use(b) == 0  # every connection back, none broken
         await b.close()
 

@@ -2,10 +2,11 @@
 and its middlewares, in their order: the observer (record, request id, access log and tenant
 metrics), the tenant limit (``admitted``), the route's tracking (``tracked``: metrics, in-flight
 set, 499), then the body (408 past ``--body-timeout``), the pipeline (``Gateway.chat``) and the
-answer: whole (a 200 is written by the backend connection's callback the moment it is parsed,
-through the request's ``EarlyWhole``, before the pipeline unwinds), or an event stream relayed
-chunk by chunk (HTTP chunked framing around the backend's bytes, never re-framed), with the stall
-cut, the error frame of a backend failing mid-stream, and the shutdown's cut. Errors get the same
+answer: whole, or an event stream relayed chunk by chunk (HTTP chunked framing around the
+backend's bytes, never re-framed), with the stall cut, the error frame of a backend failing
+mid-stream, and the shutdown's cut. A 200's whole reply, or a stream's head with what arrived of
+it, is written by the backend connection's callback the moment it is parsed (the request's
+``EarlyReply``), before the pipeline unwinds; the task relays the rest. Errors get the same
 OpenAI-shaped bodies as everywhere (``error_parts``).
 """
 
@@ -27,13 +28,14 @@ from mmgate.api.forward import STREAM_HEADERS, bind_stream_buffer, stream_cut
 from mmgate.api.gateway import ChatOutcome, Gateway
 from mmgate.api.relay import admitted, tenant_of, tracked
 from mmgate.api.responses import error_frame, error_parts
-from mmgate.backends.base import set_early_whole
+from mmgate.backends.base import set_early_reply
 from mmgate.errors import BodyTimeoutError, MmgateError
 from mmgate.metrics import CHAT_ROUTE
 from mmgate.observe.ids import REQUEST_ID_HEADER, TRACEPARENT_HEADER, request_id, valid_traceparent
 from mmgate.observe.middleware import CLIENT_CLOSED
 from mmgate.observe.record import RequestRecord, bind
 from mmgate.observe.stream import observed_stream
+from mmgate.observe.usage import has_usage
 
 if TYPE_CHECKING:
     from mmgate.api.lane import LaneConnection
@@ -67,8 +69,8 @@ def _chunk(data: bytes) -> bytes:
 class _Answer:
     """What went out for one request, for its tracking and its access-log line."""
 
-    __slots__ = ("backend", "bytes_in", "conn", "delivered", "head_sent", "headers", "keep_alive", "record", "status",
-                 "whole")
+    __slots__ = ("backend", "bytes_in", "conn", "delivered", "ended", "first_at", "head_sent", "headers", "keep_alive",
+                 "record", "status", "whole")
 
     def __init__(self, conn: LaneConnection, record: RequestRecord, keep_alive: bool) -> None:
         self.conn = conn
@@ -79,12 +81,14 @@ class _Answer:
         self.whole: bytes | None = None
         self.bytes_in = 0
         self.head_sent = False
-        self.headers: dict[str, str] | None = None  # for an early whole reply (EarlyWhole)
-        self.delivered = False  # the whole reply went out early
+        # Written from the backend connection's callback (``EarlyReply``), before the pipeline unwinds:
+        self.headers: dict[str, str] | None = None  # the gateway's headers for the reply (None: nothing early)
+        self.delivered = False  # the whole reply, or a stream's head, went out early
+        self.first_at = 0.0  # when a stream's first chunk did (0.0: none yet)
+        self.ended = False  # and its end
 
     def write_whole(self, content_type: str | None, body: bytes) -> None:
-        """The backend's whole 200 reply, written from its connection's callback (``EarlyWhole``):
-        what ``_deliver`` would write, before the pipeline unwinds."""
+        """The backend's whole 200 reply (``EarlyReply``): what ``_deliver`` would write."""
         headers = self.headers
         if headers is None or self.head_sent:
             return
@@ -93,6 +97,31 @@ class _Answer:
         except ConnectionError:
             return  # ``_deliver`` tries again and finds the client gone
         self.delivered = True
+
+    def write_stream(self, content_type: str | None, chunk: bytes | None, ended: bool) -> None:
+        """An event stream's head with what arrived of it, its end when it did (``EarlyReply``):
+        what ``_deliver`` would write first; it relays the rest."""
+        headers = self.headers
+        conn = self.conn
+        if headers is None or self.head_sent:
+            return
+        if not conn.buffer_bound and conn.transport is not None:
+            bind_stream_buffer(conn.transport)
+            conn.buffer_bound = True
+        out = self.head(200, content_type or "text/event-stream", headers, None, _STREAM_LINES)
+        if chunk is not None:
+            if self.record.stream_usage and has_usage(chunk):  # as ``observed_stream`` would
+                self.record.note_usage(chunk)
+            out += _chunk(chunk)
+        if ended:
+            out += _END
+        try:
+            conn.send(out)
+        except ConnectionError:
+            return  # ``_deliver`` tries again and finds the client gone
+        self.delivered = True
+        self.first_at = time.perf_counter() if chunk is not None else 0.0
+        self.ended = ended
 
     def head(self, status: int, content_type: str, extra: Mapping[str, str], length: int | None,
              lines: str = "") -> bytes:
@@ -144,7 +173,7 @@ async def serve(conn: LaneConnection, head: Head, body: Body) -> None:
     record.traceparent = valid_traceparent(headers.get(TRACEPARENT_HEADER))
     bind(record)  # in this request's own task (and context)
     answer = _Answer(conn, record, head.keep_alive)
-    set_early_whole(answer)
+    set_early_reply(answer)
     status = 500
     try:
         try:
@@ -218,14 +247,22 @@ async def _deliver(answer: _Answer, outcome: ChatOutcome, gateway: Gateway, star
         if not answer.delivered:
             answer.whole_body(reply.status, reply.content_type, outcome.headers, body)
         return await _drained(conn, stall_s, stream=False)
-    if not conn.buffer_bound and conn.transport is not None:
-        bind_stream_buffer(conn.transport)
-        conn.buffer_bound = True
-    pending = answer.head(reply.status, reply.content_type, outcome.headers, None, _STREAM_LINES)
-    if not reply.stream_arrived():
-        conn.send(pending)  # nothing to send with the head: the client gets it now
+    if answer.delivered:  # the head, and what had arrived, went out from the backend's callback
         pending = b""
-    first = True
+        first = not answer.first_at
+        if answer.first_at:
+            gateway.metrics.first_chunk(answer.first_at - started)
+        if answer.ended:
+            return await _drained(conn, stall_s)
+    else:
+        if not conn.buffer_bound and conn.transport is not None:
+            bind_stream_buffer(conn.transport)
+            conn.buffer_bound = True
+        pending = answer.head(reply.status, reply.content_type, outcome.headers, None, _STREAM_LINES)
+        if not reply.stream_arrived():
+            conn.send(pending)  # nothing to send with the head: the client gets it now
+            pending = b""
+        first = True
     try:
         async for chunk in observed_stream(reply.stream):
             if first:
@@ -236,7 +273,7 @@ async def _deliver(answer: _Answer, outcome: ChatOutcome, gateway: Gateway, star
                 return await _drained(conn, stall_s)
             conn.send(pending + _chunk(chunk))
             pending = b""
-            if not await _drained(conn, stall_s):
+            if conn.writing_paused and not await _drained(conn, stall_s):  # no coroutine per chunk
                 return False
     except MmgateError as exc:
         # The stream has started: the status is sent, so the error travels as an SSE frame.

@@ -18,36 +18,40 @@ from typing import Any, Literal, Protocol
 
 from mmgate.vllm_protocol import error_message
 
-__all__ = ["CHAT_PATH", "Backend", "BackendKind", "BackendReply", "EarlyWhole", "early_whole", "error_message"]
+__all__ = ["CHAT_PATH", "Backend", "BackendKind", "BackendReply", "EarlyReply", "early_reply", "error_message"]
 
 CHAT_PATH = "/v1/chat/completions"
 
 BackendKind = Literal["vllm", "openai"]
 
 
-class EarlyWhole(Protocol):
-    """Where a chat request's whole 200 reply goes the moment the backend's connection has parsed
-    it, before the pipeline returns (the chat lane's answer: the client gets its bytes without
-    waiting for the request's task to wake and unwind). ``headers``: the gateway's headers for
-    the reply of the send in progress (set by the reuse sender before each send; None: nothing
-    may be written early)."""
+class EarlyReply(Protocol):
+    """Where a chat request's 200 reply goes the moment the backend's connection has parsed it,
+    before the pipeline returns (the chat lane's answer: the client gets its bytes without waiting
+    for the request's task to wake and unwind): a whole reply once whole, an event stream's head
+    with what has arrived of it. ``headers``: the gateway's headers for the reply of the send in
+    progress (set by the reuse sender before each send; None: nothing may be written early)."""
 
     headers: dict[str, str] | None
 
     def write_whole(self, content_type: str | None, body: bytes) -> None:
-        """Write the reply now (once; never raises; ``content_type`` None: the backend sent none)."""
+        """Write a whole reply now (once; never raises; ``content_type`` None: the backend sent none)."""
+
+    def write_stream(self, content_type: str | None, chunk: bytes | None, ended: bool) -> None:
+        """Write an event stream's head now, with ``chunk`` (what arrived with it, None: nothing)
+        and its end when ``ended`` (once; never raises); the rest is the task's to relay."""
 
 
 # The early writer of the request the current task serves (None: its reply goes back up the pipeline).
-_early_whole: contextvars.ContextVar[EarlyWhole | None] = contextvars.ContextVar("mmgate_early_whole", default=None)
+_early_reply: contextvars.ContextVar[EarlyReply | None] = contextvars.ContextVar("mmgate_early_reply", default=None)
 
 
-def early_whole() -> EarlyWhole | None:
-    return _early_whole.get()
+def early_reply() -> EarlyReply | None:
+    return _early_reply.get()
 
 
-def set_early_whole(sink: EarlyWhole | None) -> None:
-    _early_whole.set(sink)
+def set_early_reply(sink: EarlyReply | None) -> None:
+    _early_reply.set(sink)
 
 
 @dataclass(slots=True)

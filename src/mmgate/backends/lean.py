@@ -8,14 +8,15 @@ every pool connection in use 503, silence 504, a reply broken off or not HTTP 50
 from __future__ import annotations
 
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping
+from functools import partial
 from urllib.parse import quote, urlsplit
 
-from mmgate.backends.base import CHAT_PATH, BackendReply, early_whole
+from mmgate.backends.base import CHAT_PATH, BackendReply, EarlyReply, early_reply
 from mmgate.backends.wire import (
     BrokenOff,
     ConnectFailed,
     Exchange,
-    OnWhole,
+    OnReply,
     PoolFull,
     ReadTimeout,
     WireError,
@@ -79,8 +80,10 @@ class LeanClient:
         head = self._chat_head if path == CHAT_PATH else \
             f"POST {self._base_path}{path} HTTP/1.1\r\n{self._fixed}Content-Type: application/json\r\n"
         extra = "" if observed is None else lines(observed.items(), len(observed))
+        early = early_reply()
+        on_reply = None if early is None else partial(_stream_early if stream else _whole_early, early)
         return await self._send(f"{head}{extra}Content-Length: {len(body)}\r\n\r\n".encode(), body, stream=stream,
-                                on_whole=None if stream or (early := early_whole()) is None else early.write_whole)
+                                on_reply=on_reply)
 
     async def request(self, method: str, path: str, headers: Iterable[tuple[str, str]],
                       body: bytes | AsyncIterable[bytes] | None, *, stream: bool) -> BackendReply:
@@ -104,12 +107,12 @@ class LeanClient:
         return self._pool
 
     async def _send(self, head: bytes, body: bytes | AsyncIterable[bytes] | None, *, stream: bool,
-                    head_only: bool = False, on_whole: OnWhole | None = None) -> BackendReply:
+                    head_only: bool = False, on_reply: OnReply | None = None) -> BackendReply:
         """The reply whole, or streamed when asked for and the backend streams (200, an event
         stream); an error status is always read whole."""
         pool = self._pool or self._new_pool()
         try:
-            ex = await pool.send(head, body, head_only=head_only, on_whole=on_whole)
+            ex = await pool.send(head, body, head_only=head_only, on_reply=on_reply, at_head=stream)
         except WireError as exc:
             raise self._error(exc, "before answering") from exc
         content_type = ex.content_type or "application/json"
@@ -161,6 +164,17 @@ class LeanClient:
         if self._pool is not None:
             self._pool.close()
             self._pool = None
+
+
+def _whole_early(early: EarlyReply, ex: Exchange) -> None:
+    early.write_whole(ex.content_type, ex.whole())
+
+
+def _stream_early(early: EarlyReply, ex: Exchange) -> None:
+    """A stream request's 200 head: an event stream goes out with what arrived of it (anything
+    else is read whole by the request's task, as ``_send`` does)."""
+    if (ex.content_type or "").startswith("text/event-stream"):
+        early.write_stream(ex.content_type, ex.take(), ex.ended())
 
 
 class _Relay:

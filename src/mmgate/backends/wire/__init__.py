@@ -21,9 +21,9 @@ What it keeps of aiohttp's client:
   is not written on a connection the backend is about to close;
 * back-pressure: a streamed reply nobody takes stops reading the socket past 64 KiB.
 
-One thing it adds: ``on_whole``, called with a whole 200 reply the moment it is parsed, in the
-connection's own callback (the chat lane writes it to its client there, before the request's
-task wakes; the task still gets the reply).
+One thing it adds: ``on_reply``, called with the exchange the moment a 200 reply is parsed whole
+(or its head, ``at_head``: an event stream), in the connection's own callback (the chat lane
+writes it to its client there, before the request's task wakes; the task still gets the reply).
 
 A connection goes back to the pool only when its reply was read whole, the request was written
 whole and the backend did not ask to close; anything else (an error, a cancelled caller, a reply
@@ -32,7 +32,7 @@ to mmgate's.
 """
 
 from mmgate.backends.wire.errors import BadReply, BrokenOff, ConnectFailed, PoolFull, ReadTimeout, WireError
-from mmgate.backends.wire.exchange import Exchange, OnWhole
+from mmgate.backends.wire.exchange import Exchange, OnReply
 from mmgate.backends.wire.pool import WirePool
 
-__all__ = ["BadReply", "BrokenOff", "ConnectFailed", "Exchange", "OnWhole", "PoolFull", "ReadTimeout", "WireError", "WirePool"]
+__all__ = ["BadReply", "BrokenOff", "ConnectFailed", "Exchange", "OnReply", "PoolFull", "ReadTimeout", "WireError", "WirePool"]

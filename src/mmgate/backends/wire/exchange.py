@@ -16,8 +16,8 @@ if TYPE_CHECKING:
     from mmgate.backends.wire.pool import WirePool
 
 log = logging.getLogger(__name__)
-# Called with a whole 200 reply's content type and body the moment it is parsed.
-OnWhole = Callable[[str | None, bytes], None]
+# Called with the exchange the moment its 200 reply is parsed whole, or its 200 head (``at_head``).
+OnReply = Callable[["Exchange"], None]
 _PAUSE_BYTES = 64 * 1024  # a stream's unread bytes past which the socket is not read
 _PIECE_BYTES = 1 << 20  # a large body is written a piece at a time, waiting while the socket is full
 _SMALL_BYTES = 16 * 1024  # a body up to this size is joined to the head: one send
@@ -75,12 +75,14 @@ class Exchange:
     connection back (or closes it) exactly once."""
 
     __slots__ = ("_framed", "_interim", "_keep_alive", "_paused", "_timer", "_wait_started", "_waiter",
-                 "_written", "buffered", "chunks", "complete", "conn", "content_type", "error", "head_only",
-                 "last_data", "on_whole", "parser", "pool", "status", "streaming")
+                 "_written", "at_head", "buffered", "chunks", "complete", "conn", "content_type", "error", "head_only",
+                 "last_data", "on_reply", "parser", "pool", "status", "streaming")
 
-    def __init__(self, pool: WirePool, conn: Conn, head_only: bool, on_whole: OnWhole | None = None) -> None:
+    def __init__(self, pool: WirePool, conn: Conn, head_only: bool, on_reply: OnReply | None = None,
+                 at_head: bool = False) -> None:
         self.pool = pool
-        self.on_whole = on_whole
+        self.on_reply = on_reply
+        self.at_head = at_head
         self.conn: Conn | None = conn
         self.parser = httptools.HttpResponseParser(self)
         self.head_only = head_only
@@ -154,22 +156,26 @@ class Exchange:
             else:
                 self.fail(failure(BadReply, f"not an HTTP reply ({exc})", self.status != 0))
                 return
-        if self.complete and self.on_whole is not None:
+        if self.on_reply is not None and (self.complete or (self.at_head and self.status)):
             self._early()
         self.wake()
 
     def _early(self) -> None:
-        """A whole 200 reply: to the early writer now (its status and body are final)."""
-        sink, self.on_whole = self.on_whole, None
+        """A 200 reply whole (or its head, ``at_head``): to ``on_reply`` now, once."""
+        sink, self.on_reply = self.on_reply, None
         if sink is None or self.status != 200:
             return
+        try:
+            sink(self)
+        except Exception:  # the writer's bug: its task still gets the reply and answers
+            log.exception("the early writer of a reply failed")
+
+    def whole(self) -> bytes:
+        """The body of a complete reply, joined in place (``read_all`` still returns it)."""
         chunks = self.chunks
         body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         chunks[:] = [body]
-        try:
-            sink(self.content_type, body)
-        except Exception:  # the writer's bug: its task still gets the reply and answers
-            log.exception("the early writer of a whole reply failed")
+        return body
 
     def lost(self) -> None:
         if not self.complete and self.error is None:

@@ -8,7 +8,7 @@ from collections import deque
 from collections.abc import AsyncIterable
 
 from mmgate.backends.wire.errors import ConnectFailed, PoolFull
-from mmgate.backends.wire.exchange import Conn, EarlyReply, Exchange, OnWhole
+from mmgate.backends.wire.exchange import Conn, EarlyReply, Exchange, OnReply
 
 
 class WirePool:
@@ -38,12 +38,12 @@ class WirePool:
         return len(self._idle)
 
     async def send(self, head: bytes, body: bytes | AsyncIterable[bytes] | None, *,
-                   head_only: bool = False, on_whole: OnWhole | None = None) -> Exchange:
+                   head_only: bool = False, on_reply: OnReply | None = None, at_head: bool = False) -> Exchange:
         """Write one request (``head``: its request line and headers, blank line included;
         ``body`` whole, or chunks sent with chunked framing) and wait for the reply's head. The
         exchange holds its connection until ``read_all`` or ``finish``."""
         conn = self._idle_conn() or await self._acquire()
-        ex = Exchange(self, conn, head_only, on_whole)
+        ex = Exchange(self, conn, head_only, on_reply, at_head)
         conn.ex = ex
         try:
             if not ex.write_small(head, body):  # no body or a small one: written at once
