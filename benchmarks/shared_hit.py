@@ -35,6 +35,7 @@ from redis.asyncio import BlockingConnectionPool, Redis
 from redis.utils import HIREDIS_AVAILABLE
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.support, from the repo root
 from tests.support.redis_servers import RedisServer
 
 from _procs import ROOT
