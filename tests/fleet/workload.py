@@ -158,9 +158,9 @@ class SessionWorkload:
         try:
             async with self._client(gateway).post(gateway + CHAT_PATH, json=body,
                                                   headers={"x-session-id": session}) as r:
-                await r.content.readany()
+                first = await r.content.readany()
                 answering.set()
-                data = await r.read()
+                data = first + await r.read()  # a stream that came whole in one read ends in ``first``
                 complete = data.rstrip().endswith(b"data: [DONE]")
                 outcome.status = r.status if complete else 0
                 outcome.error = "" if complete else \
