@@ -19,6 +19,7 @@ import orjson
 import pytest
 
 from mmgate.api.lane_head import REQUEST_LINE
+from mmgate.errors import InvalidRequestError
 from mmgate.serve import start_gateway
 from tests.support.gateway import FAST_SIM, gateway_settings, running_gateway
 
@@ -138,6 +139,25 @@ async def test_a_reply_goes_out_as_the_backend_gives_it_not_after_the_pipeline_u
         async with asyncio.timeout(5):
             while gateway.inflight:  # its task ends just after its early answer
                 await asyncio.sleep(0.01)
+
+
+async def test_a_failure_after_an_early_stream_head_closes_the_connection() -> None:
+    """Were the pipeline to fail after a stream's head went out early, the stream cannot be ended
+    with an error answer: the connection closes instead of waiting, unended, for the next request."""
+    async with running_gateway() as gw, connection(gw.port) as (reader, writer):
+        send = gw.gateway.reuse.send
+
+        async def failing(*args: Any, **kwargs: Any) -> Any:
+            reply, _ = await send(*args, **kwargs)
+            reply.release()
+            raise InvalidRequestError("a failure after the backend answered")
+
+        gw.gateway.reuse.send = failing  # type: ignore[method-assign]
+        writer.write(chat(body(stream=True, max_tokens=40, ignore_eos=True)))
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+        assert head.startswith(b"HTTP/1.1 200") and b"chunked" in head
+        rest = await asyncio.wait_for(reader.read(), 5)  # EOF: the connection closed
+        assert not rest.endswith(b"0\r\n\r\n")  # never ended as if complete
 
 
 async def test_connection_close_is_honoured() -> None:

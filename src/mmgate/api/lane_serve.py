@@ -102,13 +102,9 @@ class _Answer:
         """An event stream's head with what arrived of it, its end when it did (``EarlyReply``):
         what ``_deliver`` would write first; it relays the rest."""
         headers = self.headers
-        conn = self.conn
         if headers is None or self.head_sent:
             return
-        if not conn.buffer_bound and conn.transport is not None:
-            bind_stream_buffer(conn.transport)
-            conn.buffer_bound = True
-        out = self.head(200, content_type or "text/event-stream", headers, None, _STREAM_LINES)
+        out = self.stream_head(200, content_type or "text/event-stream", headers)
         if chunk is not None:
             if self.record.stream_usage and has_usage(chunk):  # as ``observed_stream`` would
                 self.record.note_usage(chunk)
@@ -116,12 +112,20 @@ class _Answer:
         if ended:
             out += _END
         try:
-            conn.send(out)
+            self.conn.send(out)
         except ConnectionError:
             return  # ``_deliver`` tries again and finds the client gone
         self.delivered = True
         self.first_at = time.perf_counter() if chunk is not None else 0.0
         self.ended = ended
+
+    def stream_head(self, status: int, content_type: str, extra: Mapping[str, str]) -> bytes:
+        """An event stream's response head; the connection's send buffer set for streams first."""
+        conn = self.conn
+        if not conn.buffer_bound and conn.transport is not None:
+            bind_stream_buffer(conn.transport)
+            conn.buffer_bound = True
+        return self.head(status, content_type, extra, None, _STREAM_LINES)
 
     def head(self, status: int, content_type: str, extra: Mapping[str, str], length: int | None,
              lines: str = "") -> bytes:
@@ -148,8 +152,9 @@ class _Answer:
             self.conn.send(body)
 
     def error(self, exc: MmgateError) -> None:
-        if self.head_sent:  # the whole reply went out early (``write_whole``): it stands
+        if self.head_sent:  # the reply, or a stream's head, went out early (``EarlyReply``): it stands
             log.warning("the chat lane answered before the pipeline failed: %s", exc.message)
+            self.conn.closing = True  # a stream left unended must not stay open for the next request
             return
         body, headers = error_parts(exc)
         with contextlib.suppress(ConnectionError):
@@ -255,10 +260,7 @@ async def _deliver(answer: _Answer, outcome: ChatOutcome, gateway: Gateway, star
         if answer.ended:
             return await _drained(conn, stall_s)
     else:
-        if not conn.buffer_bound and conn.transport is not None:
-            bind_stream_buffer(conn.transport)
-            conn.buffer_bound = True
-        pending = answer.head(reply.status, reply.content_type, outcome.headers, None, _STREAM_LINES)
+        pending = answer.stream_head(reply.status, reply.content_type, outcome.headers)
         if not reply.stream_arrived():
             conn.send(pending)  # nothing to send with the head: the client gets it now
             pending = b""

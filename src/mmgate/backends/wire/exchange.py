@@ -156,14 +156,14 @@ class Exchange:
             else:
                 self.fail(failure(BadReply, f"not an HTTP reply ({exc})", self.status != 0))
                 return
-        if self.on_reply is not None and (self.complete or (self.at_head and self.status)):
-            self._early()
+        if (sink := self.on_reply) is not None and (self.complete or (self.at_head and self.status)):
+            self.on_reply = None  # once
+            self._early(sink)
         self.wake()
 
-    def _early(self) -> None:
-        """A 200 reply whole (or its head, ``at_head``): to ``on_reply`` now, once."""
-        sink, self.on_reply = self.on_reply, None
-        if sink is None or self.status != 200:
+    def _early(self, sink: OnReply) -> None:
+        """A 200 reply whole (or its head, ``at_head``): to ``sink`` now."""
+        if self.status != 200:
             return
         try:
             sink(self)
