@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import orjson
 
-from mmgate.observe.access import FIELD_NAMES, MAX_VALUE_CHARS, clip, json_values_line, logfmt_line
+from mmgate.observe.access import FIELD_NAMES, MAX_VALUE_CHARS, clip, json_text, json_values_line, logfmt_line
 from mmgate.observe.ids import MAX_REQUEST_ID_LENGTH, request_id, valid_traceparent
 from mmgate.observe.usage import token_usage
 
@@ -53,3 +53,17 @@ def test_a_request_line_quotes_and_escapes_what_would_break_it() -> None:
         assert "\n" not in logfmt_line(values)
         assert orjson.loads(json_values_line(values)) == dict(zip(FIELD_NAMES, values, strict=True))
     assert clip("x" * (MAX_VALUE_CHARS + 5)) == "x" * MAX_VALUE_CHARS + "…" and clip("short") == "short"
+
+
+def test_a_value_is_one_printable_line_in_both_formats() -> None:
+    """Bytes that were not UTF-8 (lone surrogates from ``surrogateescape``), line and paragraph
+    separators, C0/C1 controls, DEL and a tag character: escaped, so nothing splits the line."""
+    hostile = "a\udcff\udcfe\u2028b\u2029\x85\x7f\x01\x1b[31m\U000e0001\u202e é"
+    readable = "a\\xff\\xfe\u2028b\u2029\x85\x7f\x01\x1b[31m\U000e0001\u202e é"  # what a JSON reader gets
+    assert json_text(hostile).isprintable() and orjson.loads(json_text(hostile)) == readable
+    values = ("id", "GET", hostile, 400, None, hostile, hostile, None, 0, 0, 0, 0, 0, 0, None, None, None, 1.0)
+    for line in (logfmt_line(values), json_values_line(values)):
+        assert line.isprintable() and len(line.splitlines()) == 1
+        line.encode()  # UTF-8, strictly
+    assert orjson.loads(json_values_line(values))["session"] == readable
+    assert json_text("plain") == '"plain"'

@@ -5,6 +5,10 @@ Fields (absent ones are ``-`` in logfmt, null in JSON): ``request_id``, ``method
 ``stripped`` and ``referenced`` as cache-only references, ``healed``), ``bytes_in``, ``bytes_out``,
 ``prompt_tokens``, ``completion_tokens``, ``ttfb_ms`` (until the response head went out) and
 ``total_ms``. Never a body, an image, a URL's query, a key or a header other than the session id.
+
+Every string value is written with JSON's escapes wherever it is not printable (``json_text``), in
+both formats: whatever a client sends (bytes that are not UTF-8, line or paragraph separators,
+C0/C1 controls, DEL), a request is one line, and one line is one request.
 """
 
 from __future__ import annotations
@@ -32,6 +36,46 @@ def clip(value: str | None) -> str | None:
     return value[:MAX_VALUE_CHARS] + "…"
 
 
+def json_text(value: str) -> str:
+    """``value`` as a JSON string literal that is one printable line of UTF-8: every character
+    ``str.isprintable`` refuses (C0/C1 controls, DEL, U+2028, U+2029, …) as its JSON escape, so a
+    JSON reader gets the value back and no reader splits a line inside it; a byte that was not
+    UTF-8 (kept by the header parsers as a lone surrogate, which JSON cannot hold) as the text
+    ``\\xNN``."""
+    if value.isprintable():
+        return orjson.dumps(value).decode()
+    return printable_json(orjson.dumps(_encodable(value)).decode())
+
+
+def printable_json(encoded: str) -> str:
+    """``encoded`` (JSON, from orjson) with the characters it writes raw but ``str.isprintable``
+    refuses written as JSON escapes (they can only stand inside its strings)."""
+    if encoded.isprintable():
+        return encoded
+    return "".join(c if c.isprintable() else _json_escape(ord(c)) for c in encoded)
+
+
+def _json_escape(code: int) -> str:
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    code -= 0x10000  # a UTF-16 surrogate pair, as JSON writes a character past the first plane
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+
+
+# Lone surrogates: ``surrogateescape``'s stand-ins for bytes that were not UTF-8 (U+DC80 to U+DCFF),
+# and any other a string could carry.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _encodable(value: str) -> str:
+    return value if value.isprintable() else _SURROGATE.sub(_byte_text, value)
+
+
+def _byte_text(match: re.Match[str]) -> str:
+    code = ord(match[0])
+    return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
+
+
 # A value written bare: printable, no space, quote, ``=`` or backslash.
 _BARE = re.compile(r'[^\s"=\\]+')
 
@@ -46,12 +90,12 @@ Line = tuple[str, str, str | None, int, str | None, str | None, str | None, str 
 
 def _text(value: str | None) -> str:
     """One string value of a logfmt line: bare when printable without space, quote, ``=`` or
-    backslash; else quoted with JSON's escapes (one line, whatever the client sent)."""
+    backslash; else ``json_text``."""
     if value is None:
         return "-"
     if _BARE.fullmatch(value) and value.isprintable():
         return value
-    return orjson.dumps(value).decode()
+    return json_text(value)
 
 
 def logfmt_line(v: Line) -> str:
@@ -65,8 +109,9 @@ def logfmt_line(v: Line) -> str:
 
 
 def json_values_line(values: Line) -> str:
-    """The JSON object of the fields named ``FIELD_NAMES``."""
-    return orjson.dumps(dict(zip(FIELD_NAMES, values, strict=True))).decode()
+    """The JSON object of the fields named ``FIELD_NAMES``, each string as ``json_text`` writes it."""
+    return printable_json(orjson.dumps({name: _encodable(value) if isinstance(value, str) else value
+                                        for name, value in zip(FIELD_NAMES, values, strict=True)}).decode())
 
 
 def formatter(kind: AccessLogFormat) -> Callable[[Line], str] | None:
@@ -111,7 +156,8 @@ class StderrLines:
         if not self._lines:
             return
         self._lines.append("")  # the last line's newline
-        data, self._lines, self._size = "\n".join(self._lines).encode(), [], 0
+        # ``backslashreplace``: a line that would not encode is written escaped, never lost.
+        data, self._lines, self._size = "\n".join(self._lines).encode("utf-8", "backslashreplace"), [], 0
         with contextlib.suppress(OSError, ValueError):  # stderr closed or gone: the line is lost, not the request
             self._stream.write(data)
             self._stream.flush()
