@@ -1,12 +1,15 @@
 """What ``/health`` and ``/metrics`` tell whom, through a real gateway with API keys and an admin
 key: a probe gets the status and counts, never the backends' internal addresses; the operator (the
-admin key) gets the detail and the Prometheus page; without an admin key /metrics stays open."""
+admin key) gets the detail and the Prometheus page; without an admin key /metrics stays open only on
+a gateway without API keys."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from tests.support.gateway import gateway_settings, running_gateway
 
@@ -43,3 +46,18 @@ async def test_without_an_admin_key_metrics_stay_open(tmp_path: Path) -> None:
         assert status == 200 and "mmgate_requests_total" in text
         status, text = await get(gw.url + "/health")  # no API keys: an open gateway shows the detail
         assert status == 200 and gw.gateway.router.backends[0].url in text
+
+
+async def test_with_api_keys_and_no_admin_key_metrics_are_closed(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The mmgate_tenant_* labels name every tenant: with API keys, /metrics is the operator's, and
+    a gateway that has no admin key answers it to nobody (and says at start how to open it)."""
+    keys = tmp_path / "keys.txt"
+    keys.write_text("key-a tenant-a\nkey-b tenant-b\n")
+    with caplog.at_level(logging.WARNING, logger="mmgate.api.app"):
+        async with running_gateway(gateway_settings(api_keys_file=str(keys))) as gw:
+            for headers in (None, {"Authorization": "Bearer key-a"}, {"X-Mmgate-Admin-Key": "key-b"}):
+                status, text = await get(gw.url + "/metrics", headers)
+                assert status == 403 and "admin key" in text and "tenant-a" not in text
+            status, _ = await get(gw.url + "/load")  # what the manifests' liveness probe asks
+            assert status == 200
+    assert any("--admin-key-file" in r.getMessage() and "/metrics" in r.getMessage() for r in caplog.records)

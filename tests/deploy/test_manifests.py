@@ -113,6 +113,10 @@ def test_gateway_probes_drain_and_resources() -> None:
     assert gateway["securityContext"]["allowPrivilegeEscalation"] is False
     assert gateway["ports"][0]["containerPort"] == int(env["MMGATE_PORT"])
     assert env["MMGATE_HOST"] == "0.0.0.0"
+    # With API keys /metrics answers only the admin key: the manifests set one, and no probe asks it.
+    if "MMGATE_API_KEYS_FILE" in env:
+        assert "MMGATE_ADMIN_KEY_FILE" in env
+        assert "/metrics" not in {gateway[p]["httpGet"]["path"] for p in ("livenessProbe", "startupProbe")}
     rolling = deployment["spec"]["strategy"]["rollingUpdate"]
     assert rolling["maxUnavailable"] == 0
 

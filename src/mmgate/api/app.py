@@ -70,6 +70,8 @@ def _unknown(request: web.Request, status: int) -> EndpointNotFoundError:
 
 
 # Paths any client may call without an API key (probes, discovery, scrapes): outside the tenant limit.
+METRICS_NEED_ADMIN_KEY = ("/metrics needs the gateway's admin key (X-Mmgate-Admin-Key, or Authorization: Bearer "
+                          "<admin key> in the scrape config); with API keys and no --admin-key-file it is closed")
 _OPEN_PATHS = frozenset({"/health", "/ping", "/load", "/metrics", "/v1/models", "/version"})
 SLOTS_KEY = web.AppKey("tenant_slots", TenantSlots)
 
@@ -122,6 +124,9 @@ def build_app(gateway: Gateway, *, admin_key: str | None = None) -> web.Applicat
             lane.close()
 
         app.on_cleanup.append(close_lane)
+    if gateway.tenants is not None and admin_key is None:
+        log.warning("/metrics is closed: API keys are set and no admin key is; to scrape it set "
+                    "--admin-key-file (MMGATE_ADMIN_KEY_FILE) and send Authorization: Bearer <admin key>")
     app[GATEWAY_KEY] = gateway
     app[FORWARDER_KEY] = Forwarder(gateway)
     app.router.add_post(CHAT_ROUTE, tracked(CHAT_ROUTE, _serve_chat))
@@ -230,10 +235,10 @@ async def _health(request: web.Request) -> web.StreamResponse:
 
 
 async def _metrics(request: web.Request) -> web.StreamResponse:
-    """The Prometheus page; with an admin key configured, only for a request that carries it
-    (per-backend and per-route counts say what other clients do)."""
+    """The Prometheus page; with an admin key configured or with API keys, only for a request
+    that carries the admin key (per-backend and per-route counts say what other clients do, the
+    ``mmgate_tenant_*`` labels name every tenant): API keys without an admin key shut it to all."""
     gateway = request.app[GATEWAY_KEY]
-    if request.app.get(ADMIN_KEY) is not None and not is_admin(request):
-        raise ForbiddenError("/metrics needs the gateway's admin key (X-Mmgate-Admin-Key, or "
-                             "Authorization: Bearer <admin key> in the scrape config)", param=ADMIN_HEADER)
+    if (request.app.get(ADMIN_KEY) is not None or gateway.tenants is not None) and not is_admin(request):
+        raise ForbiddenError(METRICS_NEED_ADMIN_KEY, param=ADMIN_HEADER)
     return web.Response(body=generate_latest(gateway.metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
