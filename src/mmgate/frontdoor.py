@@ -10,7 +10,10 @@ the connection has sent a whole request head. What the front door does:
   a turn, so reads and hand-overs are never queued behind a burst of accepts;
 * holds at most ``--max-connections`` connections; at the cap a new one displaces the oldest held
   (the one nearest its deadline: a slow or silent client — every one held here is before its first
-  request), so a client that sends its request promptly is always let in;
+  request; one whose head has arrived but not been read yet is read and handed over instead), so a
+  client that sends its request promptly is always let in. One held less than ``DISPLACE_AFTER_S``
+  is never displaced: at the cap with the oldest that young (a burst of new clients, not a slow
+  flood), accepting pauses until it is not, the new clients waiting in the listen backlog;
 * closes a connection whose head is not complete ``--header-timeout`` seconds after it connected;
 * hands a connection over, as soon as its head is complete (``\\r\\n\\r\\n``, or ``\\n\\n``) or it has
   sent ``--max-head-bytes``, or its first line is no HTTP request line (the gateway's HTTP parser then
@@ -47,6 +50,8 @@ READ_BYTES = 65536
 STATS = b"\x00stats"
 STATS_EVERY_S = 0.1
 HAND_OVER_TIMEOUT_S = 2.0
+# At the cap, a held connection younger than this is not displaced (accepting waits instead).
+DISPLACE_AFTER_S = 0.5
 _BUSY_BODY = (b'{"error":{"message":"the gateway is busy: retry shortly","type":"rate_limit_error",'
               b'"param":null,"code":"gateway_busy"}}')
 BUSY_RESPONSE = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
@@ -123,6 +128,15 @@ class FrontDoor:
 
     def _accept(self, now: float) -> None:
         for _ in range(ACCEPT_BATCH):
+            if len(self.held) + len(self.ready) >= self.max_connections and self.held:
+                since = next(iter(self.held.values()))[2] - self.header_timeout_s
+                if now - since < DISPLACE_AFTER_S:
+                    # A burst, not a slow flood: the connections held are new and may be sending
+                    # their heads now. New ones wait in the listen backlog until the oldest held
+                    # may be displaced; no prompt client is dropped unread.
+                    self.selector.unregister(self.listen)
+                    self._accept_paused_until = since + DISPLACE_AFTER_S
+                    return
             try:
                 conn, _ = self.listen.accept()
             except BlockingIOError:
@@ -142,10 +156,15 @@ class FrontDoor:
             self.selector.register(conn, selectors.EVENT_READ, None)
 
     def _displace_oldest(self) -> None:
+        """Make room for one connection: drop the oldest held, unless what it has sent and not yet
+        been read completes its head (a burst of accepts runs before the reads of the same turn):
+        then it is handed over, never dropped with its request unanswered."""
         if self.held:
             fd = next(iter(self.held))
-            self._drop(fd)
-            self.counts["displaced"] += 1
+            self._read(fd)
+            if fd in self.held:
+                self._drop(fd)
+                self.counts["displaced"] += 1
 
     def _read(self, fd: int) -> None:
         entry = self.held.get(fd)
