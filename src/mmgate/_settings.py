@@ -292,6 +292,8 @@ def values_from_file(
         raise ConfigError(source, f"cannot read {path}: {exc.strerror or exc}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(source, f"{path} is not valid TOML: {exc}") from exc
+    if not data:  # empty, or comments only: a file cut short, read as "every setting at its default"
+        raise ConfigError(source, f"{path} holds no setting")
     by_flag = {f.flag.removeprefix("--"): f for f in flags}
     values: dict[str, Any] = {}
     for key, value in data.items():

@@ -2,8 +2,10 @@
 those a running gateway can change without dropping a request: the static ``--backend`` list, the
 API keys (``--api-keys-file``) and the tenant secret.
 
-Everything is read and checked before anything is applied, so a bad file (bad TOML, an unknown
-setting, an unreadable or malformed keys file) keeps every old value and logs why. Requests in
+Everything is read and checked before anything is applied, so a bad file (bad TOML, an empty
+config file, an unknown setting, an unreadable, malformed or empty keys file) keeps every old
+value and logs an ERROR naming it. A reload never turns authentication off: a gateway started
+with API keys that reloads to none keeps its keys until a restart says so. Requests in
 flight finish with what they started with: a backend that leaves is closed only after the drain
 time, and a request keeps the key space it was planned in. Other settings that changed are named
 in the log as needing a restart.
@@ -21,7 +23,7 @@ from mmgate._settings import ConfigError
 from mmgate.config import GatewaySettings
 from mmgate.reuse import KeySpace, TenantKeys
 from mmgate.serve.engines import embedded_defaults
-from mmgate.serve.secrets import read_backend_keys
+from mmgate.serve.secrets import read_backend_keys, read_tenant_keys
 from mmgate.serve.start import RunningGateway, backend_factory
 
 log = logging.getLogger(__name__)
@@ -68,6 +70,9 @@ class Reloader:
         try:
             # Files are read in a thread: a slow volume must not hold the event loop.
             new, tenants, backend_keys = await asyncio.to_thread(self._read_all)
+            if tenants is None and running.gateway.tenants is not None:
+                raise ConfigError("--api-keys-file", "the reloaded settings name no API keys file: turning "
+                                  "authentication off needs a restart")
         except ConfigError as exc:
             self.reloads.labels("refused").inc()
             log.error("reload refused, the old settings stay: %s", exc.message)
@@ -99,7 +104,7 @@ class Reloader:
         new = self._read()
         if not self._running.embedded and not new.backends and not new.backend_dns:
             raise ConfigError("--backend", "the reloaded settings name no backend (no --backend, no --backend-dns)")
-        tenants = TenantKeys.from_file(new.api_keys_file) if new.api_keys_file else None
+        tenants = read_tenant_keys(new.api_keys_file) if new.api_keys_file else None
         backend_keys = (read_backend_keys(new.backend_keys_file, [*new.backends, *new.backend_dns])
                         if new.backend_keys_file else {})
         return new, tenants, backend_keys

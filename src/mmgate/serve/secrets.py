@@ -1,7 +1,10 @@
-"""Secrets read from files at start-up: the backends' API keys and the operator's admin key.
+"""Secrets read from files at start-up and on reload: the tenants' API keys, the backends' API
+keys and the operator's admin key.
 
-Files, not flags, so a key never shows in a process list; a bad file fails start-up with a
-``ConfigError`` naming its flag.
+Files, not flags, so a key never shows in a process list; a bad file fails start-up (and a reload
+keeps the old keys) with a ``ConfigError`` naming its flag and the file. A file that holds no key
+is bad: an empty API keys file would answer 401 to every tenant, an empty backend keys file send
+every backend none (a file truncated by a deploy that failed half-way looks just like that).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import orjson
 
 from mmgate._settings import ConfigError
 from mmgate.config import BackendSpec
+from mmgate.reuse import TenantKeys
 
 # Shortest admin key accepted: it opens every backend's operator endpoints.
 MIN_ADMIN_KEY = 16
@@ -23,6 +27,15 @@ def _read(path: str, flag: str) -> str:
         return Path(path).read_text()
     except OSError as exc:
         raise ConfigError(flag, f"cannot read {path}: {exc.strerror}") from exc
+
+
+def read_tenant_keys(path: str) -> TenantKeys:
+    """The tenants' API keys (``TenantKeys.from_file``); a file with none is refused."""
+    tenants = TenantKeys.from_file(path)
+    if not len(tenants):
+        raise ConfigError("--api-keys-file", f"{path} holds no API key (every request would get 401); "
+                          "to turn authentication off, leave --api-keys-file unset and restart")
+    return tenants
 
 
 def read_admin_key(path: str) -> str:
@@ -67,4 +80,6 @@ def read_backend_keys(path: str, specs: Sequence[BackendSpec]) -> dict[str, str]
             raise ConfigError(flag, f"{path}: {backend!r} is no configured --backend (its URL or name)")
         for spec in match:
             keys[spec.url] = key
+    if not keys:
+        raise ConfigError(flag, f"{path} holds no backend key")
     return keys

@@ -30,10 +30,10 @@ from mmgate.config import GatewaySettings
 from mmgate.errors import ConfigError
 from mmgate.media import MediaLoader
 from mmgate.metrics import GatewayMetrics
-from mmgate.reuse import KeySpace, TenantKeys, UUIDStore
+from mmgate.reuse import KeySpace, UUIDStore
 from mmgate.routing import build_router
 from mmgate.serve.engines import embedded_defaults, start_embedded_engines
-from mmgate.serve.secrets import read_admin_key, read_backend_keys
+from mmgate.serve.secrets import read_admin_key, read_backend_keys, read_tenant_keys
 from mmgate.serving import server_logger
 from mmgate.sim import SimSettings
 from mmgate.store import build_shared_tier
@@ -100,7 +100,9 @@ async def start_gateway(
     embedded = not settings.backends and not settings.backend_dns
     if embedded:
         settings = embedded_defaults(settings)
-    tenants = TenantKeys.from_file(settings.api_keys_file) if settings.api_keys_file else None
+    tenants = read_tenant_keys(settings.api_keys_file) if settings.api_keys_file else None
+    if tenants is None:
+        log.warning("no --api-keys-file: authentication is off, every client is served without a key")
     backend_keys = read_backend_keys(settings.backend_keys_file, [*settings.backends, *settings.backend_dns]
                                      ) if settings.backend_keys_file else {}
     admin_key = read_admin_key(settings.admin_key_file) if settings.admin_key_file else None
