@@ -51,12 +51,14 @@ async def test_every_route_logs_one_json_line_with_its_request_id(tmp_path: Path
     keys, backend_keys = tmp_path / "keys.txt", tmp_path / "backend-keys.txt"
     keys.write_text(f"{KEY} tenant-a\n")
     backend_keys.write_text(f"replica-0 {BACKEND_KEY}\n")
+    admin = tmp_path / "admin.key"  # /metrics answers only the admin key once API keys are set
+    admin.write_text("admin-key-0123456789abcdef")
     image = png_data_url(seed=7, width=96)
     auth = {"Authorization": f"Bearer {KEY}", "X-Session-Id": "conv 1 \"quoted\""}
     async with running_sims(1) as sims, recording_proxy(sims[0].url) as proxy:
         settings = gateway_settings(backends=(BackendSpec(kind="vllm", url=proxy.url, name="replica-0"),),
                                     api_keys_file=str(keys), access_log="json", tenant_secret=SECRET,
-                                    backend_keys_file=str(backend_keys))
+                                    backend_keys_file=str(backend_keys), admin_key_file=str(admin))
         async with running_gateway(settings) as gw, aiohttp.ClientSession() as s:
             body = chat(image)
             raw = orjson.dumps(body)
@@ -89,7 +91,7 @@ async def test_every_route_logs_one_json_line_with_its_request_id(tmp_path: Path
                 "model": MODEL, "max_output_tokens": 4, "input": "hi"}, {**auth, "X-Request-Id": "resp-3"})
             assert headers["X-Request-Id"] == "resp-3"
             responses_status = status
-            _, page, _ = await call(s, "GET", gw.url + "/metrics")
+            _, page, _ = await call(s, "GET", gw.url + "/metrics", None, {"Authorization": "Bearer admin-key-0123456789abcdef"})
     lines = [orjson.loads(line) for line in access_lines]
     by_path = {}
     for line in lines:

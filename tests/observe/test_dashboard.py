@@ -24,12 +24,15 @@ async def test_every_panel_reads_metrics_a_real_gateway_exports(tmp_path: Path) 
     body = {"model": "mmgate-sim-vl", "max_tokens": 3, "stream": True, "stream_options": {"include_usage": True},
             "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": image}}]}]}
     headers = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json", "X-Session-Id": "s1"}
-    async with running_gateway(gateway_settings(api_keys_file=str(keys))) as gw, aiohttp.ClientSession() as s:
+    admin = tmp_path / "admin.key"  # /metrics answers only the admin key once API keys are set
+    admin.write_text("admin-key-0123456789abcdef")
+    async with running_gateway(gateway_settings(api_keys_file=str(keys), admin_key_file=str(admin))) as gw, \
+            aiohttp.ClientSession() as s:
         for _ in range(2):  # the second turn strips the image to a reference
             async with s.post(gw.url + "/v1/chat/completions", data=orjson.dumps(body), headers=headers) as r:
                 assert r.status == 200
                 await r.read()
-        async with s.get(gw.url + "/metrics") as r:
+        async with s.get(gw.url + "/metrics", headers={"Authorization": "Bearer admin-key-0123456789abcdef"}) as r:
             page = await r.text()
     names = exported(page)
     assert "mmgate_tenant_tokens_total" in names  # the traffic reached the tenant counters

@@ -21,19 +21,25 @@ def turn(url: str, **extra: Any) -> dict[str, Any]:
         {"type": "text", "text": "x"}, {"type": "image_url", "image_url": {"url": url}}]}]}
 
 
+ADMIN_KEY = "admin-key-0123456789abcdef"  # /metrics answers only it once API keys are set
+
+
 async def metrics(url: str) -> str:
     import aiohttp
-    async with aiohttp.ClientSession() as s, s.get(url + "/metrics") as r:
+    async with aiohttp.ClientSession() as s, s.get(url + "/metrics", headers={"Authorization": f"Bearer {ADMIN_KEY}"}) as r:
         return await r.text()
 
 
 async def test_one_tenants_images_are_not_anothers_cache_hits(tmp_path: Path, origin: ImageOrigin) -> None:
     keys = tmp_path / "keys.txt"
     keys.write_text("key-a tenant-a\nkey-b tenant-b\n")
+    admin = tmp_path / "admin.key"
+    admin.write_text(ADMIN_KEY)
     a, b = {"Authorization": "Bearer key-a"}, {"Authorization": "Bearer key-b"}
     http_url = origin.add("shot.png", make_image("PNG", 40, 30))
     async with running_sims(1) as sims, recording_proxy(sims[0].url) as rec:
-        async with running_gateway(gateway_settings(backends=vllm_specs([rec]), api_keys_file=str(keys))) as gw:
+        async with running_gateway(gateway_settings(backends=vllm_specs([rec]), api_keys_file=str(keys),
+                                                    admin_key_file=str(admin))) as gw:
             for url in (png_data_url(7), http_url):
                 assert (await post(gw.url, turn(url), a))[0] == 200
                 hits = metric_value(await metrics(gw.url), "mmgate_image_loads_total", outcome="local_hit")
