@@ -31,7 +31,7 @@ from aiohttp import web
 from mmgate.api.edge import read_body
 from mmgate.api.forward import FORWARDER_KEY, GATEWAY_KEY, Upload, deliver
 from mmgate.api.gateway import Gateway
-from mmgate.api.police import may_carry_media, police
+from mmgate.api.police import REFUSED_KEYS, may_carry_media, police, refused_key
 from mmgate.api.relay import request_tenant
 from mmgate.api.relay import tracked as run_tracked
 from mmgate.errors import InvalidRequestError
@@ -59,6 +59,14 @@ class Endpoint:
     treatment: Treatment
     pipeline: bool = False
     salted: bool = False  # vLLM reads a ``cache_salt`` here (its prefix cache): set per tenant
+    # Top-level fields refused here (400 naming them): what vLLM reads there cannot be policed.
+    refused: tuple[tuple[str, str], ...] = ()
+
+
+# /pooling's ``data`` is an IO-processor plugin's input (vLLM's IOProcessorRequest): the plugin reads
+# it as it likes — Prithvi's fetches a URL from it — so the gateway cannot police it.
+_PLUGIN_DATA = ("data", "'data' (an IO-processor plugin's input) is not accepted through mmgate: the gateway "
+                "cannot police what a plugin reads from it; send 'input' or 'messages'")
 
 
 CLIENT_ENDPOINTS: tuple[Endpoint, ...] = (
@@ -66,7 +74,7 @@ CLIENT_ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint("/tokenize", "POST", "json"),
     Endpoint("/detokenize", "POST", "json"),
     Endpoint("/v1/embeddings", "POST", "json", pipeline=True, salted=True),
-    Endpoint("/pooling", "POST", "json", pipeline=True, salted=True),
+    Endpoint("/pooling", "POST", "json", pipeline=True, salted=True, refused=(_PLUGIN_DATA,)),
     Endpoint("/classify", "POST", "json", salted=True),
     Endpoint("/score", "POST", "json", salted=True),
     Endpoint("/v1/score", "POST", "json", salted=True),
@@ -114,6 +122,16 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
     return body
 
 
+def refuse_unpoliced(body: dict[str, Any], endpoint: Endpoint) -> None:
+    """400 naming a top-level field the gateway cannot police: the endpoint's ``refused`` ones and
+    ``police.REFUSED_KEYS`` (checked here too: a pipeline request is not walked by ``police``)."""
+    for field, message in endpoint.refused:
+        if body.get(field) is not None:
+            raise InvalidRequestError(message, param=field)
+    for key in sorted(REFUSED_KEYS.intersection(body)):
+        raise refused_key(key, key)
+
+
 def model_of(body: dict[str, Any]) -> str | None:
     """The request's ``model``: None when absent or null (vLLM then serves its one model)."""
     model = body.get("model")
@@ -148,6 +166,7 @@ async def _serve_json(request: web.Request, gateway: Gateway, endpoint: Endpoint
                           max_inflation_ratio=settings.max_inflation_ratio,
                           inflate_pool=gateway.inflate_pool)
     body = parse_json_object(raw)
+    refuse_unpoliced(body, endpoint)
     model = model_of(body)
     forwarder = request.app[FORWARDER_KEY]
     if endpoint.pipeline and is_conversation(body.get("messages")):

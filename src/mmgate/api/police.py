@@ -18,7 +18,9 @@ media part ``type``, wherever it is nested, and ``police`` classifies each with 
 * ``audio_url``/``video_url``: the URL passes the policy, the part is rebuilt;
 * ``input_audio``: rebuilt from its checked fields;
 * ``image_pil``, ``*_embeds``, ``prompt_embeds``, a part vLLM could not read: refused (400 naming
-  the field).
+  the field);
+* ``multi_modal_data`` anywhere (vLLM takes raw media or tensors from it on ``/v1/completions``
+  prompts): refused, naming where.
 
 A body without media costs one scan of its bytes (``may_carry_media``), no walk.
 """
@@ -41,7 +43,9 @@ from mmgate.errors import InvalidRequestError
 
 # Byte strings one of which any JSON that names a media key or part type holds (an escaped key,
 # ``\\u0069mage_url``, holds a backslash-u: scanned too).
-_SNIFF = (b"_url", b"embeds", b"input_audio", b"input_image", b"image_pil", b"\\u")
+_SNIFF = (b"_url", b"embeds", b"input_audio", b"input_image", b"image_pil", b"multi_modal_data", b"\\u")
+# Keys whose value vLLM reads as media the gateway cannot police: refused wherever they are.
+REFUSED_KEYS = frozenset({"multi_modal_data"})
 _MEDIA_TYPES = KNOWN_TYPES - TEXT_TYPES - {"tool_reference"}
 # Top-level fields that hold JSON schemas or template/processor options, never content parts: not
 # walked (a schema property named ``image_url`` is not an image).
@@ -50,6 +54,12 @@ _NOT_CONTENT = frozenset({
     "chat_template_kwargs", "mm_processor_kwargs", "media_io_kwargs", "vllm_xargs", "logit_bias",
 })
 CheckURL = Callable[[str, str, str], Awaitable[str]]  # (url, param, kind) -> the URL to forward
+
+
+def refused_key(key: str, param: str) -> InvalidRequestError:
+    """The 400 for a ``REFUSED_KEYS`` key found at ``param``."""
+    return InvalidRequestError(f"'{key}' is not accepted through mmgate: the gateway cannot police the media in "
+                               "it; send a chat request (messages with image_url parts) instead", param=param)
 
 
 def may_carry_media(raw: bytes) -> bool:
@@ -68,6 +78,10 @@ def media_fields(body: Any, max_depth: int) -> list[tuple[str, dict[str, Any], A
         if depth > max_depth:
             raise InvalidRequestError(f"the request nests JSON deeper than {max_depth} levels (--max-json-depth)")
         if isinstance(node, dict):
+            refused = REFUSED_KEYS.intersection(node)
+            if refused:
+                key = min(refused)
+                raise refused_key(key, f"{path}.{key}" if path else key)
             ptype = node.get("type")
             if not MEDIA_KEYS.isdisjoint(node) or (isinstance(ptype, str) and ptype in _MEDIA_TYPES):
                 found.append((path, container, key, node))

@@ -65,6 +65,9 @@ class ResponsesService:
                 body, max_images=settings.max_images_per_request, max_uuid_length=settings.max_uuid_length,
                 max_depth=settings.max_json_depth, default_model=models[0] if len(models) == 1 else None,
             )
+            for i, url in parsed.tool_urls:  # vLLM connects to an mcp tool's server: the URL policy first
+                body["tools"][i]["server_url"] = await gateway.loader.check_passthrough(
+                    url, param=f"tools[{i}].server_url", kind="mcp server_url")
             pin = None
             if parsed.previous_response_id is not None:
                 pin = await self.locate(parsed.previous_response_id, param="previous_response_id")

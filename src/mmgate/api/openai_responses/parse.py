@@ -12,7 +12,14 @@ Refused here, with a 400 naming the field (vLLM cannot serve them either, and th
 forwards a URL or an id it has not checked):
 
 * ``file_id`` on an image, ``input_file`` parts: vLLM 0.32 has no Files API to resolve them;
-* ``computer_call_output`` items: vLLM 0.32 answers "Unsupported input item type".
+* ``computer_call_output`` items: vLLM 0.32 answers "Unsupported input item type";
+* any other media part in a message or tool output (chat's ``image_url``, ``video_url``,
+  ``input_audio``, embeddings, …, or a media key on a text part): vLLM's chat parser would read
+  it unpoliced, and the Responses API's image part is ``input_image``;
+* a message item without a ``role``: the gateway could not tell which parts vLLM renders.
+
+An ``mcp`` tool's ``server_url`` (vLLM connects to it) is returned in ``tool_urls`` for the URL
+policy; any other type there is a 400 naming it.
 
 Pure logic: no I/O.
 """
@@ -23,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mmgate.api.parse import ChatRequest, check_depth
-from mmgate.api.parts import ImageSpec, parse_part
+from mmgate.api.parts import MEDIA_KEYS, ImageSpec, parse_part
 from mmgate.errors import InvalidRequestError
 from mmgate.reuse import ImageSlot
 
@@ -37,6 +44,7 @@ class ResponsesRequest:
 
     chat: ChatRequest
     previous_response_id: str | None
+    tool_urls: list[tuple[int, str]]  # (index in ``tools``, the mcp tool's server_url) to police
 
 
 def parse_responses_body(
@@ -70,7 +78,22 @@ def parse_responses_body(
     elif not isinstance(items, str):
         raise InvalidRequestError("'input' must be a string or an array of items", param="input")
     chat = ChatRequest(body=body, model=model, stream=stream, slots=slots)
-    return ResponsesRequest(chat=chat, previous_response_id=previous)
+    return ResponsesRequest(chat=chat, previous_response_id=previous, tool_urls=_mcp_urls(body.get("tools")))
+
+
+def _mcp_urls(tools: Any) -> list[tuple[int, str]]:
+    """The ``server_url`` of every ``mcp`` tool (the backend connects to it), 400 when not a string."""
+    urls: list[tuple[int, str]] = []
+    if not isinstance(tools, list):
+        return urls
+    for i, tool in enumerate(tools):
+        if not isinstance(tool, dict) or tool.get("type") != "mcp" or tool.get("server_url") is None:
+            continue
+        url = tool["server_url"]
+        if not isinstance(url, str) or not url:
+            raise InvalidRequestError("an mcp tool's 'server_url' must be a URL string", param=f"tools[{i}].server_url")
+        urls.append((i, url))
+    return urls
 
 
 def _item_images(item: Any, where: str, slots: list[ImageSlot], *, max_images: int, max_uuid_length: int) -> None:
@@ -83,7 +106,10 @@ def _item_images(item: Any, where: str, slots: list[ImageSlot], *, max_images: i
             "screenshot as a function_call_output (an input_image in its output list) or a user message",
             param=f"{where}.type",
         )
-    if "role" in item and kind in (None, "message"):
+    if kind in (None, "message"):
+        if "role" not in item:
+            raise InvalidRequestError("a message item needs a 'role' (user, assistant, system or developer)",
+                                      param=f"{where}.role")
         parts, at = item.get("content"), f"{where}.content"
     elif kind in _TOOL_OUTPUT_TYPES:
         parts, at = item.get("output"), f"{where}.output"
@@ -102,6 +128,10 @@ def _item_images(item: Any, where: str, slots: list[ImageSlot], *, max_images: i
                 param=param,
             )
         if ptype != "input_image":
+            if (isinstance(ptype, str) and ptype in MEDIA_KEYS) or not MEDIA_KEYS.isdisjoint(part):
+                raise InvalidRequestError(
+                    "only 'input_image' parts carry media in the Responses API through mmgate: send "
+                    "{'type': 'input_image', 'image_url': '<http(s) or data: URL>'}", param=param)
             continue
         if part.get("file_id") is not None:
             raise InvalidRequestError(
