@@ -32,6 +32,7 @@ from mmgate.observe.access import (
 from mmgate.observe.ids import REQUEST_ID_HEADER, TRACEPARENT_HEADER, request_id, valid_traceparent
 from mmgate.observe.record import RequestRecord, bind, unbind
 from mmgate.observe.tracing import EXPORT_TIMEOUT_S, Tracing
+from mmgate.response_ids import redact_response_path
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 RECORD_KEY = web.RequestKey("mmgate.record", RequestRecord)
@@ -56,8 +57,8 @@ class Observer:
         self.middleware = web.middleware(functools.partial(Observer._observe, self))
 
     async def _observe(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        record = RequestRecord(request_id(request.headers.get(REQUEST_ID_HEADER)), request.method, request.path,
-                               time.perf_counter())
+        record = RequestRecord(request_id(request.headers.get(REQUEST_ID_HEADER)), request.method,
+                               redact_response_path(request.path), time.perf_counter())
         request[RECORD_KEY] = record
         token = bind(record)
         response: web.StreamResponse | None = None
@@ -72,7 +73,7 @@ class Observer:
             else:
                 with self.tracing.request(f"{request.method} {_route(request)}", request.headers,
                                           {"mmgate.request_id": record.request_id,
-                                           "url.path": clip(request.path) or ""}) as trace:
+                                           "url.path": clip(record.path) or ""}) as trace:
                     record.tracer = trace
                     try:
                         response = await self._answer(request, handler)

@@ -6,6 +6,11 @@ POSTed to the backend's own ``/v1/responses`` (``mmgate.api.openai_responses.par
 that keeps reuse); the reply — body or event stream — comes back unchanged. The response's id is
 recorded with the backend that made it (``ResponseHomes``) so stored-response requests reach it;
 a follow-up (``previous_response_id``) is pinned to that backend: no other one is tried.
+
+With tenants, each response is named by the gateway for its tenant (``mmgate.response_ids``): an id
+that is not the requesting tenant's — in the path or in ``previous_response_id`` — is answered
+exactly as an id no backend holds (404), and a client's own ``request_id`` (vLLM's name for the
+response) is refused.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from mmgate.api.responses import error_frame
 from mmgate.backends import Backend
 from mmgate.errors import InvalidRequestError, ResponseNotFoundError, UpstreamError
 from mmgate.jsonbody import loads_body
+from mmgate.response_ids import is_tenants_response, mint_response_id
 
 RESPONSES_PATH = "/v1/responses"
 STORED_ROUTE = RESPONSES_PATH + "/{response_id}"
@@ -65,12 +71,19 @@ class ResponsesService:
                 body, max_images=settings.max_images_per_request, max_uuid_length=settings.max_uuid_length,
                 max_depth=settings.max_json_depth, default_model=models[0] if len(models) == 1 else None,
             )
+            tag = None if tenant is None else gateway.keys.tenant_tag(tenant)
+            if tag is not None:
+                if body.get("request_id") is not None:
+                    raise InvalidRequestError(
+                        "'request_id' is not accepted with API keys: the gateway names each response for its "
+                        "tenant (vLLM names a response by its request_id)", param="request_id")
+                body["request_id"] = mint_response_id(tag)
             for i, url in parsed.tool_urls:  # vLLM connects to an mcp tool's server: the URL policy first
                 body["tools"][i]["server_url"] = await gateway.loader.check_passthrough(
                     url, param=f"tools[{i}].server_url", kind="mcp server_url")
             pin = None
             if parsed.previous_response_id is not None:
-                pin = await self.locate(parsed.previous_response_id, param="previous_response_id")
+                pin = await self.locate(parsed.previous_response_id, param="previous_response_id", tenant_tag=tag)
             outcome = await gateway.chat_parsed(parsed.chat, request.headers, tenant, path=RESPONSES_PATH, pin=pin)
             name = outcome.backend.name
             try:
@@ -95,11 +108,12 @@ class ResponsesService:
 
     async def _stored(self, request: web.Request, method: str, suffix: str) -> tuple[web.StreamResponse, bool]:
         gateway = self.gateway
-        request_tenant(request, gateway)
+        tenant = request_tenant(request, gateway)
         response_id = request.match_info["response_id"]
         if not _RESPONSE_ID.fullmatch(response_id):
             raise InvalidRequestError("the response id must be 1-200 letters, digits, '_' or '-'", param="response_id")
-        backend = await self.locate(response_id, param="response_id")
+        tag = None if tenant is None else gateway.keys.tenant_tag(tenant)
+        backend = await self.locate(response_id, param="response_id", tenant_tag=tag)
         stream = request.query.get("stream", "").lower() == "true"
         path = f"{RESPONSES_PATH}/{response_id}{suffix}"
         if request.query_string:
@@ -111,8 +125,11 @@ class ResponsesService:
         finally:
             forwarded.close()
 
-    async def locate(self, response_id: str, *, param: str) -> Backend:
-        """The backend holding ``response_id``: the recorded one, else the one that answers for it."""
+    async def locate(self, response_id: str, *, param: str, tenant_tag: str | None = None) -> Backend:
+        """The backend holding ``response_id``: the recorded one, else the one that answers for it.
+        With ``tenant_tag``, an id not minted for that tenant is unknown (the same 404)."""
+        if tenant_tag is not None and not is_tenants_response(response_id, tenant_tag):
+            raise _not_found(response_id, param)
         router = self.gateway.router
         name = self.homes.home(response_id, time.monotonic())
         if name is not None:
@@ -125,11 +142,7 @@ class ResponsesService:
             if holds:
                 self.homes.record(response_id, backend.name, time.monotonic())
                 return backend
-        raise ResponseNotFoundError(
-            f"Response with id '{response_id}' not found: no backend holds it (vLLM keeps a response only "
-            "in the replica that made it, and only when started with VLLM_ENABLE_RESPONSES_API_STORE=1)",
-            param=param,
-        )
+        raise _not_found(response_id, param)
 
     async def _holds(self, backend: Backend, response_id: str) -> bool:
         """Whether ``backend`` answers ``GET /v1/responses/{id}`` with 200, within ``PROBE_TIMEOUT_S``."""
@@ -161,6 +174,15 @@ class ResponsesService:
                     self.homes.record(found.group(1).decode(), backend, time.monotonic())
                 scanning = found is None and len(head) <= _ID_SCAN_BYTES
             yield chunk
+
+
+def _not_found(response_id: str, param: str) -> ResponseNotFoundError:
+    """The one answer for an id this tenant cannot reach: unknown, expired, or another tenant's."""
+    return ResponseNotFoundError(
+        f"Response with id '{response_id}' not found: no backend holds it (vLLM keeps a response only "
+        "in the replica that made it, and only when started with VLLM_ENABLE_RESPONSES_API_STORE=1)",
+        param=param,
+    )
 
 
 def register(app: web.Application, gateway: Gateway) -> None:
