@@ -13,7 +13,10 @@ VLLM_PY := $(VLLM_VENV)/bin/python
 # they change and not when a checkout merely touches them.
 VLLM_PINS := $(shell cat tools/vllm-requirements.txt tools/patch_torchvision.py | sha256sum | cut -c1-16)
 VLLM_STAMP := $(VLLM_VENV)/.mmgate-vllm-$(VLLM_PINS)
-VLLM_MODEL ?= build/tiny-qwen2vl
+# MODEL=tiny (hidden 256, 2 layers, images up to 1,003,520 pixels) or MODEL=micro (hidden 64, 1 layer,
+# images capped at 100,352 pixels: the regime of a GPU user, where image handling outweighs prefill).
+MODEL ?= tiny
+VLLM_MODEL ?= build/$(MODEL)-qwen2vl
 REPLICAS ?= 2
 export MMGATE_VLLM_VENV := $(abspath $(VLLM_VENV))
 export MMGATE_VLLM_MODEL := $(abspath $(VLLM_MODEL))
@@ -59,9 +62,10 @@ $(VLLM_STAMP): | $(BIN)/python
 	@rm -f $(VLLM_VENV)/.mmgate-vllm-*
 	@touch $@
 
-## vllm: the pinned vLLM venv and the tiny Qwen2-VL model directory (no download, dummy weights)
+## vllm: the pinned vLLM venv and the tiny (MODEL=micro: capped micro) Qwen2-VL model directory
+## (no download, dummy weights)
 vllm: $(VLLM_STAMP)
-	@$(VLLM_PY) tools/tiny_qwen2vl.py --out $(VLLM_MODEL)
+	@$(VLLM_PY) tools/tiny_qwen2vl.py --out $(VLLM_MODEL) --preset $(MODEL)
 
 ## run-vllm: REPLICAS real vLLM replicas on loopback with the gateway in front on $(HOST):$(PORT)
 run-vllm: install vllm

@@ -11,6 +11,12 @@ Run it with the vLLM venv's python (it needs ``tokenizers``)::
 
     .venv-vllm/bin/python tools/tiny_qwen2vl.py --out build/tiny-qwen2vl
     .venv-vllm/bin/python tools/tiny_qwen2vl.py --out build/tiny-lm --hidden-size 64 --layers 1
+    .venv-vllm/bin/python tools/tiny_qwen2vl.py --out build/micro-qwen2vl --preset micro
+
+``--preset micro`` is the model for the regime a GPU user lives in, where a turn's cost is vLLM's
+API server handling images rather than the encoder and prefill: hidden 64, 1 layer, 2 heads,
+vision depth 1, width 32, and an image processor that caps each image at 100,352 pixels
+(128 image tokens). Explicit flags override a preset's values.
 
 The directory is rewritten only when its stamp (the flags) changed, so re-running is free.
 """
@@ -58,9 +64,19 @@ def special_id(token: str) -> int:
     return NUM_BYTE_TOKENS + SPECIAL_TOKENS.index(token)
 
 
+# Named sizes; a preset's values are the defaults that explicit flags still override.
+PRESETS: dict[str, dict[str, int]] = {
+    "tiny": {},
+    "micro": {"hidden_size": 64, "layers": 1, "heads": 2, "kv_heads": 1, "vision_depth": 1,
+              "vision_width": 32, "vision_heads": 2, "max_pixels": 28 * 28 * 128},
+}
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, required=True, help="model directory to write")
+    p.add_argument("--preset", choices=sorted(PRESETS), default="tiny",
+                   help="named sizes (default %(default)s; micro: the capped micro model, module docstring)")
     p.add_argument("--hidden-size", type=int, default=256, help="language model width (default %(default)s)")
     p.add_argument("--layers", type=int, default=2, help="language model layers (default %(default)s)")
     p.add_argument("--heads", type=int, default=4, help="attention heads (default %(default)s)")
@@ -73,6 +89,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--min-pixels", type=int, default=56 * 56, help="image processor min_pixels")
     p.add_argument("--max-pixels", type=int, default=28 * 28 * 1280, help="image processor max_pixels")
     p.add_argument("--force", action="store_true", help="rewrite even when the stamp matches")
+    preset, _ = p.parse_known_args(argv)
+    p.set_defaults(**PRESETS[preset.preset])
     args = p.parse_args(argv)
     head_dim, rest = divmod(args.hidden_size, args.heads)
     if rest or head_dim % 8:
@@ -178,7 +196,7 @@ def _write_json(path: Path, value: object) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     out: Path = args.out
-    stamp_value = {k: v for k, v in sorted(vars(args).items()) if k not in ("out", "force")}
+    stamp_value = {k: v for k, v in sorted(vars(args).items()) if k not in ("out", "force", "preset")}
     stamp_path = out / ".tiny_qwen2vl.json"
     stamp = json.dumps(stamp_value, sort_keys=True)
     if not args.force and stamp_path.exists() and stamp_path.read_text() == stamp:

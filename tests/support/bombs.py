@@ -29,11 +29,13 @@ def chunk(kind: bytes, payload: bytes) -> bytes:
     return struct.pack(">I", len(payload)) + kind + payload + struct.pack(">I", zlib.crc32(kind + payload))
 
 
-def png(size: int = 32, *, ancillary: int = 0, idat_piece: int | None = None) -> bytes:
+def png(size: int = 32, *, ancillary: int = 0, idat_piece: int | None = None,
+        compressed: bytes | None = None) -> bytes:
     """A grey PNG written chunk by chunk: ``ancillary`` empty tEXt chunks before its data, its
-    compressed data cut into IDAT chunks of ``idat_piece`` bytes (one chunk when None)."""
+    compressed data cut into IDAT chunks of ``idat_piece`` bytes (one chunk when None).
+    ``compressed``: the IDAT data to write instead of the image's (each chunk's CRC still right)."""
     raw = b"".join(b"\x00" + bytes([i % 256]) * size for i in range(size))
-    compressed = zlib.compress(raw, 1)
+    compressed = compressed if compressed is not None else zlib.compress(raw, 1)
     piece = idat_piece or len(compressed)
     head = chunk(b"IHDR", struct.pack(">IIBBBBB", size, size, 8, 0, 0, 0, 0))
     text = chunk(b"tEXt", b"k\x00") * ancillary

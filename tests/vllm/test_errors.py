@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.support.bombs import png
+from tests.support.images import data_url
 from tests.support.vllm import GatewayProcess, VllmReplica
 from tests.vllm.helpers import body, chat, fresh_jpeg, image
 
@@ -49,3 +51,20 @@ async def test_vllm_cache_miss_body_is_the_one_the_gateway_heals(vllm_replicas: 
         "message": "Cache miss for image at index 1 but data is not provided.",
         "type": "BadRequestError", "param": None, "code": 400,
     }}
+
+
+async def test_a_png_with_malformed_pixels_under_intact_crcs_is_answered_as_vllm_answers_it(
+    gateway: GatewayProcess, vllm_replicas: list[VllmReplica],
+) -> None:
+    """The gateway checks a PNG's chunks, not its pixels (mmgate.media.validate): one crafted to
+    pass that check is vLLM's to judge, and the gateway answers as vLLM does directly (vLLM 0.32
+    serves it: its loader's EXIF step swallows the decode error, and the image keeps the pixels
+    that decoded); its repeat in a later turn is stripped like any other image."""
+    bad = data_url(png(64, compressed=b"\x78\x9c" + bytes(range(256)) * 8))
+    direct = await chat(vllm_replicas[0].url, body(image(bad)))
+    first = await chat(gateway.url, body(image(bad)), {"x-session-id": "s-bad-pixels"})
+    assert first.status == direct.status, (direct.json, first.json)
+    second = await chat(gateway.url, body(image(fresh_jpeg()), image(bad)), {"x-session-id": "s-bad-pixels"})
+    assert second.status == direct.status, second.json
+    if direct.status == 200:
+        assert second.reuse()["stripped"] == 1, second.headers
