@@ -174,6 +174,10 @@ class GatewaySettings(Frozen):
     backend_dns_server: str | None = setting(
         None, flag="--backend-dns-server", advanced=True, group="server", metavar="IP[:PORT]",
         help="the DNS server --backend-dns asks (default: the system's, from /etc/resolv.conf)")
+    backend_dns_allowed: tuple[str, ...] = setting(
+        (), flag="--backend-dns-allowed", advanced=True, group="server", metavar="IP|CIDR",
+        help="open special-purpose addresses (loopback, link-local, unspecified, multicast, broadcast, "
+        "reserved) to --backend-dns answers, refused by default; repeatable; cloud metadata never")
     max_backends: int = setting(
         64, flag="--max-backends", advanced=True, group="server", ge=1, le=4096,
         help="most backends at once (static and discovered); a larger DNS answer is cut to it, logged")
@@ -299,6 +303,16 @@ class GatewaySettings(Frozen):
     def _parse_backend_dns(cls, value: Any) -> Any:
         if isinstance(value, tuple | list):
             return tuple(BackendSpec.parse(v, flag="--backend-dns") if isinstance(v, str) else v for v in value)
+        return value
+
+    @field_validator("backend_dns_allowed")
+    @classmethod
+    def _check_dns_allowed(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for item in value:
+            try:
+                ipaddress.ip_network(item, strict=False)
+            except ValueError as exc:
+                raise ValueError(f"{item!r} is not an IP address or CIDR ({exc})") from None
         return value
 
     @field_validator("backend_dns_server")

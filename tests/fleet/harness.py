@@ -157,7 +157,8 @@ def gateway_child(index: int, workdir: Path, dns_server: str, redis_url: str, en
     argv = [*MMGATE, "serve", "--port", str(port), "--backend-dns", f"vllm=http://{DNS_NAME}:{engine_port}",
             "--backend-dns-server", dns_server, "--backend-dns-interval", "0.5", "--redis-url", redis_url,
             "--redis-cluster", "--routing-sync", "--routing-sync-secret-file", str(sync_secret),
-            "--drain-timeout", "10", "--allowed-private", "127.0.0.1", *extra]
+            "--drain-timeout", "10", "--allowed-private", "127.0.0.1",
+            "--backend-dns-allowed", "127.0.0.0/8", *extra]
     return Child(f"gateway {index}", argv, f"http://127.0.0.1:{port}", workdir / f"gateway-{index}.log",
                  env={"MMGATE_TENANT_SECRET": TENANT_SECRET, "PYTHONUNBUFFERED": "1"})
 

@@ -6,6 +6,7 @@ last test runs a real gateway in front of a real (echo) backend."""
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +30,8 @@ from tests.support.gateway import gateway_settings, running_gateway
 from tests.support.http import CHAT_PATH, post
 
 NAME = "vllm.mmgate.svc.cluster.local"
+# Loopback is special-purpose: these fleets run there, so the tests open it, as an operator would.
+LOOPBACK = (ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128"))
 DNS_SPEC = BackendSpec(kind="vllm", url=f"http://{NAME}:8000")
 
 
@@ -64,7 +67,8 @@ async def test_a_dns_name_becomes_one_backend_per_record_and_follows_changes() -
     with loopback_dns() as (records, server):
         records.set(NAME, ["127.0.0.3", "127.0.0.2", "::1"])
         registry = CollectorRegistry()
-        discovery = BackendDiscovery([], [DNS_SPEC], make, resolver=DnsResolver(server), registry=registry)
+        discovery = BackendDiscovery([], [DNS_SPEC], make, resolver=DnsResolver(server), registry=registry,
+                                     allowed=LOOPBACK)
         applied: list[list[str]] = []
         discovery.on_change(lambda backends: applied.append([b.name for b in backends]))
         first = await discovery.resolve()
@@ -83,7 +87,7 @@ async def test_resolution_failure_keeps_the_last_known_set_and_counts(fault: str
         records.set(NAME, ["127.0.0.2", "127.0.0.3"])
         registry = CollectorRegistry()
         discovery = BackendDiscovery([], [DNS_SPEC], make, resolver=DnsResolver(server, timeout_s=1.0),
-                                     registry=registry)
+                                     registry=registry, allowed=LOOPBACK)
         known = await discovery.resolve()
         if fault == "servfail":
             records.failing = True
@@ -117,7 +121,7 @@ def test_backend_dns_settings_are_checked_naming_the_flag() -> None:
 async def test_start_up_waits_for_a_first_answer_then_fails_naming_the_reason() -> None:
     with loopback_dns() as (records, server):
         discovery = BackendDiscovery([], [DNS_SPEC], make, resolver=DnsResolver(server, timeout_s=0.5),
-                                     registry=CollectorRegistry())
+                                     registry=CollectorRegistry(), allowed=LOOPBACK)
         with pytest.raises(DiscoveryError, match=r"no backend found in 0\.5 s"):
             await first_backends(discovery, timeout_s=0.5)
         records.set(NAME, ["127.0.0.2"])
@@ -133,7 +137,7 @@ async def test_a_discovered_backend_gets_the_key_given_for_its_dns_url(tmp_path:
         with loopback_dns() as (records, server):
             records.set("echo.fleet.test", ["127.0.0.1"])
             settings = gateway_settings(backend_dns=(f"vllm={url}",), backend_dns_server=server,
-                                        backend_keys_file=str(keys))
+                                        backend_keys_file=str(keys), backend_dns_allowed=("127.0.0.1",))
             async with running_gateway(settings) as gw:
                 assert [b.name for b in gw.gateway.router.backends] == [f"127.0.0.1:{port}"]
                 reply = await post(gw.url, {"model": "m1", "messages": [{"role": "user", "content": "hi"}]})

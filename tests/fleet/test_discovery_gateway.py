@@ -60,7 +60,7 @@ async def test_replicas_join_and_leave_through_dns_moving_only_their_sessions(en
     with loopback_dns() as (records, server):
         records.set(NAME, ADDRESSES[:2])
         settings = gateway_settings(backend_dns=(f"vllm=http://{NAME}:{port}",), backend_dns_server=server,
-                                    backend_dns_interval_s=0.2)
+                                    backend_dns_interval_s=0.2, backend_dns_allowed=("127.0.0.0/8",))
         async with running_gateway(settings) as gw:
             a, b, c = (f"{address}:{port}" for address in ADDRESSES)
             await until_serving(gw.gateway, {a, b})

@@ -10,17 +10,28 @@ health, loads and holdings stay); the set is handed to ``apply`` (``Router.set_b
 when it changed, and from then on the router owns the backends: it closes one that left once its
 requests in flight have ended.
 
-Fail static: a name that does not resolve, or resolves to nothing, keeps its last known addresses
-(logged and counted in ``mmgate_backend_discovery_failures_total``); the set is never emptied by
-DNS. It is bounded: at most ``max_backends`` backends, the rest of an answer left out and logged.
+Only what an operator allowed: special-purpose addresses in an answer (loopback, link-local,
+metadata …) are refused unless ``--backend-dns-allowed`` opens them (``dns_admission``), logged.
+
+Fail static: a name that does not resolve, or resolves to nothing allowed, keeps its last known
+addresses (logged and counted in ``mmgate_backend_discovery_failures_total``); the set is never
+emptied by DNS. It is bounded: at most ``max_backends`` backends; an answer larger than that keeps
+the members already serving and adds new ones up to the bound, the rest left out and logged (a
+flood of records cannot push the real replicas out).
+
+A change never fails a request: when members leave while others join, the joiners first serve
+beside the leavers until the router has asked them for their models (``settle``), and only then do
+the leavers go (the router drains them: their requests in flight finish). A flapping answer
+moves requests, never to a backend that cannot take them yet.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -31,7 +42,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from mmgate._settings import ConfigError
 from mmgate.backends.base import Backend, BackendKind
+from mmgate.backends.dns_admission import admitted
 from mmgate.config import BackendSpec, dns_server_address
+from mmgate.media.addresses import IPNetwork
 from mmgate.serving import STOP_WAIT_S, stop_tasks
 
 log = logging.getLogger(__name__)
@@ -39,6 +52,8 @@ log = logging.getLogger(__name__)
 # Seconds one resolution (A and AAAA together, retries included) may take.
 RESOLVE_TIMEOUT_S = 3.0
 RECORD_TYPES = ("A", "AAAA")
+# Longest wait for the router to learn the models of backends that join while others leave.
+SETTLE_TIMEOUT_S = 10.0
 
 @dataclass(frozen=True, slots=True)
 class Wanted:
@@ -121,12 +136,14 @@ def discovered(spec: BackendSpec, address: str) -> Wanted:
 
 def wanted_backends(
     static: Sequence[BackendSpec], dns_specs: Sequence[BackendSpec], answers: Sequence[Sequence[str]],
-    max_backends: int,
+    max_backends: int, members: Collection[str] = (),
 ) -> tuple[list[Wanted], int]:
     """The set to hold: the static backends (named ``KIND-i`` by position unless named), then each
     DNS spec's addresses (``answers[i]`` for ``dns_specs[i]``); a URL already held is not added
-    twice. Returns the set, cut to ``max_backends``, and how many were left out."""
+    twice. Past ``max_backends``, discovered backends named in ``members`` (the set now serving)
+    are kept before new ones. Returns the set and how many were left out."""
     wanted: list[Wanted] = []
+    found: list[Wanted] = []
     urls: set[str] = set()
     for i, spec in enumerate(static):
         if spec.url not in urls:
@@ -137,8 +154,15 @@ def wanted_backends(
             backend = discovered(spec, address)
             if backend.url not in urls:
                 urls.add(backend.url)
-                wanted.append(backend)
-    return wanted[:max_backends], max(0, len(wanted) - max_backends)
+                found.append(backend)
+    room = max(0, max_backends - len(wanted))
+    if len(found) > room:
+        kept = {w.name for w in found if w.name in members}
+        chosen = {w.name for w in [*(w for w in found if w.name in kept), *(w for w in found if w.name not in kept)
+                                   ][:room]}
+        found = [w for w in found if w.name in chosen]  # in the answer's order, as every gateway has it
+    wanted += found
+    return wanted[:max_backends], max(0, len(urls) - max_backends)
 
 
 class BackendDiscovery:
@@ -152,7 +176,7 @@ class BackendDiscovery:
     def __init__(
         self, static: Sequence[BackendSpec], dns_specs: Sequence[BackendSpec], make_backend: MakeBackend, *,
         resolver: DnsResolver | None = None, interval_s: float = 10.0, max_backends: int = 64,
-        registry: CollectorRegistry | None = None,
+        allowed: Sequence[IPNetwork] = (), registry: CollectorRegistry | None = None,
     ) -> None:
         self._static = tuple(static)
         self._dns = tuple(dns_specs)
@@ -160,9 +184,12 @@ class BackendDiscovery:
         self._resolver = resolver if resolver is not None or not dns_specs else DnsResolver()
         self._interval_s = interval_s
         self._max = max_backends
+        self._allowed = tuple(allowed)
         self._known: dict[BackendSpec, list[str]] = {}  # each name's last good answer
+        self._refused: dict[BackendSpec, set[str]] = {}  # what each name's answers held and were refused
         self.backends: list[Backend] = []
         self._apply: Callable[[list[Backend]], object] | None = None
+        self._settle: Callable[[], Awaitable[None]] | None = None
         self._task: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
         self.failures = Counter("mmgate_backend_discovery_failures_total",
@@ -178,7 +205,7 @@ class BackendDiscovery:
         ``apply`` when it changed. Returns the set."""
         async with self._lock:
             answers = await asyncio.gather(*(self._answer(spec) for spec in self._dns))
-            return self._update(answers)
+            return await self._update(answers)
 
     async def set_static(
         self, static: Sequence[BackendSpec], make_backend: MakeBackend | None = None, *, rebuild: bool = False,
@@ -190,17 +217,21 @@ class BackendDiscovery:
             self._static = tuple(static)
             if make_backend is not None:
                 self._make = make_backend
-            return self._update([self._known.get(spec, []) for spec in self._dns], rebuild=rebuild)
+            return await self._update([self._known.get(spec, []) for spec in self._dns], rebuild=rebuild)
 
-    def on_change(self, apply: Callable[[list[Backend]], object]) -> None:
-        """Call ``apply(backends)`` with each changed set from now on (``Router.set_backends``)."""
+    def on_change(self, apply: Callable[[list[Backend]], object],
+                  settle: Callable[[], Awaitable[None]] | None = None) -> None:
+        """Call ``apply(backends)`` with each changed set from now on (``Router.set_backends``);
+        ``settle()`` (``Router.refresh_models``) returns once the backends applied know their
+        models: awaited before members that leave go, when others join."""
         self._apply = apply
+        self._settle = settle
 
     async def _answer(self, spec: BackendSpec) -> list[str]:
         host = urlsplit(spec.url).hostname or ""
         assert self._resolver is not None
         try:
-            addresses = await self._resolver.addresses(host)
+            addresses = self._admitted(spec, await self._resolver.addresses(host))
         except DiscoveryError as exc:
             # Fail static: DNS trouble (or a Service with no ready pod) never empties the fleet;
             # health probes eject the replicas that are really gone.
@@ -211,8 +242,21 @@ class BackendDiscovery:
         self._known[spec] = addresses
         return addresses
 
-    def _update(self, answers: Sequence[Sequence[str]], *, rebuild: bool = False) -> list[Backend]:
-        wanted, left_out = wanted_backends(self._static, self._dns, answers, self._max)
+    def _admitted(self, spec: BackendSpec, addresses: list[str]) -> list[str]:
+        kept, refused = admitted(addresses, self._allowed)
+        if set(refused) != self._refused.get(spec, set()):
+            self._refused[spec] = set(refused)
+            if refused:
+                shown = ", ".join(f"{a} ({why})" for a, why in list(refused.items())[:8])
+                log.warning("backend discovery: %s names %d special-purpose address(es), refused (open one with "
+                            "--backend-dns-allowed if intended): %s", spec.url, len(refused), shown)
+        if not kept:
+            raise DiscoveryError(f"{spec.url} names no address a backend may have")
+        return kept
+
+    async def _update(self, answers: Sequence[Sequence[str]], *, rebuild: bool = False) -> list[Backend]:
+        wanted, left_out = wanted_backends(self._static, self._dns, answers, self._max,
+                                           members={b.name for b in self.backends})
         if left_out:
             self.left_out.inc(left_out)
             log.warning("backend discovery: %d backend(s) past --max-backends=%d left out", left_out, self._max)
@@ -226,6 +270,16 @@ class BackendDiscovery:
         gone = [b for b in self.backends if id(b) not in kept]
         names = {b.name for b in self.backends}
         joined = [b.name for b in backends if b.name not in names]
+        staying = {w.name for w in wanted}
+        leaving = [b for b in self.backends if b.name not in staying]
+        if self._apply is not None and self._settle is not None and joined and leaving:
+            # The joiners serve beside the leavers until their models are known: no request meets
+            # a set that cannot serve its model. Bounded: a joiner that does not answer is no reason
+            # to keep a leaver.
+            self._apply([*backends, *leaving])
+            self.backends = [*backends, *leaving]
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._settle(), SETTLE_TIMEOUT_S)
         if self._apply is not None:
             self._apply(backends)  # first: a set the router refuses is not taken either
         self.backends = backends

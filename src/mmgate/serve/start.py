@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -124,7 +125,7 @@ async def start_gateway(
             specs, settings.backend_dns, backend_factory(settings, backend_keys),
             resolver=DnsResolver(settings.backend_dns_server) if settings.backend_dns else None,
             interval_s=settings.backend_dns_interval_s, max_backends=settings.max_backends,
-            registry=registry)
+            allowed=[ipaddress.ip_network(a, strict=False) for a in settings.backend_dns_allowed], registry=registry)
         cleanups.insert(0, discovery.close)
         try:
             backends = await first_backends(discovery, timeout_s=DISCOVERY_START_S)
@@ -133,7 +134,7 @@ async def start_gateway(
         metrics = GatewayMetrics(registry)
         loader = MediaLoader(settings.media, settings.cache, registry=registry, shared=shared)
         router = build_router(backends, settings, metrics=metrics)
-        discovery.on_change(router.set_backends)
+        discovery.on_change(router.set_backends, settle=router.refresh_models)
         store = UUIDStore(settings.uuid_store_bytes, settings.uuid_ttl_s, shared)
         if tenants is not None and shared is not None and not settings.tenant_secret:
             log.warning("tenants and a shared Redis without --tenant-secret: this gateway's uuid keys "
