@@ -1,12 +1,13 @@
-"""Tenant-namespaced uuids against real vLLM: two tenants choosing the same uuid never share an
-image in vLLM's processor cache, and vLLM never sees a client's uuid verbatim."""
+"""Tenants against real vLLM: two tenants choosing the same uuid never share an image in vLLM's
+processor cache, vLLM never sees a client's uuid verbatim, and a stored response is its tenant's."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from tests.support.agents import call
 from tests.support.recorder import recording_proxy
-from tests.support.vllm import VllmReplica, running_gateway_process
+from tests.support.vllm import SERVED_MODEL, VllmReplica, running_gateway_process
 from tests.vllm.conftest import GATEWAY_FLAGS
 from tests.vllm.helpers import body, chat, fresh_jpeg, image
 
@@ -42,3 +43,20 @@ async def test_same_uuid_two_tenants_two_cache_entries(vllm_replicas: list[VllmR
     assert key_a != key_b
     assert sent_keys[2:] == [key_b, key_a]
     assert rec.image_parts(1) == [{"type": "image_url", "image_url": None, "uuid": key_b}]
+
+
+async def test_a_stored_response_is_its_tenants(vllm_replicas: list[VllmReplica], tmp_path: Path) -> None:
+    """vLLM names a response by the request_id the gateway mints for its tenant: the owner reaches it,
+    another tenant gets the unknown-id 404 (the replicas store responses: VLLM_ENABLE_RESPONSES_API_STORE)."""
+    keys = tmp_path / "keys.txt"
+    keys.write_text("key-a tenant-a\nkey-b tenant-b\n")
+    a, b = {"Authorization": "Bearer key-a"}, {"Authorization": "Bearer key-b"}
+    with running_gateway_process([r.url for r in vllm_replicas], tmp_path / "gw.log", "--api-keys-file", str(keys),
+                                 *GATEWAY_FLAGS) as gw:
+        made = await call(gw.url, "/v1/responses", {"model": SERVED_MODEL, "input": "Hi", "max_output_tokens": 4,
+                                                    "store": True}, headers=a)
+        assert made.status == 200 and len(made.json["id"]) == 69, made.json  # resp_ + nonce + MAC
+        mine = await call(gw.url, f"/v1/responses/{made.json['id']}", method="GET", headers=a)
+        assert mine.status == 200 and mine.json["id"] == made.json["id"]
+        theirs = await call(gw.url, f"/v1/responses/{made.json['id']}", method="GET", headers=b)
+        assert theirs.status == 404 and theirs.json["error"]["code"] == "response_not_found"
