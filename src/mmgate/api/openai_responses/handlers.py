@@ -78,7 +78,7 @@ class ResponsesService:
                         "'request_id' is not accepted with API keys: the gateway names each response for its "
                         "tenant (vLLM names a response by its request_id)", param="request_id")
                 body["request_id"] = mint_response_id(tag)
-            for i, url in parsed.tool_urls:  # vLLM connects to an mcp tool's server: the URL policy first
+            for i, url in parsed.tool_urls:  # a URL a backend may connect to: the URL policy first
                 body["tools"][i]["server_url"] = await gateway.loader.check_passthrough(
                     url, param=f"tools[{i}].server_url", kind="mcp server_url")
             pin = None

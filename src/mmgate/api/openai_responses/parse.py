@@ -18,8 +18,9 @@ forwards a URL or an id it has not checked):
   it unpoliced, and the Responses API's image part is ``input_image``;
 * a message item without a ``role``: the gateway could not tell which parts vLLM renders.
 
-An ``mcp`` tool's ``server_url`` (vLLM connects to it) is returned in ``tool_urls`` for the URL
-policy; any other type there is a 400 naming it.
+An ``mcp`` tool's ``server_url`` is returned in ``tool_urls`` for the URL policy (a string, else a
+400 naming it): vLLM 0.32 connects only to its own ``--tool-server`` by ``server_label``, but a
+backend that honours the URL would connect wherever a client points it.
 
 Pure logic: no I/O.
 """
@@ -82,7 +83,7 @@ def parse_responses_body(
 
 
 def _mcp_urls(tools: Any) -> list[tuple[int, str]]:
-    """The ``server_url`` of every ``mcp`` tool (the backend connects to it), 400 when not a string."""
+    """The ``server_url`` of every ``mcp`` tool (a URL a backend may connect to), 400 when not a string."""
     urls: list[tuple[int, str]] = []
     if not isinstance(tools, list):
         return urls
