@@ -232,7 +232,8 @@ class GatewaySettings(Frozen):
         300.0, flag="--backend-read-timeout", group="server", gt=0,
         help="longest backend silence (to headers, and between stream chunks) in seconds (504 past it)")
     backend_max_connections: int = setting(1024, flag="--backend-max-connections", group="server", ge=1,
-                                           help="connection pool size per backend")
+                                           help="connection pool size per backend; with API keys one tenant's "
+                                           "requests hold at most half of it (429 past that)")
     # Below vLLM's own keep-alive (uvicorn's, VLLM_HTTP_TIMEOUT_KEEP_ALIVE, 5 s): a pooled connection
     # the backend is closing must never be the one a request is written on (a reset: 502).
     backend_keepalive_s: float = setting(

@@ -23,7 +23,8 @@ never escape it.
     │   ├── UnsupportedEncodingError  415: a compressed request body the gateway does not accept
     │   ├── BusyError                 429: the decode queue is full (Retry-After)
     │   │   ├── TenantLimitError      429: the tenant's requests in flight are at --max-tenant-requests
-    │   │   └── CacheShareError       429: the tenant's new images past its share of a backend's cache
+    │   │   ├── CacheShareError       429: the tenant's new images past its share of a backend's cache
+    │   │   └── TenantConnectionsError 429: the tenant holds its share of a backend's connections
     │   ├── ForbiddenError            403: an operator endpoint without the admin key
     │   └── EndpointNotFoundError     404/405: a path or method the gateway does not serve
     ├── ShuttingDownError             503: the gateway stopped before the request finished
@@ -51,7 +52,7 @@ __all__ = [
     "BackendTimeoutError", "BodyTimeoutError", "BodyTooLargeError", "BusyError", "CacheError", "CacheShareError", "ConfigError",
     "EndpointNotFoundError", "ForbiddenError", "ForbiddenURLError", "ImageTooLargeError", "InvalidRequestError",
     "MediaError", "MmgateError", "ModelNotFoundError", "OriginError", "OriginTimeoutError", "RequestError",
-    "ResponseNotFoundError", "ShuttingDownError", "TenantLimitError", "UnknownUUIDError", "UnsupportedEncodingError",
+    "ResponseNotFoundError", "ShuttingDownError", "TenantConnectionsError", "TenantLimitError", "UnknownUUIDError", "UnsupportedEncodingError",
     "UnsupportedImageError", "UpstreamError",
 ]
 
@@ -175,6 +176,14 @@ class TenantLimitError(BusyError):
     """The tenant already has ``--max-tenant-requests`` requests in flight (streams included)."""
 
     code = "tenant_request_limit"
+
+
+class TenantConnectionsError(BusyError):
+    """The tenant's requests already hold its share of a backend's connections (half of
+    ``--backend-max-connections``, ``mmgate.backends.tenant_share``): the rest stays for the other
+    tenants, so one that never reads its streams cannot make them wait."""
+
+    code = "tenant_backend_connections"
 
 
 class CacheShareError(BusyError):

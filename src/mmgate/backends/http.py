@@ -19,6 +19,7 @@ from multidict import CIMultiDict
 
 from mmgate.backends.base import CHAT_PATH, BackendKind, BackendReply, error_message
 from mmgate.backends.lean import LeanClient
+from mmgate.backends.tenant_share import ConnectionShares, holding
 from mmgate.errors import (
     BackendBusyError,
     BackendConnectError,
@@ -26,7 +27,7 @@ from mmgate.errors import (
     BackendStatusError,
     BackendTimeoutError,
 )
-from mmgate.observe import backend_headers
+from mmgate.observe import backend_headers, request_tenant
 
 log = logging.getLogger(__name__)
 _PROBE_CONNECTIONS = 4
@@ -60,6 +61,7 @@ class HTTPBackend:
         self._auth: dict[str, str] = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._headers = {**_JSON_HEADERS, **self._auth}
         self._max_connections = max_connections
+        self.shares = ConnectionShares(name, max_connections)  # each tenant's connections (tenant_share)
         self._keepalive_s = keepalive_s
         self._session: aiohttp.ClientSession | None = None
         # Requests that hold (or wait for) a pool connection: past the pool's size, a connect
@@ -102,8 +104,18 @@ class HTTPBackend:
         log.warning("backend %s (%s) failed %s: %s", self.name, self.url, doing, exc or type(exc).__name__)
 
     async def chat(self, body: bytes, *, stream: bool, path: str = CHAT_PATH) -> BackendReply:
-        if self._lean is not None:
-            return await self._lean.chat(body, backend_headers(), stream=stream, path=path)
+        give_back = self.shares.take(request_tenant())  # 429 at the tenant's share of the connections
+        try:
+            if self._lean is not None:
+                reply = await self._lean.chat(body, backend_headers(), stream=stream, path=path)
+            else:
+                reply = await self._chat(body, stream=stream, path=path)
+        except BaseException:
+            give_back()
+            raise
+        return holding(reply, give_back)
+
+    async def _chat(self, body: bytes, *, stream: bool, path: str) -> BackendReply:
         data: bytes | AsyncIterator[memoryview] = body
         headers = self._headers
         if len(body) > _PIECE_BYTES:
@@ -125,8 +137,19 @@ class HTTPBackend:
             sent.update(observed)
         if self._auth:
             sent.update(self._auth)  # replaces a client's Authorization the caller chose to pass
-        if self._lean is not None:
-            return await self._lean.request(method, path, sent.items(), body, stream=stream)
+        give_back = self.shares.take(request_tenant())
+        try:
+            if self._lean is not None:
+                reply = await self._lean.request(method, path, sent.items(), body, stream=stream)
+            else:
+                reply = await self._request(method, path, body, sent, stream=stream)
+        except BaseException:
+            give_back()
+            raise
+        return holding(reply, give_back)
+
+    async def _request(self, method: str, path: str, body: bytes | AsyncIterable[bytes] | None,
+                       sent: CIMultiDict[str], *, stream: bool) -> BackendReply:
         data: bytes | AsyncIterable[bytes] | AsyncIterator[memoryview] | None = body
         if isinstance(body, bytes) and len(body) > _PIECE_BYTES:
             data = _pieces(body)

@@ -112,6 +112,13 @@ def backend_headers() -> dict[str, str] | None:
     return record.backend_headers() if record is not None else None
 
 
+def request_tenant() -> str | None:
+    """The current request's tenant once it authenticated (None: no API keys, or outside a
+    request): what a backend's connections are shared by."""
+    record = _current.get()
+    return record.tenant if record is not None else None
+
+
 def note_model(model: str | None) -> None:
     """The model the current request was routed by."""
     record = _current.get()
