@@ -21,6 +21,14 @@ from tests.support.serve_process import metric_value, serve_process
 MODEL = "mmgate-sim-vl"
 
 
+def webp_url(size: int, seed: int) -> str:
+    """A flat lossless WEBP: a few dozen bytes, a full decode of every pixel (a PNG is checked by
+    its CRCs, not decoded, so it would never reach the decode lanes these tests fill)."""
+    buf = io.BytesIO()
+    Image.new("L", (size, size), seed).save(buf, "WEBP", lossless=True, method=0)
+    return "data:image/webp;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
 def png_url(size: int, seed: int) -> str:
     buf = io.BytesIO()
     Image.new("L", (size, size), seed).save(buf, "PNG", compress_level=1)
@@ -29,7 +37,7 @@ def png_url(size: int, seed: int) -> str:
 
 @pytest.fixture(scope="module")
 def giants() -> list[str]:
-    return [png_url(4000, seed) for seed in range(18)]  # 16 M pixels each, ~50 KB each
+    return [webp_url(4000, seed) for seed in range(18)]  # 16 M pixels each
 
 
 def queued(gw: Any) -> float:
@@ -84,8 +92,8 @@ async def test_a_request_is_admitted_to_the_large_lane_whole_or_not_at_all(tmp_p
     # image, its first image was admitted and decoded (and cached) for a request that failed.
     with serve_process(tmp_path, "--max-decode-queue-pixels", "100000000", "--large-image-pixels", "1000000") as gw:
         for attempt in range(5):  # request 1 must still be decoding when request 2 asks
-            first, second = png_url(4000, 2 * attempt), png_url(4000, 2 * attempt + 1)
-            giants = png_url(6300, 10 + 2 * attempt), png_url(6300, 11 + 2 * attempt)
+            first, second = webp_url(4000, 2 * attempt), webp_url(4000, 2 * attempt + 1)
+            giants = webp_url(6300, 10 + 2 * attempt), webp_url(6300, 11 + 2 * attempt)
             busy = asyncio.create_task(post(gw.url, turn(*giants)))
             # Until request 1's two decodes are in the lane (parsing its body takes a while on a
             # loaded machine), then at once: the window ends when its first decode does.

@@ -14,6 +14,8 @@ Validation runs in two steps: a header probe (format, size: cheap, normal lane),
 decode in a worker process, in the lane the image's size picks, after the request's ``PixelBudget``
 has been charged (``mmgate.media.decode``): one request's giant images neither hold up other
 requests nor cost more than the per-request pixel limit, and a decode nobody waits for is killed.
+A PNG is not decoded (its check is its chunks' CRCs, ``mmgate.media.validate``): probe, check and
+hash run in one call in the normal lane, so an agent's new screenshot costs one trip to a thread.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from mmgate.media.metrics import MediaMetrics, Outcome
 from mmgate.media.origin import OriginFetcher
 from mmgate.media.passthrough import check_passthrough_url
 from mmgate.media.policy import UrlPolicy
-from mmgate.media.validate import ImageInfo, probe_image
+from mmgate.media.validate import ImageInfo, probe_image, validate_image
 from mmgate.store import ByteLRU, LoadedImage, SharedTier
 
 log = logging.getLogger(__name__)
@@ -247,15 +249,21 @@ class MediaLoader:
         turn, the lane its size picks) and hash it."""
         media = self._media
         try:
-            data, probed = await self._in_pool(_decode_probe, source, media.allowed_formats, media.max_image_pixels)
+            data, probed, checked = await self._in_pool(
+                _decode_probe, source, media.allowed_formats, media.max_image_pixels)
             pixels = probed.width * probed.height
             reserved = False
             if ticket is not None:
                 ticket.budget.charge(pixels)
-                reserved = await ticket.budget.admit(ticket, pixels)
+                if checked is None:  # a decode to come: admitted with the request's other decodes
+                    reserved = await ticket.budget.admit(ticket, pixels)
         finally:
             if ticket is not None:
-                ticket.stand_aside()  # failed before its admission: a no-op once it asked
+                ticket.stand_aside()  # failed before its admission, or needs none: a no-op once it asked
+        if checked is not None:
+            digest, data_url = checked
+            return LoadedImage(data=data, mime=probed.mime, width=probed.width, height=probed.height,
+                               digest=digest, _data_url=data_url)
         info = await self._lanes.decode(pixels, tenant_tag, data, media.allowed_formats, media.max_image_pixels,
                                         reserved=reserved)
         digest, data_url = await self._in_pool(_hash_encode, data, info.mime)
@@ -285,9 +293,16 @@ def _footprint(image: LoadedImage) -> int:
 
 def _decode_probe(
     source: bytes | DataURL, allowed_formats: tuple[str, ...], max_pixels: int
-) -> tuple[bytes, ImageInfo]:
+) -> tuple[bytes, ImageInfo, tuple[str, str] | None]:
+    """The image's bytes and header; for a PNG, whose whole check is its chunks' CRCs (bounded by
+    its bytes, ``mmgate.media.validate``), that check and ``_hash_encode`` too, in this one call:
+    no decode process, no lane, no second trip to the pool."""
     data = decode_payload(source) if isinstance(source, DataURL) else source
-    return data, probe_image(data, allowed_formats=allowed_formats, max_pixels=max_pixels)
+    info = probe_image(data, allowed_formats=allowed_formats, max_pixels=max_pixels)
+    if info.format != "PNG":
+        return data, info, None
+    info = validate_image(data, allowed_formats=allowed_formats, max_pixels=max_pixels)
+    return data, info, _hash_encode(data, info.mime)
 
 
 def _hash_encode(data: bytes, mime: str) -> tuple[str, str]:
