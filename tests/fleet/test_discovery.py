@@ -143,3 +143,14 @@ async def test_a_discovered_backend_gets_the_key_given_for_its_dns_url(tmp_path:
                 reply = await post(gw.url, {"model": "m1", "messages": [{"role": "user", "content": "hi"}]})
         assert reply.status == 200
         assert [s.headers.get("Authorization") for s in echo.seen if s.path_qs == CHAT_PATH] == ["Bearer backend-key-1"]
+
+
+def test_past_the_bound_the_members_serving_are_kept_before_new_ones() -> None:
+    flood = [f"10.0.0.{i}" for i in range(1, 10)]
+    serving = {"10.9.0.1:8000", "10.9.0.2:8000"}
+    wanted, left_out = wanted_backends([], [DNS_SPEC], [[*flood, "10.9.0.1", "10.9.0.2"]], max_backends=4,
+                                       members=serving)
+    assert [w.name for w in wanted] == ["10.0.0.1:8000", "10.0.0.2:8000", "10.9.0.1:8000", "10.9.0.2:8000"]
+    assert left_out == 7
+    wanted, _ = wanted_backends([], [DNS_SPEC], [[*flood, "10.9.0.1", "10.9.0.2"]], max_backends=4)
+    assert not serving & {w.name for w in wanted}  # what a gateway with no members takes: the answer's first

@@ -13,6 +13,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from mmgate._settings import ConfigError
+from mmgate.config import BackendSpec
+from mmgate.serve.secrets import read_backend_keys
 from tests.support.gateway import running_sims
 from tests.support.http import CHAT_PATH
 from tests.support.serve_process import GatewayProcess, serve_process
@@ -102,4 +105,16 @@ def test_starting_without_api_keys_warns_and_an_empty_keys_file_fails(tmp_path: 
     keys = tmp_path / "keys.txt"
     keys.write_text("# every key was cut\n")
     with pytest.raises(RuntimeError, match="holds no API key"), serve_process(tmp_path, "--api-keys-file", str(keys)):
+        pass
+
+
+def test_a_config_file_or_backend_keys_file_with_nothing_in_it_is_refused(tmp_path: Path) -> None:
+    backend_keys = tmp_path / "backend-keys"
+    backend_keys.write_text("\n# cut\n")
+    with pytest.raises(ConfigError, match=f"{backend_keys} holds no backend key"):
+        read_backend_keys(str(backend_keys), [BackendSpec(kind="vllm", url="http://10.0.0.1:8000")])
+    config = tmp_path / "mmgate.toml"
+    config.write_text("# every setting was cut\n")
+    with pytest.raises(RuntimeError, match=f"{config} holds no setting"), serve_process(tmp_path, "--config",
+                                                                                         str(config)):
         pass

@@ -157,9 +157,8 @@ def wanted_backends(
                 found.append(backend)
     room = max(0, max_backends - len(wanted))
     if len(found) > room:
-        kept = {w.name for w in found if w.name in members}
-        chosen = {w.name for w in [*(w for w in found if w.name in kept), *(w for w in found if w.name not in kept)
-                                   ][:room]}
+        serving = [w for w in found if w.name in members]
+        chosen = {w.name for w in [*serving, *(w for w in found if w.name not in members)][:room]}
         found = [w for w in found if w.name in chosen]  # in the answer's order, as every gateway has it
     wanted += found
     return wanted[:max_backends], max(0, len(urls) - max_backends)
