@@ -102,7 +102,7 @@ class Meters:
         engine = descendants(self.vllm_pid)
         return {"vllm_api": cpu_seconds(self.vllm_pid), "vllm_engine": tree_cpu(engine),
                 "gateway": tree_cpu([self.gateway_pid, *descendants(self.gateway_pid)]),
-                "client": tree_cpu([os.getpid(), *descendants(os.getpid())]), "machine": machine_busy_s()}
+                "client": cpu_seconds(os.getpid()), "machine": machine_busy_s()}
 
 
 async def agent(http: aiohttp.ClientSession, url: str, api: str, mode: str, shots: list[str], name: str,
