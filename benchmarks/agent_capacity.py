@@ -12,8 +12,11 @@ screenshots, one new (``_agent_turns``), streamed, ``--max-tokens`` output token
 * ``mmgate-strip``  the stripping client → ``mmgate serve`` → vLLM
 
 Per cell (API, C, mode): full-window turns/s (turns before the window fills are not counted),
-TTFT p50/p90, errors, and CPU seconds per turn of vLLM's API server, its engine (the API server's
-child processes) and the gateway (its process tree: front door, decode workers), read from /proc.
+TTFT p50/p90, errors, CPU seconds per turn of vLLM's API server, its engine (the API server's
+child processes) and the gateway (its process tree: front door, decode workers), read from /proc,
+and vLLM's processor-cache misses per turn (queries less hits: 1.00 is one new screenshot a turn
+processed, the rest found in its cache; a direct client's repeats hit too, but only after vLLM
+decoded and hashed their pixels to find them: that work shows in the API server's CPU).
 Each round runs every mode on fresh screenshots (made before the timed loop), the order of the
 modes reversed every other round; beside each run: the 1-minute load and the CPU seconds spent by
 processes other than vLLM, the gateway and this client (a run beside other work is worthless:
@@ -47,7 +50,7 @@ import aiohttp
 import orjson
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parent.parent)]
-from tests.support.vllm import SERVED_MODEL, GatewayProcess, VllmReplica, VllmSetup  # noqa: E402
+from tests.support.vllm import SERVED_MODEL, GatewayProcess, VllmReplica, VllmSetup, cache_counters  # noqa: E402
 
 from _agent_turns import FIRST_OUTPUT, PATHS, screenshots, turn_body  # noqa: E402
 from _procs import ROOT, cpu_seconds  # noqa: E402
@@ -95,8 +98,8 @@ def machine_busy_s() -> float:
 class Meters:
     """CPU of vLLM's API server, its engine processes, the gateway's process tree and this client."""
 
-    def __init__(self, vllm_pid: int, gateway_pid: int) -> None:
-        self.vllm_pid, self.gateway_pid = vllm_pid, gateway_pid
+    def __init__(self, vllm_pid: int, gateway_pid: int, vllm_url: str) -> None:
+        self.vllm_pid, self.gateway_pid, self.vllm_url = vllm_pid, gateway_pid, vllm_url
 
     def read(self) -> dict[str, float]:
         engine = descendants(self.vllm_pid)
@@ -106,7 +109,7 @@ class Meters:
 
 
 async def agent(http: aiohttp.ClientSession, url: str, api: str, mode: str, shots: list[str], name: str,
-                deadline: float, args: argparse.Namespace, out: dict[str, list[float]]) -> None:
+                deadline: float, args: argparse.Namespace, out: dict[str, Any]) -> None:
     """One agent's session: a turn per new screenshot until the deadline or its screenshots run out."""
     sent: set[str] | None = set() if mode.endswith("strip") else None
     marker = FIRST_OUTPUT[api]
@@ -131,6 +134,7 @@ async def agent(http: aiohttp.ClientSession, url: str, api: str, mode: str, shot
                     if marker in seen:
                         ttft = time.perf_counter() - started
         done = time.perf_counter()
+        out["all_turns"] += 1
         if t >= args.window - 1:  # a full window: the turns that are counted
             out["ttft_ms"].append(1000 * (ttft if ttft is not None else done - started))
             out["turn_ends"].append(time.monotonic())
@@ -138,9 +142,10 @@ async def agent(http: aiohttp.ClientSession, url: str, api: str, mode: str, shot
 
 async def drive(url: str, api: str, mode: str, concurrency: int, shots: list[list[str]], run_id: str,
                 args: argparse.Namespace, meters: Meters) -> dict[str, Any]:
-    out: dict[str, list[float]] = {"ttft_ms": [], "turn_ends": [], "errors": []}
+    out: dict[str, Any] = {"ttft_ms": [], "turn_ends": [], "errors": [], "all_turns": 0}
     connector = aiohttp.TCPConnector(limit=concurrency)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=120)) as http:
+        queries0, hits0 = cache_counters(meters.vllm_url)
         before = meters.read()
         load = os.getloadavg()[0]
         started = time.monotonic()
@@ -149,12 +154,16 @@ async def drive(url: str, api: str, mode: str, concurrency: int, shots: list[lis
                                for a in range(concurrency)))
         elapsed = time.monotonic() - started
         after = meters.read()
+        queries1, hits1 = cache_counters(meters.vllm_url)
     cpu = {k: after[k] - before[k] for k in before}
     others = cpu["machine"] - cpu["vllm_api"] - cpu["vllm_engine"] - cpu["gateway"] - cpu["client"]
     turns = len(out["turn_ends"])
     return {"api": api, "mode": mode, "concurrency": concurrency, "turns": turns, "elapsed_s": elapsed,
             "turns_per_s": turns / elapsed, "ttft_ms": out["ttft_ms"], "errors": len(out["errors"]),
             "cpu_per_turn_ms": {k: 1000 * v / max(turns, 1) for k, v in cpu.items() if k != "machine"},
+            # vLLM's processor-cache misses (queries less hits) per turn of any kind: one new
+            # screenshot a turn is the floor.
+            "images_processed_per_turn": ((queries1 - queries0) - (hits1 - hits0)) / max(out["all_turns"], 1),
             "load_1m": load, "others_cpu_s": others}
 
 
@@ -164,7 +173,7 @@ def modes_for(api: str, wanted: list[str]) -> list[str]:
 
 def measure(vllm: VllmReplica, gateway: GatewayProcess, args: argparse.Namespace) -> list[dict[str, Any]]:
     assert vllm.proc is not None and gateway.proc is not None
-    meters = Meters(vllm.proc.pid, gateway.proc.pid)
+    meters = Meters(vllm.proc.pid, gateway.proc.pid, vllm.url)
     runs: list[dict[str, Any]] = []
     expected: dict[tuple[str, int, str], float] = {}
     for n in range(args.rounds):
@@ -188,7 +197,7 @@ def measure(vllm: VllmReplica, gateway: GatewayProcess, args: argparse.Namespace
                     print(f"round {n} {api:9} c={concurrency} {mode:12} {run['turns_per_s']:6.2f} turns/s  ttft p50 "
                           f"{pct(run['ttft_ms'], 50):6.1f} p90 {pct(run['ttft_ms'], 90):6.1f} ms  err {run['errors']}  "
                           f"cpu ms/turn api {c['vllm_api']:5.1f} engine {c['vllm_engine']:5.1f} gw {c['gateway']:5.1f} "
-                          f"client {c['client']:5.1f}  load {run['load_1m']:.2f} others {run['others_cpu_s']:.1f} s",
+                          f"client {c['client']:5.1f}  misses {run['images_processed_per_turn']:.2f}/turn  load {run['load_1m']:.2f} others {run['others_cpu_s']:.1f} s",
                           flush=True)
     return runs
 
@@ -205,11 +214,13 @@ def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         row["ttft"] += run["ttft_ms"]
         row["errors"] += run["errors"]
         row["cpu"].append(run["cpu_per_turn_ms"])
+        row.setdefault("processed", []).append(run["images_processed_per_turn"])
     for row in rows.values():
         row["turns_per_s"] = statistics.median(row["rates"])
         row["ttft_p50_ms"], row["ttft_p90_ms"] = pct(row["ttft"], 50), pct(row["ttft"], 90)
         row["cpu_ms"] = {k: statistics.median(c[k] for c in row["cpu"]) for k in row["cpu"][0]}
-        del row["ttft"], row["cpu"]
+        row["images_processed_per_turn"] = statistics.median(row["processed"])
+        del row["ttft"], row["cpu"], row["processed"]
     for (api, concurrency, _), row in rows.items():
         for ref in ("strip", "direct"):
             base = rows.get((api, concurrency, ref))
@@ -238,6 +249,7 @@ COLUMNS = [
     Column("api ms", 8, lambda r: f"{r['cpu_ms']['vllm_api']:.1f}"),
     Column("engine", 8, lambda r: f"{r['cpu_ms']['vllm_engine']:.1f}"),
     Column("gw ms", 7, lambda r: f"{r['cpu_ms']['gateway']:.1f}"),
+    Column("miss/turn", 11, lambda r: f"{r['images_processed_per_turn']:.2f}"),
 ]
 
 
@@ -280,7 +292,7 @@ def main() -> int:
     rows = summarise(runs)
     print_table(COLUMNS, rows)
     print("CPU columns: ms of CPU per counted turn (median of rounds): vLLM's API server, its engine "
-          "processes, the gateway's process tree")
+          "processes, the gateway's process tree; miss/turn: vLLM processor-cache misses per turn")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "runs": runs,
