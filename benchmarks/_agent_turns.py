@@ -30,22 +30,38 @@ FIRST_OUTPUT = {"chat": b"data: {", "responses": b"output_text.delta", "messages
 PATHS = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "messages": "/v1/messages"}
 
 
+_TILES: list[Image.Image] = []  # windows of text, drawn once per process (drawing text is slow)
+
+
+def _window(rng: random.Random) -> Image.Image:
+    w, h = rng.randrange(250, 700), rng.randrange(150, 500)
+    tile = Image.new("RGB", (w, h), tuple(rng.randrange(180, 256) for _ in range(3)))
+    draw = ImageDraw.Draw(tile)
+    draw.rectangle((0, 0, w - 1, h - 1), outline=(90, 90, 90))
+    draw.rectangle((0, 0, w - 1, 22), fill=tuple(rng.randrange(60, 160) for _ in range(3)))
+    for line in range(30, h - 12, 14):
+        words = " ".join("".join(rng.choice(_LETTERS) for _ in range(rng.randrange(2, 9)))
+                         for _ in range(rng.randrange(3, 12)))
+        draw.text((8, line), words, fill=(20, 20, 20))
+    return tile
+
+
 def screenshot(seed: int) -> bytes:
-    """One desktop screenshot as PNG bytes, different in its pixels for every seed."""
+    """One desktop screenshot as PNG bytes, different in its pixels for every seed: windows of text
+    (from a set drawn once) at places the seed picks, a title bar naming the step."""
+    if not _TILES:
+        tiles = random.Random(7)
+        _TILES.extend(_window(tiles) for _ in range(12))
     rng = random.Random(seed)
     img = Image.new("RGB", (WIDTH, HEIGHT), (rng.randrange(200, 256),) * 3)
+    for _ in range(7):
+        tile = rng.choice(_TILES)
+        img.paste(tile, (rng.randrange(0, WIDTH - 200), rng.randrange(30, HEIGHT - 120)))
     draw = ImageDraw.Draw(img)
     draw.rectangle((0, 0, WIDTH, 28), fill=(40, 44, 52))
     draw.text((8, 8), f"step {seed}", fill=(230, 230, 230))
-    for _ in range(5):
-        x0, y0 = rng.randrange(0, WIDTH - 300), rng.randrange(30, HEIGHT - 200)
-        x1, y1 = x0 + rng.randrange(250, 700), y0 + rng.randrange(150, 500)
-        draw.rectangle((x0, y0, x1, y1), fill=tuple(rng.randrange(180, 256) for _ in range(3)), outline=(90, 90, 90))
-        draw.rectangle((x0, y0, x1, y0 + 22), fill=tuple(rng.randrange(60, 160) for _ in range(3)))
-        for line in range(y0 + 30, min(y1, HEIGHT) - 12, 14):
-            words = " ".join("".join(rng.choice(_LETTERS) for _ in range(rng.randrange(2, 9)))
-                             for _ in range(rng.randrange(3, 12)))
-            draw.text((x0 + 8, line), words, fill=(20, 20, 20))
+    x = rng.randrange(0, WIDTH - 200)
+    draw.rectangle((x, 40, x + 160, 70), fill=tuple(rng.randrange(0, 256) for _ in range(3)))  # a changed widget
     out = io.BytesIO()
     img.save(out, "PNG")
     return out.getvalue()
