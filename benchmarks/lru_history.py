@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import mmgate.routing.router as router_module
 from mmgate.routing import Decision, RoutedImage, RoutingPolicy
-from mmgate.routing.policy import by_score
+from mmgate.routing.scheduling.policy import by_score
 
 REASON = "image_history"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from mmgate.routing.balance import p2c_rank
+from mmgate.routing.scheduling.balance import p2c_rank
 
 
 def p2c_pick(loads: list[int], rng: random.Random) -> int:

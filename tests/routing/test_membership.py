@@ -16,8 +16,8 @@ from prometheus_client import CollectorRegistry
 from mmgate.backends.http import HTTPBackend
 from mmgate.config import GatewaySettings
 from mmgate.metrics import GatewayMetrics
-from mmgate.routing.peers import Routed
 from mmgate.routing.router import Router
+from mmgate.routing.sync.peers import Routed
 from mmgate.routing.weights import RoutedImage
 from mmgate.sim.config import SimSettings
 from mmgate.sim.server import SimServer, start_sim

@@ -7,7 +7,7 @@ from collections import deque
 
 import pytest
 
-from mmgate.routing.peers import (
+from mmgate.routing.sync.peers import (
     MAX_EVENTS,
     MAX_KEY_CHARS,
     MAX_KEYS,

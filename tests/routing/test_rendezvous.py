@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mmgate.routing.rendezvous import rendezvous_pick, rendezvous_rank, rendezvous_score
+from mmgate.routing.scheduling.rendezvous import rendezvous_pick, rendezvous_rank, rendezvous_score
 
 NODES = ["sim-0", "sim-1", "sim-2", "sim-3", "sim-4"]
 KEYS = [f"session-{i}" for i in range(1000)]
@@ -75,6 +75,6 @@ def test_no_nodes_is_an_error() -> None:
 
 def test_one_node_ranks_first_without_hashing(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[str] = []
-    monkeypatch.setattr("mmgate.routing.rendezvous.rendezvous_score", lambda key, node: calls.append(node) or 0)
+    monkeypatch.setattr("mmgate.routing.scheduling.rendezvous.rendezvous_score", lambda key, node: calls.append(node) or 0)
     assert rendezvous_rank("k", ["only"]) == [0] and calls == []
     assert rendezvous_rank("k", ["a", "b"]) in ([0, 1], [1, 0]) and calls == ["a", "b"]

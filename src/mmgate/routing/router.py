@@ -1,5 +1,5 @@
 """The router: orders the healthy backends serving a model by the routing policy
-(``mmgate.routing.policy``), keeps each backend's health, load and the one record of what it holds
+(``mmgate.routing.scheduling.policy``), keeps each backend's health, load and the one record of what it holds
 (``mmgate.routing.holdings``), and follows the fleet as it changes (``set_backends``).
 
 Backends are grouped by the models their ``/v1/models`` lists; ``Router.models`` is the union the
@@ -10,7 +10,7 @@ and shares and applies answered requests over the routing sync (``mmgate.routing
 Load is each backend's requests in flight from this gateway (``begin``/``end``).
 Health: ``report_failure`` ejects after ``eject_after_failures`` consecutive failures; ``start()``
 probes every ``health_interval_s``, re-admits (no sooner than ``readmit_after_s``) and refreshes
-the models (``mmgate.routing.health``).
+the models (``mmgate.routing.fleet.health``).
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ from mmgate.backends import Backend
 from mmgate.config import GatewaySettings
 from mmgate.errors import MmgateError, ModelNotFoundError
 from mmgate.metrics import GatewayMetrics
-from mmgate.routing.health import BackendHealth, probe
+from mmgate.routing.fleet.health import BackendHealth, probe
+from mmgate.routing.fleet.retire import Retirements
 from mmgate.routing.holdings import BackendHoldings, processed_bytes, session_token
-from mmgate.routing.peers import Routed
-from mmgate.routing.policy import RoutingPolicy
-from mmgate.routing.retire import Retirements
-from mmgate.routing.sync import RoutingSync
+from mmgate.routing.scheduling.policy import RoutingPolicy
+from mmgate.routing.sync.channel import RoutingSync
+from mmgate.routing.sync.peers import Routed
 from mmgate.routing.weights import UNKNOWN_IMAGE_TOKENS, RoutedImage
 from mmgate.serving import STOP_WAIT_S, stop_tasks
 

@@ -11,9 +11,9 @@ from mmgate.backends import Backend
 from mmgate.config import GatewaySettings
 from mmgate.errors import ConfigError
 from mmgate.metrics import GatewayMetrics
-from mmgate.routing.admission import MIN_SECRET_CHARS
 from mmgate.routing.router import Router
-from mmgate.routing.sync import sync_client
+from mmgate.routing.sync.admission import MIN_SECRET_CHARS
+from mmgate.routing.sync.channel import sync_client
 
 SECRET_FLAG = "--routing-sync-secret-file"
 

@@ -32,9 +32,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from mmgate.config_routing import RoutingSettings
-from mmgate.routing.balance import p2c_rank
 from mmgate.routing.holdings import BackendHoldings
-from mmgate.routing.rendezvous import rendezvous_pick, rendezvous_rank
+from mmgate.routing.scheduling.balance import p2c_rank
+from mmgate.routing.scheduling.rendezvous import rendezvous_pick, rendezvous_rank
 from mmgate.routing.weights import RoutedImage
 
 __all__ = ["HELD_WEIGHT", "NEW_IMAGE_SHARE", "REASONS", "Decision", "RoutingPolicy", "affinity_scores", "by_score",

@@ -1,7 +1,7 @@
 """What a routing-sync message must pass before a gateway spends work on it. Pure.
 
 Anything that can publish on the channel could otherwise cost every gateway the full decode and
-apply of the largest message (``mmgate.routing.peers``) as often as it likes. So a message is
+apply of the largest message (``mmgate.routing.sync.peers``) as often as it likes. So a message is
 
     HMAC-SHA256(secret, rest) (32 bytes) | rest = sender id (16 ASCII hex) | number (8 bytes) | body
 
@@ -28,7 +28,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from mmgate.routing.peers import MAX_BODY_BYTES, Routed, encode
+from mmgate.routing.sync.peers import MAX_BODY_BYTES, Routed, encode
 
 MAC_BYTES = 32
 SENDER_CHARS = 16
@@ -60,7 +60,7 @@ def seal(secret: bytes, sender: str, number: int, body: bytes) -> bytes:
 
 
 def sync_message(secret: bytes, sender: str, number: int, routed: Sequence[Routed]) -> bytes:
-    """A whole signed message, as a gateway publishes it (``mmgate.routing.peers.encode``, sealed)."""
+    """A whole signed message, as a gateway publishes it (``mmgate.routing.sync.peers.encode``, sealed)."""
     return seal(secret, sender, number, encode(routed))
 
 
