@@ -16,6 +16,7 @@ from __future__ import annotations
 import io
 import multiprocessing
 import random
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
@@ -71,7 +72,7 @@ def _encoded(seed: int) -> str:
     return pybase64.b64encode_as_string(screenshot(seed))
 
 
-def screenshots(seeds: range, workers: int = 2) -> list[str]:
+def screenshots(seeds: Sequence[int], workers: int = 2) -> list[str]:
     """The base64 text of one screenshot per seed, made in ``workers`` processes."""
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
         return list(pool.map(_encoded, seeds, chunksize=8))

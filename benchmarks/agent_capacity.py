@@ -10,6 +10,7 @@ screenshots, one new (``_agent_turns``), streamed, ``--max-tokens`` output token
                     ``--uuid-and-strip``; chat and Responses: vLLM's Messages takes no uuid)
 * ``mmgate``        the unmodified client → ``mmgate serve`` (defaults) → vLLM
 * ``mmgate-strip``  the stripping client → ``mmgate serve`` → vLLM
+* ``mmgate-base``   with ``--baseline SRC``: the unmodified client → a gateway from another tree
 
 Per cell (API, C, mode): full-window turns/s (turns before the window fills are not counted),
 TTFT p50/p90, errors, CPU seconds per turn of vLLM's API server, its engine (the API server's
@@ -43,6 +44,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +59,24 @@ from _procs import ROOT, cpu_seconds  # noqa: E402
 from _table import Column, pct, print_table  # noqa: E402
 
 MODES = ("direct", "strip", "mmgate", "mmgate-strip")
-_SEEDS = itertools.count(time.time_ns() % 1_000_000_007 * 1000)
+BASELINE_MODE = "mmgate-base"  # the unmodified client through --baseline's gateway
+
+
+class BaselineGateway(GatewayProcess):
+    """``mmgate serve`` from another tree's ``src/`` (a worktree of an earlier commit)."""
+
+    name = "mmgate serve (baseline)"
+
+    def __init__(self, log_path: Path, src: Path) -> None:
+        super().__init__(log_path)
+        self.src = src
+
+    def start(self, args: Sequence[str], timeout_s: float = 30.0) -> None:
+        self._spawn([sys.executable, "-m", "mmgate", "serve", "--host", "127.0.0.1", "--port", str(self.port),
+                     *args], {"PYTHONPATH": str(self.src)})
+        self.wait_ready(time.monotonic() + timeout_s)
+# Screenshot seeds: each run takes a range no other run (nor an earlier invocation) has used.
+_SEEDS = itertools.count(time.time_ns() // 1000)
 
 
 def descendants(pid: int) -> list[int]:
@@ -96,15 +115,15 @@ def machine_busy_s() -> float:
 
 
 class Meters:
-    """CPU of vLLM's API server, its engine processes, the gateway's process tree and this client."""
+    """CPU of vLLM's API server, its engine processes, the gateways' process trees and this client."""
 
-    def __init__(self, vllm_pid: int, gateway_pid: int, vllm_url: str) -> None:
-        self.vllm_pid, self.gateway_pid, self.vllm_url = vllm_pid, gateway_pid, vllm_url
+    def __init__(self, vllm_pid: int, gateway_pids: list[int], vllm_url: str) -> None:
+        self.vllm_pid, self.gateway_pids, self.vllm_url = vllm_pid, gateway_pids, vllm_url
 
     def read(self) -> dict[str, float]:
         engine = descendants(self.vllm_pid)
         return {"vllm_api": cpu_seconds(self.vllm_pid), "vllm_engine": tree_cpu(engine),
-                "gateway": tree_cpu([self.gateway_pid, *descendants(self.gateway_pid)]),
+                "gateway": tree_cpu([p for pid in self.gateway_pids for p in (pid, *descendants(pid))]),
                 "client": cpu_seconds(os.getpid()), "machine": machine_busy_s()}
 
 
@@ -171,9 +190,12 @@ def modes_for(api: str, wanted: list[str]) -> list[str]:
     return [m for m in wanted if api != "messages" or not m.endswith("strip")]
 
 
-def measure(vllm: VllmReplica, gateway: GatewayProcess, args: argparse.Namespace) -> list[dict[str, Any]]:
-    assert vllm.proc is not None and gateway.proc is not None
-    meters = Meters(vllm.proc.pid, gateway.proc.pid, vllm.url)
+def measure(vllm: VllmReplica, gateways: dict[str, GatewayProcess], args: argparse.Namespace
+            ) -> list[dict[str, Any]]:
+    """Every round: each API's modes at each C (module docstring). ``gateways``: mode → gateway
+    (the idle one's CPU is counted too: it is the same few µs in every run)."""
+    assert vllm.proc is not None
+    meters = Meters(vllm.proc.pid, [g.proc.pid for g in gateways.values() if g.proc is not None], vllm.url)
     runs: list[dict[str, Any]] = []
     expected: dict[tuple[str, int, str], float] = {}
     for n in range(args.rounds):
@@ -183,12 +205,12 @@ def measure(vllm: VllmReplica, gateway: GatewayProcess, args: argparse.Namespace
                 for mode in modes if n % 2 == 0 else modes[::-1]:
                     rate = expected.get((api, concurrency, mode), args.expect_turns_per_s)
                     per_agent = int(rate * args.duration * 1.5 / concurrency) + args.window + 2
-                    seeds = next(_SEEDS)
-                    shots = screenshots(range(seeds, seeds + per_agent * concurrency))
+                    seeds = [next(_SEEDS) for _ in range(per_agent * concurrency)]
+                    shots = screenshots(seeds)
                     shots_by_agent = [shots[a * per_agent:(a + 1) * per_agent] for a in range(concurrency)]
-                    url = vllm.url if mode in ("direct", "strip") else gateway.url
+                    url = gateways[mode].url if mode in gateways else vllm.url
                     time.sleep(1.0)  # the screenshot workers' exit settles before the timed loop
-                    run = asyncio.run(drive(url, api, mode, concurrency, shots_by_agent, f"r{n}-{seeds}", args,
+                    run = asyncio.run(drive(url, api, mode, concurrency, shots_by_agent, f"r{n}-{seeds[0]}", args,
                                             meters))
                     run["round"] = n
                     expected[(api, concurrency, mode)] = run["turns_per_s"]
@@ -267,6 +289,9 @@ def main() -> int:
     p.add_argument("--model", type=Path, default=ROOT / "build" / "micro-qwen2vl",
                    help="model directory (default: the capped micro model, `make vllm MODEL=micro`)")
     p.add_argument("--gateway-args", default="", help="extra `mmgate serve` flags")
+    p.add_argument("--baseline", type=Path, metavar="SRC",
+                   help=f"also run mode {BASELINE_MODE!r}: the unmodified client through a gateway from SRC "
+                        "(the src/ of a worktree of an earlier commit)")
     p.add_argument("--out", type=Path)
     args = p.parse_args()
     args.apis = args.apis.split(",")
@@ -279,15 +304,19 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="agent-capacity-"))
     vllm = VllmReplica(setup, tmp / "vllm.log")
     gateway = GatewayProcess(tmp / "gateway.log")
+    gateways: dict[str, GatewayProcess] = {"mmgate": gateway, "mmgate-strip": gateway}
+    if args.baseline is not None:
+        gateways[BASELINE_MODE] = BaselineGateway(tmp / "gateway-base.log", args.baseline.resolve())
+        args.modes.append(BASELINE_MODE)
     print(f"starting vLLM ({args.model.name}) and mmgate; logs in {tmp}", file=sys.stderr, flush=True)
     vllm.start()
     try:
-        gateway.start(["--backend", f"vllm={vllm.url}", *args.gateway_args.split()])
-        try:
-            runs = measure(vllm, gateway, args)
-        finally:
-            gateway.stop()
+        for g in set(gateways.values()):
+            g.start(["--backend", f"vllm={vllm.url}", *args.gateway_args.split()])
+        runs = measure(vllm, gateways, args)
     finally:
+        for g in set(gateways.values()):
+            g.stop()
         vllm.stop()
     rows = summarise(runs)
     print_table(COLUMNS, rows)
