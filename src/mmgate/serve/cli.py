@@ -26,6 +26,7 @@ from mmgate._settings import (
     values_from_file,
 )
 from mmgate.config import GatewaySettings
+from mmgate.serve.first_backend import add_start_timeout_argument, start_timeout_s, wait_for_first_backend
 from mmgate.serving import install_uvloop, serve_forever
 from mmgate.sim import SimSettings
 
@@ -57,6 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     # default None: MMGATE_LOG_LEVEL is checked in ``run`` (argparse never checks a default).
     parser.add_argument("--log-level", default=None, choices=LOG_LEVELS,
                         help="log level (default info; env MMGATE_LOG_LEVEL)")
+    add_start_timeout_argument(parser, show=show_all)
     sim_group = parser.add_argument_group("embedded engines")
     sim_flags = add_flags(sim_group, SimSettings, prefix=SIM_PREFIX, only=SIM_FIELDS)
     parser.set_defaults(_serve_flags=flags, _sim_flags=sim_flags)
@@ -112,8 +114,18 @@ def run(args: argparse.Namespace) -> int:
     """Serve until interrupted."""
     logging.basicConfig(level=log_level(args).upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = settings_from_args(args)
+    wait_s = start_timeout_s(args)
     sim_settings = sim_settings_from_args(args) if not settings.backends else None
     install_uvloop()
+    try:
+        # Discovered backends only: alive and not ready until a name answers (mmgate.serve.first_backend).
+        if settings.backend_dns and not settings.backends and not asyncio.run(
+                wait_for_first_backend(settings, timeout_s=wait_s)):
+            return 0  # SIGINT or SIGTERM while waiting
+    except OSError as exc:
+        print(f"mmgate serve: cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}",
+              file=sys.stderr)
+        return 1
 
     async def start() -> Callable[[], Awaitable[None]]:
         from mmgate.serve.start import start_gateway
