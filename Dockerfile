@@ -1,16 +1,17 @@
 # The mmgate gateway's image: `mmgate serve`, configured by MMGATE_* variables (every flag has one,
-# see `mmgate serve --help`), as a non-root user, draining requests in flight on SIGTERM.
+# see `mmgate serve --help-all`), as a non-root user, draining requests in flight on SIGTERM.
 #
 #   docker build -t mmgate .                                   # deps from the package index
 #   tools/wheelhouse.sh && docker build --build-arg PIP_OFFLINE=1 -t mmgate .   # deps from wheels only
 #
 # BASE_IMAGE must provide python3 (3.11+) with its venv module; docs/DEPLOY.md shows a base image built
-# from Debian's packages for machines that reach no registry.
+# from Debian's packages for machines that reach no container registry.
 ARG BASE_IMAGE=python:3.11-slim
 
-# Build stage: a virtual environment holding mmgate (built from this checkout) and its runtime
-# dependencies, installed from the wheelhouse (deploy/docker/wheelhouse) and, unless PIP_OFFLINE=1,
-# the package index. Nothing of this stage but the environment reaches the image.
+# Build stage: a virtual environment holding mmgate (built from this checkout) with its runtime
+# dependencies and the otel extra (OpenTelemetry's SDK and OTLP exporter, which
+# MMGATE_OTLP_TRACES_ENDPOINT needs; loaded only when it is set), installed from the wheelhouse
+# (deploy/docker/wheelhouse) and, unless PIP_OFFLINE=1, the package index. Nothing of this stage but the environment reaches the image.
 FROM ${BASE_IMAGE} AS build
 # Marks what this stage leaves in docker's store: `docker image prune --filter label=mmgate.stage=build`.
 LABEL mmgate.stage=build
@@ -21,8 +22,9 @@ COPY pyproject.toml README.md /src/
 COPY src/ /src/src/
 RUN python3 -m venv /opt/mmgate \
  && if [ "$PIP_OFFLINE" = "1" ]; then index="--no-index"; else index=""; fi \
- && /opt/mmgate/bin/pip install --quiet $index --find-links /wheelhouse /src \
+ && /opt/mmgate/bin/pip install --quiet $index --find-links /wheelhouse "/src[otel]" \
  && /opt/mmgate/bin/pip uninstall --quiet --yes pip setuptools \
+ && /opt/mmgate/bin/python -c 'import opentelemetry.sdk.trace, opentelemetry.exporter.otlp.proto.http.trace_exporter' \
  && /opt/mmgate/bin/mmgate serve --help >/dev/null
 
 # Run stage: the base image and the environment, nothing else (no compiler, no pip, no sources).

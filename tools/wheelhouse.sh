@@ -1,6 +1,7 @@
 #!/bin/sh
-# Fill a wheelhouse with the wheels of mmgate's runtime dependencies (and setuptools, its build
-# backend), on a machine that reaches the package index, for an image built where nothing does:
+# Fill a wheelhouse with the wheels of mmgate's runtime dependencies and its otel extra (the image
+# installs both), and setuptools, its build backend, on a machine that reaches the package index, for
+# an image built where nothing does:
 #
 #   tools/wheelhouse.sh [DIR] [PYTHON]     # DIR defaults to deploy/docker/wheelhouse
 #   docker build --build-arg PIP_OFFLINE=1 .
@@ -14,6 +15,6 @@ HERE=$(cd "$(dirname "$0")/.." && pwd)
 DIR=${1:-$HERE/deploy/docker/wheelhouse}
 PY=${2:-python3}
 mkdir -p "$DIR"
-"$PY" -m pip wheel --quiet --disable-pip-version-check --wheel-dir "$DIR" "$HERE" 'setuptools>=77' 'async-timeout>=4.0.3'
+"$PY" -m pip wheel --quiet --disable-pip-version-check --wheel-dir "$DIR" "$HERE[otel]" 'setuptools>=77' 'async-timeout>=4.0.3'
 rm -f "$DIR"/mmgate-*.whl
 ls "$DIR" | grep -c '\.whl$' | xargs echo "wheels in $DIR:"

@@ -70,9 +70,11 @@ def clean_checkout(dest: Path) -> Path:
 
 def fill_wheelhouse(dest: Path, timeout: float) -> int:
     """Copy the cached wheelhouse into ``dest`` (filling the cache first when it is empty or was
-    filled for other dependencies: its stamp is pyproject.toml's hash); the wheel count."""
+    filled for other dependencies: its stamp hashes pyproject.toml and tools/wheelhouse.sh, which
+    picks the extras); the wheel count."""
     stamp = WHEEL_CACHE / "pyproject.sha256"
-    want = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    want = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()
+                          + (ROOT / "tools" / "wheelhouse.sh").read_bytes()).hexdigest()
     if not any(WHEEL_CACHE.glob("*.whl")) or not stamp.exists() or stamp.read_text() != want:
         subprocess.run([str(ROOT / "tools" / "wheelhouse.sh"), str(WHEEL_CACHE), sys.executable],
                        capture_output=True, text=True, timeout=timeout, check=True)

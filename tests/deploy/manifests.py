@@ -1,9 +1,11 @@
 """Reading the Kubernetes manifests of ``deploy/kubernetes``: the files of the base as they are, and
 each kustomization rendered by ``kubectl kustomize`` (when kubectl is on PATH), as lists of
-resources; and the few questions the tests ask of them."""
+resources — also an operator's own overlay, written beside a copy of the tree — and the few
+questions the tests ask of them."""
 
 from __future__ import annotations
 
+import base64
 import re
 import shutil
 import subprocess
@@ -15,6 +17,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 KUBE = ROOT / "deploy" / "kubernetes"
 BASE = KUBE / "base"
+COMPONENTS = KUBE / "components"
 OVERLAYS = sorted(p.parent for p in (KUBE / "overlays").glob("*/kustomization.yaml"))
 KUSTOMIZATIONS = [BASE, *OVERLAYS]
 # The Kubernetes version the manifests are checked against (kubernetes-validate's bundled schemas).
@@ -47,6 +50,41 @@ def render(kustomization: Path) -> list[Resource]:
     out = subprocess.run([exe, "kustomize", str(kustomization)], capture_output=True, text=True,
                          timeout=RENDER_TIMEOUT_S, check=True).stdout
     return [doc for doc in yaml.safe_load_all(out) if doc]
+
+
+def render_overlay(tmp: Path, kustomization: str, files: dict[str, str] | None = None) -> list[Resource]:
+    """An operator's overlay ``overlays/mine`` (its kustomization.yaml and other files) rendered
+    beside a copy of ``deploy/kubernetes`` in ``tmp`` (kustomize takes no absolute paths)."""
+    tree = tmp / "kubernetes"
+    if not tree.exists():
+        shutil.copytree(KUBE, tree)
+    mine = tree / "overlays" / "mine"
+    mine.mkdir(parents=True, exist_ok=True)
+    (mine / "kustomization.yaml").write_text(kustomization)
+    for name, text in (files or {}).items():
+        (mine / name).parent.mkdir(parents=True, exist_ok=True)
+        (mine / name).write_text(text)
+    return render(mine)
+
+
+def secret_values(secret: Resource) -> dict[str, str]:
+    """A Secret's keys and values, from ``data`` (base64, as generators write it) or ``stringData``."""
+    values = {k: base64.b64decode(v).decode() for k, v in (secret.get("data") or {}).items()}
+    values.update(secret.get("stringData") or {})
+    return values
+
+
+def named(resources: list[Resource], kind: str, prefix: str) -> Resource:
+    """The one resource of that kind whose name is ``prefix`` or ``prefix-<hash>`` (a generated one)."""
+    found = [r for r in resources if r["kind"] == kind
+             and re.fullmatch(re.escape(prefix) + r"(-[a-z0-9]{10})?", r["metadata"]["name"])]
+    assert len(found) == 1, f"expected one {kind}/{prefix}[-hash], found {len(found)}"
+    return found[0]
+
+
+def workloads(resources: list[Resource]) -> list[Resource]:
+    """Every resource with a pod template: Deployments, StatefulSets, DaemonSets, Jobs."""
+    return [r for r in resources if r["kind"] in ("Deployment", "StatefulSet", "DaemonSet", "Job")]
 
 
 def one(resources: list[Resource], kind: str, name: str) -> Resource:
