@@ -7,9 +7,8 @@ time, with a uuid as a multi-turn client would resend it, and without one: then 
 finds it by a hash of the base64 text).
 Reports p50/p99 latency of each path, the added p50/p99, and the gateway process's CPU time per
 request (from /proc, so the client's and the sim's CPU do not count). Text rows are repeated
-through ``bare_relay.py`` (aiohttp's server relaying bytes, nothing else) twice: with aiohttp's
-client (``_bare_relay``, a plain aiohttp relay's floor) and with mmgate's lean backend client
-(``_bare_wire``, the floor of the HTTP stack mmgate's request path is built on).
+through ``bare_relay.py`` (``_bare_relay``: aiohttp's server and client relaying bytes, nothing
+else: the floor of the HTTP stack mmgate is built on).
 
     .venv/bin/python benchmarks/gateway_overhead.py --requests 2000 --image-requests 300
 
@@ -199,10 +198,9 @@ def main() -> None:
     sim = start(["sim", "--port", str(sim_port), "--speedup", "1000000"], sim_port)
     backend = ["--backend", f"vllm=http://127.0.0.1:{sim_port}", "--log-level", "warning"]
     gw = start(["serve", "--port", str(gw_port), *backend], gw_port)
-    bare_port, wire_port = free_port(), free_port()
+    bare_port = free_port()
     relay_script = [sys.executable, str(Path(__file__).resolve().parent / "bare_relay.py")]
     bare = start([str(bare_port), str(sim_port)], bare_port, command=relay_script)
-    wire = start([str(wire_port), str(sim_port), "--client", "wire"], wire_port, command=relay_script)
     gw_off_port = free_port()
     gw_off = start(["serve", "--port", str(gw_off_port), "--reuse", "off", *backend], gw_off_port)
     try:
@@ -221,17 +219,13 @@ def main() -> None:
                 results[name + "_reuse_auto"] = asyncio.run(measure(direct, via, gw.pid, body, args.image_requests))
             else:
                 results[name] = asyncio.run(measure(direct, via, gw.pid, body, args.requests))
-                # The same through the bare relays: a plain aiohttp relay, and the floor of the
-                # HTTP stack mmgate uses (aiohttp's server, mmgate's lean client).
+                # The same through the bare relay: the floor of the HTTP stack mmgate uses.
                 via_bare = f"http://127.0.0.1:{bare_port}/v1/chat/completions"
                 results[name + "_bare_relay"] = asyncio.run(measure(direct, via_bare, bare.pid, body, args.requests))
-                via_wire = f"http://127.0.0.1:{wire_port}/v1/chat/completions"
-                results[name + "_bare_wire"] = asyncio.run(measure(direct, via_wire, wire.pid, body, args.requests))
     finally:
         stop(gw)
         stop(gw_off)
         stop(bare)
-        stop(wire)
         stop(sim)
 
     header = f"{'scenario':<24}{'direct p50':>11}{'gw p50':>9}{'added p50':>11}{'added p99':>11}{'gw CPU/req':>12}"

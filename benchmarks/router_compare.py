@@ -12,13 +12,9 @@ client sends, for each row:
 * ``image-reuse``: the same through mmgate's ``vllm`` backend with ``--reuse auto``, which sends the
   repeat as a cache-only reference (vllm-router still relays the bytes).
 
-Beside them run three ``bare_relay.py``: aiohttp relaying the bytes and doing nothing else with
-aiohttp's client (``bare-relay``, a plain aiohttp relay's floor) and with mmgate's lean backend
-client (``bare-wire``, the floor of the HTTP stack mmgate's request path is built on: aiohttp's
-server, ``mmgate.backends.wire``), so mmgate's own work reads off as its CPU over the latter's
-(``CPU - bare wire``; ``CPU - bare`` is over the aiohttp relay's); and ``bare-server``, the lean
-client behind a server on httptools' parser with no framework, the floor without aiohttp's server.
-For each tree, ``<tree>-own-server`` (text rows) is ``own_server_floor.py``: that tree's chat
+Beside them runs ``bare_relay.py`` (``bare-relay``): aiohttp's server and client relaying the
+bytes and doing nothing else, the floor of the HTTP stack mmgate is built on, so mmgate's own work
+reads off as its CPU over the relay's (``CPU - bare``). For each tree, ``<tree>-own-server`` (text rows) is ``own_server_floor.py``: that tree's chat
 pipeline on the same framework-free server, without the observer, guard and tracking.
 
 Added latency: 1 request in flight, the targets interleaved request by request (direct, each
@@ -241,8 +237,7 @@ def main() -> int:
                                 "--port", str(backend_port), "--tokens", "8"])
     backend_url = f"http://127.0.0.1:{backend_port}"
     procs: list[subprocess.Popen[bytes]] = [backend]
-    targets = [Target("direct", backend_url), Target("vllm-router", ""), Target("bare-relay", ""),
-               Target("bare-wire", ""), Target("bare-server", "")]
+    targets = [Target("direct", backend_url), Target("vllm-router", ""), Target("bare-relay", "")]
     urls: dict[str, dict[str, str]] = {"direct": dict.fromkeys(ROWS, backend_url)}
     pids: dict[str, dict[str, list[int]]] = {}
     extra_pids: list[int] = []
@@ -253,17 +248,13 @@ def main() -> int:
         extra_pids = router_pids[1:]
         urls["vllm-router"] = dict.fromkeys(ROWS, router_url)
         pids["vllm-router"] = {row: list(router_pids) for row in ROWS}
-        for name, client in (("bare-relay", "aiohttp"), ("bare-wire", "wire"),
-                             ("bare-server", "lean-server")):
-            bare_port = free_port()
-            bare = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "bare_relay.py"), str(bare_port),
-                                     str(backend_port), "--client", client])
-            procs.append(bare)
-            # The framework-free sketch is the floor for text; it joins a large body before relaying it.
-            served = TEXT_ROWS if client == "lean-server" else ROWS
-            urls[name] = dict.fromkeys(served, f"http://127.0.0.1:{bare_port}")
-            pids[name] = {row: [bare.pid] for row in served}
-            wait_health(urls[name]["text-stream"], bare)
+        bare_port = free_port()
+        bare = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "bare_relay.py"), str(bare_port),
+                                 str(backend_port)])
+        procs.append(bare)
+        urls["bare-relay"] = dict.fromkeys(ROWS, f"http://127.0.0.1:{bare_port}")
+        pids["bare-relay"] = {row: [bare.pid] for row in ROWS}
+        wait_health(urls["bare-relay"]["text-stream"], bare)
         for name, src in trees:
             relay_url, relay = start_mmgate(Path(src), "openai", backend_url, [])
             reuse_url, reuse = start_mmgate(Path(src), "vllm", backend_url, ["--reuse", "auto"])
@@ -311,7 +302,6 @@ def main() -> int:
         for t in (t for t in present if t.name.startswith("mmgate-")):
             mine = entry[t.name]
             mine["cpu_over_bare_ms"] = mine["cpu_ms_per_request"] - entry["bare-relay"]["cpu_ms_per_request"]
-            mine["cpu_over_bare_wire_ms"] = mine["cpu_ms_per_request"] - entry["bare-wire"]["cpu_ms_per_request"]
         for t in present[2:]:
             mine, theirs = entry[t.name], entry[router.name]
             mine["added_ratio"] = mine["added_p50_ms"] / theirs["added_p50_ms"] if theirs["added_p50_ms"] > 0 else None
@@ -324,13 +314,11 @@ def main() -> int:
                           "cpu": f"{e['cpu_ms_per_request']:.3f}",
                           "added_ratio": "" if e.get("added_ratio") is None else f"{e['added_ratio']:.2f}",
                           "cpu_ratio": f"{e['cpu_ratio']:.2f}" if "cpu_ratio" in e else "",
-                          "over_bare": f"{e['cpu_over_bare_ms']:.3f}" if "cpu_over_bare_ms" in e else "",
-                          "over_wire": f"{e['cpu_over_bare_wire_ms']:.3f}" if "cpu_over_bare_wire_ms" in e else ""})
+                          "over_bare": f"{e['cpu_over_bare_ms']:.3f}" if "cpu_over_bare_ms" in e else ""})
     columns = [Column("row", 13, lambda r: r["row"], left=True), Column("proxy", 22, lambda r: r["proxy"], left=True),
                Column("added p50 ms", 14, lambda r: r["added"]), Column("CPU ms/req", 12, lambda r: r["cpu"]),
                Column("added/router", 14, lambda r: r["added_ratio"]), Column("CPU/router", 12, lambda r: r["cpu_ratio"]),
-               Column("CPU - bare", 12, lambda r: r["over_bare"]),
-               Column("CPU - bare wire", 16, lambda r: r["over_wire"])]
+               Column("CPU - bare", 12, lambda r: r["over_bare"])]
     print(render(columns, table))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))

@@ -231,6 +231,12 @@ class GatewaySettings(Frozen):
     backend_read_timeout_s: float = setting(
         300.0, flag="--backend-read-timeout", group="server", gt=0,
         help="longest backend silence (to headers, and between stream chunks) in seconds (504 past it)")
+    backend_reply_timeout_s: float = setting(
+        600.0, flag="--backend-reply-timeout", advanced=True, group="server", gt=0,
+        help="seconds a backend may take to answer a whole non-streamed reply, or a stream's head (504 past it)")
+    max_backend_reply_bytes: int = setting(
+        256 << 20, flag="--max-backend-reply-bytes", advanced=True, group="server", ge=1,
+        help="largest non-streamed backend reply body read, in bytes (502 past it)")
     backend_max_connections: int = setting(1024, flag="--backend-max-connections", group="server", ge=1,
                                            help="connection pool size per backend; with API keys one tenant's "
                                            "requests hold at most half of it (429 past that)")

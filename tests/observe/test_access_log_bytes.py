@@ -1,7 +1,7 @@
 """The access log against the bytes a client chooses, as an operator reads it: ``mmgate serve``
 in a child process, requests sent over raw sockets with bytes no client library would send (not
 UTF-8, line and paragraph separators, C1 controls, DEL) in the session header, the path and the
-model, on the chat path (served by the chat lane) and on another path (aiohttp). Its stderr, read
+model, on the chat path and on another path. Its stderr, read
 back as bytes, must be UTF-8 and hold exactly one line per request, whichever reader splits it."""
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def test_every_request_is_one_escaped_line_whatever_its_bytes(tmp_path: Path, ki
     # request id → (status, field, the value read back: the client's, a byte that was not UTF-8 as \xNN)
     sent: dict[str, tuple[int, str, str]] = {}
     with serve_process(tmp_path, "--access-log", kind) as gw:
-        for n in range(20):  # the lane and aiohttp, many times over: none may be lost
+        for n in range(20):  # chat and another path, many times over: none may be lost
             sent[f"lane-bytes-{n}"] = (_chat(gw.port, f"lane-bytes-{n}", SESSION.encode() + b": " + NOT_UTF8
                                              + b"\r\n"), "session", "\\xff\\xfe")
             sent[f"aio-bytes-{n}"] = (_get(gw.port, f"aio-bytes-{n}", header=SESSION.encode() + b": " + NOT_UTF8

@@ -25,11 +25,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from mmgate.api import agents
 from mmgate.api.admin import ADMIN_HEADER, ADMIN_KEY, add_operator_endpoints, is_admin
-from mmgate.api.edge import LANE_KEY, read_body
+from mmgate.api.edge import read_body
 from mmgate.api.endpoints import add_client_endpoints, tracked
 from mmgate.api.forward import FORWARDER_KEY, GATEWAY_KEY, Forwarder, deliver
 from mmgate.api.gateway import Gateway
-from mmgate.api.lane import ChatLane
 from mmgate.api.relay import CLIENT_CLOSED, admitted, request_tenant
 from mmgate.api.responses import error_response, http_error_response
 from mmgate.api.tenant_slots import TenantSlots
@@ -117,13 +116,6 @@ def build_app(gateway: Gateway, *, admin_key: str | None = None) -> web.Applicat
     install(app, observer)
     if slots is not None:
         app[SLOTS_KEY] = slots
-    if tracing is None:  # traced requests need the observer's middleware: aiohttp serves them all
-        lane = app[LANE_KEY] = ChatLane(gateway, observer, slots, admin_key)
-
-        async def close_lane(_: web.Application) -> None:
-            lane.close()
-
-        app.on_cleanup.append(close_lane)
     if gateway.tenants is not None and admin_key is None:
         log.warning("/metrics is closed: API keys are set and no admin key is; to scrape it set "
                     "--admin-key-file (MMGATE_ADMIN_KEY_FILE) and send Authorization: Bearer <admin key>")

@@ -31,16 +31,13 @@ import resource
 import zlib
 from collections.abc import Callable
 from concurrent.futures import Executor
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 import orjson
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler, RequestPayloadError
 
 from mmgate.errors import BodyTimeoutError, BodyTooLargeError, InvalidRequestError, UnsupportedEncodingError
-
-if TYPE_CHECKING:
-    from mmgate.api.lane import ChatLane, LaneConnection
 
 log = logging.getLogger(__name__)
 # File descriptors kept for everything but client connections (backends, origins, Redis, logs).
@@ -199,49 +196,38 @@ class ConnectionGuard:
     """
 
     def __init__(self, server: web.Server, max_connections: int,
-                 on_event: Callable[[str], None] | None = None, lane: ChatLane | None = None) -> None:
+                 on_event: Callable[[str], None] | None = None) -> None:
         self._server = server
         self.max_connections = max_connections
         self._on_event = on_event or (lambda _event: None)
         self._closing: list[RequestHandler] = []  # displaced, not yet out of the server's table
-        self._lane = lane
-        self._lanes: dict[LaneConnection, None] = lane.connections if lane is not None else {}
 
     def open_connections(self) -> int:
-        """Open connections: the server's table less those being closed (a full scan), and the
-        chat lane's."""
-        return sum(1 for h in self._server._connections if not h._force_close) + len(self._lanes)
+        """Open connections: the server's table less those being closed (a full scan)."""
+        return sum(1 for h in self._server._connections if not h._force_close)
 
     def __call__(self) -> asyncio.Protocol:
         conns = self._server._connections  # insertion order: oldest first
-        if len(conns) + len(self._lanes) >= self.max_connections:
+        if len(conns) >= self.max_connections:
             self._closing = [h for h in self._closing if h in conns]
-            if len(conns) - len(self._closing) + len(self._lanes) >= self.max_connections and not self._displace() \
+            if len(conns) - len(self._closing) >= self.max_connections and not self._displace() \
                     and self.open_connections() >= self.max_connections:
                 self._on_event("refused")
                 return _Refuse()
-        if self._lane is None:
-            return self._server()
-        return self._lane.connection(self._server)
+        return self._server()
 
     def _displace(self) -> bool:
         """Close one connection to make room (False: none could be): oldest first among those that
         never sent a whole request (slow or silent clients), then among idle keep-alive
-        connections: a client that did send requests goes last (aiohttp's before the lane's)."""
+        connections: a client that did send requests goes last."""
         conns = self._server._connections
         victim = next((h for h in conns if h._request_count == 0 and _is_idle(h)), None)
-        lane = self._lane.idle(fresh=True) if self._lane is not None and victim is None else None
-        if victim is None and lane is None:
+        if victim is None:
             victim = next((h for h in conns if _is_idle(h)), None)
-            if victim is None and self._lane is not None:
-                lane = self._lane.idle(fresh=False)
-        if victim is not None:
-            victim.force_close()
-            self._closing.append(victim)
-        elif lane is not None:
-            lane.close()
-        else:
+        if victim is None:
             return False
+        victim.force_close()
+        self._closing.append(victim)
         self._on_event("displaced")
         return True
 
@@ -265,21 +251,11 @@ class GuardedSite(web.TCPSite):
         self._runner._reg_site(self)  # BaseSite.start; TCPSite.start would pass the bare server
         server = self._runner.server
         assert server is not None
-        self.guard = ConnectionGuard(server, self._max_connections, self._on_event, lane_of(self._runner))
+        self.guard = ConnectionGuard(server, self._max_connections, self._on_event)
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
             self.guard, self._host, self._port, backlog=self._backlog, reuse_address=self._reuse_address
         )
-
-
-# The application's chat lane (``mmgate.api.lane``), when it has one.
-LANE_KEY: web.AppKey[ChatLane] = web.AppKey("chat_lane")
-
-
-def lane_of(runner: web.BaseRunner) -> ChatLane | None:
-    """The chat lane of the application ``runner`` serves (None: aiohttp serves every request)."""
-    app = getattr(runner, "app", None)
-    return app.get(LANE_KEY) if isinstance(app, web.Application) else None
 
 
 def raise_fd_limit(wanted: int) -> int:

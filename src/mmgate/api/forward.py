@@ -233,17 +233,11 @@ def bound_send_buffer(request: web.Request) -> None:
     transport = request.transport
     if transport is None or transport in _BOUND:
         return
-    bind_stream_buffer(transport)
-    _BOUND.add(transport)
-
-
-def bind_stream_buffer(transport: asyncio.BaseTransport) -> None:
-    """Set a client socket's send buffer to ``STREAM_SEND_BUFFER`` (the caller keeps track of the
-    connections done: ``_BOUND`` here, a flag on the chat lane's connection)."""
     sock = transport.get_extra_info("socket")
     if sock is not None:
         with contextlib.suppress(OSError, AttributeError):  # not a TCP socket, or already closed
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, STREAM_SEND_BUFFER)
+    _BOUND.add(transport)
 
 
 FORWARDER_KEY = web.AppKey("forwarder", Forwarder)

@@ -26,7 +26,7 @@ from typing import Any
 
 from aiohttp import web
 
-from mmgate.api.edge import ConnectionGuard, lane_of
+from mmgate.api.edge import ConnectionGuard
 from mmgate.frontdoor import STATS
 
 log = logging.getLogger(__name__)
@@ -120,8 +120,7 @@ class FrontDoorSite(web.BaseSite):
         self._runner._reg_site(self)
         server = self._runner.server
         assert server is not None
-        self.guard = ConnectionGuard(server, self._max_connections, lambda event: self._on_event(event, 1),
-                                     lane_of(self._runner))
+        self.guard = ConnectionGuard(server, self._max_connections, lambda event: self._on_event(event, 1))
         self._listen = _bind(self._host, self._port, self._backlog)
         self._bound_port = int(self._listen.getsockname()[1])
         self._spawn()

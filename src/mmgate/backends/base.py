@@ -11,47 +11,17 @@ inspect them (cache-miss healing) before anything reached the client.
 
 from __future__ import annotations
 
-import contextvars
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from mmgate.vllm_protocol import error_message
 
-__all__ = ["CHAT_PATH", "Backend", "BackendKind", "BackendReply", "EarlyReply", "early_reply", "error_message"]
+__all__ = ["CHAT_PATH", "Backend", "BackendKind", "BackendReply", "error_message"]
 
 CHAT_PATH = "/v1/chat/completions"
 
 BackendKind = Literal["vllm", "openai"]
-
-
-class EarlyReply(Protocol):
-    """Where a chat request's 200 reply goes the moment the backend's connection has parsed it,
-    before the pipeline returns (the chat lane's answer: the client gets its bytes without waiting
-    for the request's task to wake and unwind): a whole reply once whole, an event stream's head
-    with what has arrived of it. ``headers``: the gateway's headers for the reply of the send in
-    progress (set by the reuse sender before each send; None: nothing may be written early)."""
-
-    headers: dict[str, str] | None
-
-    def write_whole(self, content_type: str | None, body: bytes) -> None:
-        """Write a whole reply now (once; never raises; ``content_type`` None: the backend sent none)."""
-
-    def write_stream(self, content_type: str | None, chunk: bytes | None, ended: bool) -> None:
-        """Write an event stream's head now, with ``chunk`` (what arrived with it, None: nothing)
-        and its end when ``ended`` (once; never raises); the rest is the task's to relay."""
-
-
-# The early writer of the request the current task serves (None: its reply goes back up the pipeline).
-_early_reply: contextvars.ContextVar[EarlyReply | None] = contextvars.ContextVar("mmgate_early_reply", default=None)
-
-
-def early_reply() -> EarlyReply | None:
-    return _early_reply.get()
-
-
-def set_early_reply(sink: EarlyReply | None) -> None:
-    _early_reply.set(sink)
 
 
 @dataclass(slots=True)

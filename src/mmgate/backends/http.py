@@ -1,14 +1,18 @@
 """HTTP client for OpenAI-compatible backends (``vllm`` and ``openai`` kinds).
 
 The two kinds speak the same HTTP; they differ in what the gateway puts in the body (uuids or not),
-which is decided before ``chat`` is called. Requests to an ``http://`` backend go through the lean
-client (``mmgate.backends.lean``: the request path's cost); those to an ``https://`` one, and the
-health, model and load probes, through aiohttp, whose errors are translated here and nowhere else
-(the lean client's to the same gateway errors, in its module).
+which is decided before ``chat`` is called. Every request, and the health, model and load probes,
+goes through aiohttp's client, whose errors are translated here and nowhere else.
+
+A backend's reply is bounded: its head by aiohttp's parser and a stray reply kept from the next
+request (``mmgate.backends.session``: 502), a non-streamed body at most ``max_reply_bytes`` (502
+past it, read no further), the head and a whole non-streamed body within ``reply_timeout_s`` (504;
+interim ``1xx`` replies do not reset it), each stream chunk within ``read_timeout_s`` of the last.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping
 from types import TracebackType
@@ -18,7 +22,7 @@ import orjson
 from multidict import CIMultiDict
 
 from mmgate.backends.base import CHAT_PATH, BackendKind, BackendReply, error_message
-from mmgate.backends.lean import LeanClient
+from mmgate.backends.session import ReplyTooLarge, StaleConnection, new_session, read_capped, request
 from mmgate.backends.tenant_share import ConnectionShares, holding
 from mmgate.errors import (
     BackendBusyError,
@@ -47,6 +51,8 @@ class HTTPBackend:
         read_timeout_s: float,
         max_connections: int = 1024,
         keepalive_s: float = 4.0,
+        reply_timeout_s: float = 600.0,
+        max_reply_bytes: int = 256 << 20,
         api_key: str | None = None,
     ) -> None:
         self.name = name
@@ -57,6 +63,8 @@ class HTTPBackend:
             total=None, connect=connect_timeout_s, sock_connect=connect_timeout_s, sock_read=read_timeout_s
         )
         self._probe_timeout = aiohttp.ClientTimeout(total=min(5.0, read_timeout_s), connect=connect_timeout_s)
+        self._reply_timeout_s = reply_timeout_s
+        self._max_reply_bytes = max_reply_bytes
         # The backend's own credentials, sent to it only; a client's Authorization never replaces them.
         self._auth: dict[str, str] = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._headers = {**_JSON_HEADERS, **self._auth}
@@ -71,29 +79,15 @@ class HTTPBackend:
         # request pool (streams a client reads slowly) must not make a healthy backend fail its
         # probes and be ejected.
         self._probe_session: aiohttp.ClientSession | None = None
-        # An http:// backend's requests: the lean client (module docstring). None: aiohttp's.
-        self._lean = LeanClient.for_url(name, self.url, self._auth, max_connections=max_connections,
-                                        connect_timeout_s=connect_timeout_s, read_timeout_s=read_timeout_s,
-                                        keepalive_s=keepalive_s, log=self._log)
-
-    def _new_session(self, limit: int) -> aiohttp.ClientSession:
-        connector = aiohttp.TCPConnector(
-            limit=limit, ttl_dns_cache=60, enable_cleanup_closed=True, keepalive_timeout=self._keepalive_s,
-        )
-        # No cookie jar (a backend's cookies are nobody's business and the jar costs time on
-        # every response) and no proxy/netrc lookups from the environment.
-        return aiohttp.ClientSession(
-            connector=connector, timeout=self._timeout, cookie_jar=aiohttp.DummyCookieJar(), trust_env=False,
-        )
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            self._session = self._new_session(self._max_connections)
+            self._session = new_session(self._max_connections, self._timeout, self._keepalive_s)
         return self._session
 
     def _probes(self) -> aiohttp.ClientSession:
         if self._probe_session is None or self._probe_session.closed:
-            self._probe_session = self._new_session(_PROBE_CONNECTIONS)
+            self._probe_session = new_session(_PROBE_CONNECTIONS, self._timeout, self._keepalive_s)
         return self._probe_session
 
     def _translated(self, doing: str, *, sent: bool) -> _Translated:
@@ -106,10 +100,7 @@ class HTTPBackend:
     async def chat(self, body: bytes, *, stream: bool, path: str = CHAT_PATH) -> BackendReply:
         give_back = self.shares.take(request_tenant())  # 429 at the tenant's share of the connections
         try:
-            if self._lean is not None:
-                reply = await self._lean.chat(body, backend_headers(), stream=stream, path=path)
-            else:
-                reply = await self._chat(body, stream=stream, path=path)
+            reply = await self._chat(body, stream=stream, path=path)
         except BaseException:
             give_back()
             raise
@@ -139,10 +130,7 @@ class HTTPBackend:
             sent.update(self._auth)  # replaces a client's Authorization the caller chose to pass
         give_back = self.shares.take(request_tenant())
         try:
-            if self._lean is not None:
-                reply = await self._lean.request(method, path, sent.items(), body, stream=stream)
-            else:
-                reply = await self._request(method, path, body, sent, stream=stream)
+            reply = await self._request(method, path, body, sent, stream=stream)
         except BaseException:
             give_back()
             raise
@@ -161,13 +149,18 @@ class HTTPBackend:
         headers: Mapping[str, str], *, stream: bool,
     ) -> BackendReply:
         """One request; the reply whole, or streamed when asked for and the backend streams (200,
-        an event stream). An error status is always read whole."""
+        an event stream). An error status is always read whole. The head, and a whole body, by
+        ``reply_timeout_s`` (module docstring)."""
         self._in_use += 1
         streaming = False
+        deadline = asyncio.get_running_loop().time() + self._reply_timeout_s
         try:
             with self._translated("before answering", sent=False):
                 try:
-                    resp = await self._client().request(method, url, data=data, headers=headers)
+                    async with asyncio.timeout_at(deadline):
+                        resp = await request(self._client(), method, url, data, headers)
+                except StaleConnection as exc:
+                    raise BackendProtocolError(f"backend {self.name} sent replies nobody asked for") from exc
                 except aiohttp.ConnectionTimeoutError as exc:
                     if self._in_use > self._max_connections:
                         raise BackendBusyError(
@@ -178,7 +171,12 @@ class HTTPBackend:
             if resp.status != 200 or not stream or not content_type.startswith("text/event-stream"):
                 try:
                     with self._translated("while answering", sent=True):
-                        body = await resp.read()
+                        async with asyncio.timeout_at(deadline):
+                            body = await read_capped(resp, self._max_reply_bytes)
+                except ReplyTooLarge as exc:
+                    resp.close()
+                    raise BackendProtocolError(f"backend {self.name} answered {exc} over the "
+                                               f"{self._max_reply_bytes}-byte limit (--max-backend-reply-bytes)") from exc
                 except BaseException:
                     resp.close()  # a half-read connection must not go back to the pool
                     raise
@@ -244,8 +242,6 @@ class HTTPBackend:
             return False
 
     async def close(self) -> None:
-        if self._lean is not None:
-            self._lean.close()
         for session in (self._session, self._probe_session):
             if session is not None:
                 await session.close()

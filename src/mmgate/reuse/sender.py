@@ -16,7 +16,6 @@ from collections.abc import Callable
 import orjson
 
 from mmgate.backends import CHAT_PATH, Backend, BackendReply, status_error
-from mmgate.backends.base import early_reply
 from mmgate.errors import CacheShareError
 from mmgate.jsonbody import LARGE_BODY_BYTES, dumps_body
 from mmgate.metrics import GatewayMetrics
@@ -101,8 +100,6 @@ class ReuseSender:
             # that spares dumps_body's walk for big strings; the output is the same either way).
             small = body_bytes is not None and body_bytes < SMALL_BODY_BYTES and not any(p.sent_data for p in plans)
             counts.healed = healed  # the heals before this send
-            if (early := early_reply()) is not None:  # its 200 may go out to the client before it returns
-                early.headers = reply_headers(backend.name, counts)
             sent = orjson.dumps(body) if small else await dumps_body(body)  # small: no walk, no coroutine
             reply = await backend.chat(sent, stream=stream, path=path)
             if reply.status == 200:

@@ -16,7 +16,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from mmgate.api import Gateway, build_app
-from mmgate.api.edge import GuardedSite, connection_cap, lane_of
+from mmgate.api.edge import GuardedSite, connection_cap
 from mmgate.api.frontsite import FrontDoorSite, front_door_supported
 from mmgate.backends import Backend, HTTPBackend
 from mmgate.backends.discovery import (
@@ -72,8 +72,6 @@ class RunningGateway:
             await site.stop()  # no new connections
         if self.runner.server is not None:
             self.runner.server.pre_shutdown()  # idle connections close; busy ones after their answer
-        if (lane := lane_of(self.runner)) is not None:
-            lane.pre_shutdown()  # the same for the chat lane's
         inflight = set(gateway.inflight)
         if inflight:
             _, cut = await asyncio.wait(inflight, timeout=gateway.settings.drain_timeout_s)
@@ -170,6 +168,8 @@ def backend_factory(settings: GatewaySettings, backend_keys: dict[str, str]) -> 
             read_timeout_s=settings.backend_read_timeout_s,
             max_connections=settings.backend_max_connections,
             keepalive_s=settings.backend_keepalive_s,
+            reply_timeout_s=settings.backend_reply_timeout_s,
+            max_reply_bytes=settings.max_backend_reply_bytes,
             api_key=backend_keys.get(wanted.configured_url),
         )
 
