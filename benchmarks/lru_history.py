@@ -1,11 +1,13 @@
-"""``lru-history``: the llm-d-like baseline routing, injected into ``mmgate serve`` for benchmarks.
+"""``lru-history``: the llm-d-like baseline routing, a scorer registered here and a profile that
+names it, run by ``mmgate serve`` for benchmarks.
 
 Like llm-d's ``mm-cache-affinity-scorer``: each backend scores the share of the request's image
-weight it holds (the gateway's ``BackendHoldings``) plus a load score, llm-d's queue scorer
-(``(max - load) / (max - min)``), equally weighted; ties by the rendezvous order of the session,
-else of the first image. A request without images goes by the ``session`` mode (the session's
-home, else the less loaded of two). It is a comparison baseline, not a product mode: on every
-workload of docs/ROUTING.md it processes at least as many images as ``image-affinity``.
+weight it holds (the gateway's ``BackendHoldings``), and the routing's ``load`` scorer adds llm-d's
+queue scorer (``(max - load) / (max - min)``), equally weighted; the ``highest-score`` picker breaks
+ties by the rendezvous order of the session, else of the first image. A request without images
+goes to the session's home, else to the less loaded of two. It is a comparison baseline, not a
+product profile: on every workload of docs/ROUTING.md it processes at least as many images as
+``image-affinity``.
 
     python benchmarks/lru_history.py serve --routing session --backend ...   # a gateway routing so
 
@@ -14,43 +16,39 @@ workload of docs/ROUTING.md it processes at least as many images as ``image-affi
 
 from __future__ import annotations
 
+import random
 import sys
-from collections.abc import Sequence
 
-import mmgate.routing.router as router_module
-from mmgate.routing import Decision, RoutedImage, RoutingPolicy
-from mmgate.routing.scheduling.policy import by_score
+from mmgate.config_routing import RoutingSettings
+from mmgate.routing import BackendHoldings, RoutingPolicy
+from mmgate.routing.scheduling import PROFILES, SCORERS, Profile, Request, Scorer, register
 
+NAME = "lru-history"
 REASON = "image_history"
 
 
-def load_scores(loads: Sequence[int]) -> list[float]:
-    """llm-d's queue scorer: 1 for the least loaded, 0 for the most, linear between."""
-    low, high = min(loads), max(loads)
-    if high == low:
-        return [1.0] * len(loads)
-    return [(high - load) / (high - low) for load in loads]
+def held_share(request: Request) -> list[float]:
+    """Per candidate, the share of the request's image weight it holds."""
+    total = sum(image.weight for image in request.images) or 1.0
+    return [sum(i.weight for i in request.images if request.holdings.holds(name, i.key)) / total
+            for name in request.names]
+
+
+register(SCORERS, NAME, Scorer(held_share, reason=REASON))
+register(PROFILES, NAME, Profile(("model", "health"), (NAME, "load"), "highest-score"))
 
 
 class LruHistoryPolicy(RoutingPolicy):
-    """The shipped policy's ``session`` mode, with requests that carry images scored llm-d's way."""
+    """The ``lru-history`` profile, whatever the settings' mode."""
 
-    def decide(
-        self, names: Sequence[str], loads: Sequence[int], session_id: str | None, images: Sequence[RoutedImage] = (),
-    ) -> Decision:
-        images = list({image.key: image for image in images}.values())  # an image shown twice counts once
-        if not names or not images:
-            return super().decide(names, loads, session_id, images)
-        total = sum(image.weight for image in images) or 1.0
-        held = [sum(i.weight for i in images if self.holdings.holds(name, i.key)) / total for name in names]
-        combined = [a + b for a, b in zip(held, load_scores(loads), strict=True)]
-        order = by_score(combined, names, session_id or images[0].key)
-        return Decision(order, REASON if held[order[0]] > 0 else "least_loaded")
+    def __init__(self, settings: RoutingSettings, holdings: BackendHoldings, *, rng: random.Random) -> None:
+        super().__init__(settings, holdings, rng=rng, profile=NAME)
 
 
 def main() -> int:
-    """``mmgate`` with every router built with ``LruHistoryPolicy`` (give it ``--routing session``)."""
-    router_module.RoutingPolicy = LruHistoryPolicy  # type: ignore[misc]
+    """``mmgate`` whose ``--routing session`` runs the ``lru-history`` profile: the settings take only
+    the shipped profiles' names, so this program binds that name to its own profile."""
+    register(PROFILES, "session", PROFILES[NAME], replace=True)
     from mmgate.cli import main as mmgate_main
 
     return mmgate_main(sys.argv[1:])

@@ -13,8 +13,10 @@ from pydantic import ValidationError
 from mmgate.config import GatewaySettings
 from mmgate.config_routing import RoutingSettings
 from mmgate.routing import BackendHoldings, RoutedImage, RoutingPolicy, session_token
-from mmgate.routing.scheduling.policy import HELD_WEIGHT, REASONS, capacity, free_backends, spill
+from mmgate.routing.scheduling import REASONS
+from mmgate.routing.scheduling.filters.capacity import capacity, free_backends, spill
 from mmgate.routing.scheduling.rendezvous import rendezvous_pick
+from mmgate.routing.scheduling.scorers.image_held import HELD_WEIGHT
 
 NAMES = ["sim-0", "sim-1", "sim-2", "sim-3"]
 IDLE = [0, 0, 0, 0]

@@ -1,15 +1,13 @@
-"""Backend choice by a routing policy (image affinity with bounded loads, session affinity, round
-robin) over one record of what each backend holds, with active health probes and passive
+"""Backend choice by a routing profile of named parts (image affinity with bounded loads, session
+affinity, round robin) over one record of what each backend holds, with active health probes and passive
 ejection, and the routing sync between gateways. docs/ROUTING.md has the routing in one page."""
 
-from mmgate.routing.fleet.health import BackendHealth
+from mmgate.routing.fleet import BackendHealth
 from mmgate.routing.holdings import BackendHoldings, processed_bytes, session_token
 from mmgate.routing.router import Router
-from mmgate.routing.scheduling.policy import Decision, RoutingPolicy
+from mmgate.routing.scheduling import Decision, RoutingPolicy
 from mmgate.routing.setup import build_router
-from mmgate.routing.sync.admission import PeerBudget, sync_message
-from mmgate.routing.sync.channel import RoutingSync
-from mmgate.routing.sync.peers import Routed
+from mmgate.routing.sync import PeerBudget, Routed, RoutingSync, sync_message
 from mmgate.routing.weights import RoutedImage, image_tokens, image_weight
 
 __all__ = [

@@ -1,16 +1,10 @@
-"""The router: orders the healthy backends serving a model by the routing policy
-(``mmgate.routing.scheduling.policy``), keeps each backend's health, load and the one record of what it holds
-(``mmgate.routing.holdings``), and follows the fleet as it changes (``set_backends``).
+"""The router: the fleet (``mmgate.routing.fleet``) and the choice of a backend among it
+(``mmgate.routing.scheduling``, the profile ``--routing`` names), with the routing sync between
+gateways (``mmgate.routing.sync``) when one is enabled, and the background tasks of all three.
 
-Backends are grouped by the models their ``/v1/models`` lists; ``Router.models`` is the union the
-gateway shows. Routing keys (session ids, backend names, image keys) are hash keys, never labels.
 The reuse sender records a request's images on a backend once it answered and forgets them on a
-heal; the router records who showed them as it ranks, forgets a backend's on its re-admission,
-and shares and applies answered requests over the routing sync (``mmgate.routing.sync``).
-Load is each backend's requests in flight from this gateway (``begin``/``end``).
-Health: ``report_failure`` ejects after ``eject_after_failures`` consecutive failures; ``start()``
-probes every ``health_interval_s``, re-admits (no sooner than ``readmit_after_s``) and refreshes
-the models (``mmgate.routing.fleet.health``).
+heal; the router records who showed them as it ranks, and shares and applies answered requests
+over the sync.
 """
 
 from __future__ import annotations
@@ -25,14 +19,11 @@ from redis.asyncio import Redis
 
 from mmgate.backends import Backend
 from mmgate.config import GatewaySettings
-from mmgate.errors import MmgateError, ModelNotFoundError
 from mmgate.metrics import GatewayMetrics
-from mmgate.routing.fleet.health import BackendHealth, probe
-from mmgate.routing.fleet.retire import Retirements
-from mmgate.routing.holdings import BackendHoldings, processed_bytes, session_token
-from mmgate.routing.scheduling.policy import RoutingPolicy
-from mmgate.routing.sync.channel import RoutingSync
-from mmgate.routing.sync.peers import Routed
+from mmgate.routing.fleet import Fleet
+from mmgate.routing.holdings import processed_bytes, session_token
+from mmgate.routing.scheduling import RoutingPolicy
+from mmgate.routing.sync import Routed, RoutingSync
 from mmgate.routing.weights import UNKNOWN_IMAGE_TOKENS, RoutedImage
 from mmgate.serving import STOP_WAIT_S, stop_tasks
 
@@ -42,18 +33,9 @@ log = logging.getLogger(__name__)
 REMOTE_IMAGE_BYTES = processed_bytes(UNKNOWN_IMAGE_TOKENS)
 
 
-def _check_names(backends: Sequence[Backend]) -> None:
-    if not backends:
-        raise ValueError("at least one backend is required")
-    names = [b.name for b in backends]
-    if len(set(names)) != len(names):
-        raise ValueError(f"backend names must be unique (they are hash keys and labels): {names}")
-
-
-class Router:
-    """Orders the backends for (model, session), keeps their health and load. With every candidate
-    ejected it fails open (routes over them all by the same rule rather than a 503): the health
-    view may be stale, and a real attempt gives the real error."""
+class Router(Fleet):
+    """Orders the fleet's backends for (model, session, images) by the routing policy; ``start()``
+    probes every ``health_interval_s`` and runs the sync, ``close()`` stops both and closes the backends."""
 
     def __init__(
         self,
@@ -64,28 +46,12 @@ class Router:
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        _check_names(backends)
-        self.backends = list(backends)
-        self._current = {b.name: b for b in self.backends}
-        self._metrics = metrics
+        super().__init__(backends, settings, metrics=metrics, clock=clock)
         self._health_interval_s = settings.health_interval_s
-        self._health_timeout_s = settings.health_timeout_s
-        self.holdings = BackendHoldings.for_settings(settings)
         self.policy = RoutingPolicy(settings.routing, self.holdings, rng=rng if rng is not None else random.Random())
-        self._clock = clock
-        self._new_health = lambda: BackendHealth(
-            eject_after_failures=settings.eject_after_failures, readmit_after_s=settings.readmit_after_s)
-        self._health = {b.name: self._new_health() for b in self.backends}
-        self._retirements = Retirements(settings.drain_timeout_s)  # its tasks: model refreshes too
         self.sync: RoutingSync | None = None
         self._syncer: asyncio.Task[None] | None = None
-        self._models: dict[str, list[Backend]] = {}
-        self._answered = False
         self._prober: asyncio.Task[None] | None = None
-        for backend in self.backends:
-            self._retirements.track(backend)
-            self._publish_health(backend)
-            self._publish_outstanding(backend)
 
     def enable_sync(self, client: Redis, channel: str, *, secret: bytes, io_timeout_s: float) -> RoutingSync:
         """Share this gateway's routing with the others on ``channel`` (``mmgate.routing.sync``),
@@ -95,105 +61,14 @@ class Router:
             secret=secret, io_timeout_s=io_timeout_s, clock=self._clock, metrics=self._metrics)
         return self.sync
 
-    # Membership -------------------------------------------------------------------------------
-
-    def set_backends(self, backends: Sequence[Backend]) -> None:
-        """Make ``backends`` the fleet, at run time; call it on the event loop the router runs on.
-
-        A backend is known by its name. A name that stays keeps its health, load and holdings;
-        given as another object (rebuilt by a reload), the new object serves from now on and the
-        old one retires. A new name joins healthy, holding nothing; it becomes a candidate once a
-        background refresh (started here, never on the request path) has learnt its models. A name
-        that goes leaves at once: its health, load and holdings are forgotten and no new request
-        goes to it; requests already in flight on it finish. Rendezvous moves only the images and
-        sessions whose home came or went.
-
-        The router owns every ``Backend`` it was given: it closes a retired one (gone, or replaced)
-        once its requests in flight have ended (streams included), after ``--drain-timeout`` at
-        most, and ``close()`` closes any still waiting. A caller never closes a backend it handed over.
-        """
-        _check_names(backends)
-        asyncio.get_running_loop()  # retirements and the model refresh are tasks on it
-        given = {b.name: b for b in backends}
-        joined = [b for b in backends if b.name not in self._current]
-        for name, old in self._current.items():
-            new = given.get(name)
-            if new is old:
-                continue
-            self._retirements.retire(old, counts_for_name=new is not None)
-            if new is None:
-                self._retirements.name_left(name)
-                del self._health[name]
-                self._unpublish(name)
-        self.holdings.retain(given)  # also what requests answered by departed ones recorded since
-        for backend in joined:
-            self._health[backend.name] = self._new_health()
-        self.backends, self._current = list(backends), given
-        models = {m: [given[b.name] for b in bs if b.name in given] for m, bs in self._models.items()}
-        self._models = {m: bs for m, bs in models.items() if bs}
-        for backend in backends:
-            self._retirements.track(backend)
-            self._publish_health(backend)
-            self._publish_outstanding(backend)
-        if joined:
-            self._retirements.spawn(self.refresh_models(), "mmgate-router-refresh")
-
-    # Models -----------------------------------------------------------------------------------
-
-    @property
-    def models(self) -> list[str]:
-        """Every model some backend serves (or served when it last answered), sorted."""
-        return sorted(self._models)
-
-    async def refresh_models(self) -> None:
-        """Ask every backend which models it serves (unreachable ones keep their last answer, so do
-        the ones that joined while it asked; the ones that left are dropped)."""
-        asked = list(self.backends)
-        results = await asyncio.gather(*(b.models() for b in asked), return_exceptions=True)
-        served = {id(b): [m for m, bs in self._models.items() if b in bs] for b in self.backends}
-        for backend, result in zip(asked, results, strict=True):
-            if isinstance(result, BaseException):
-                if not isinstance(result, MmgateError):
-                    raise result
-                log.warning("model refresh failed for %s: %s", backend.name, result.message)
-            elif id(backend) in served:
-                self._answered = True
-                served[id(backend)] = result
-        models: dict[str, list[Backend]] = {}
-        for backend in self.backends:
-            for model in served[id(backend)]:
-                models.setdefault(model, []).append(backend)
-        self._models = models
-
-    def candidates(self, model: str) -> list[Backend]:
-        """Every backend serving ``model``, healthy or not (all backends while none ever answered)."""
-        found = self._models.get(model)
-        if found:
-            return found
-        if not self._answered:
-            # No backend has ever answered: send it on, so the client sees the real failure (502/504).
-            return self.backends
-        raise ModelNotFoundError(f"The model `{model}` does not exist.", param="model")
-
-    # Choice -----------------------------------------------------------------------------------
-
     def ranked(self, model: str, session_id: str | None, images: Sequence[RoutedImage] = ()) -> list[Backend]:
-        """Every candidate in the order to try them: healthy ones by the policy, then the ejected
-        ones by the same policy. The first is the choice, the second the failover. Counts the
-        decision's reason and records who showed ``images`` (about the clients, so at once: another
-        session's concurrent request with the same image sees it shared, not its own new one)."""
-        healthy: list[Backend] = []
-        ejected: list[Backend] = []
-        for backend in self.candidates(model):
-            (healthy if self.is_healthy(backend) else ejected).append(backend)
-        order: list[Backend] = []
-        for pool in (healthy, ejected):
-            if not pool:
-                continue
-            decision = self.policy.decide([b.name for b in pool], [self.outstanding(b) for b in pool], session_id, images)
-            if not order and self._metrics is not None:
-                self._metrics.routing_decision(decision.reason)
-            order += [pool[i] for i in decision.order]
+        """Every candidate in the order to try them (the profile's filters, scorers and picker):
+        the first is the choice, the second the failover. Counts the decision's reason and records
+        who showed ``images`` (about the clients, so at once: another session's concurrent request
+        with the same image sees it shared, not its own new one)."""
+        order, reason = self.policy.rank(self, self.backends, model, session_id, images, self.outstanding)
+        if reason is not None and self._metrics is not None:
+            self._metrics.routing_decision(reason)
         if images:
             self.holdings.show([i.key for i in images], session_token(session_id))
         return order
@@ -211,63 +86,6 @@ class Router:
             return
         self.holdings.hold(routed.backend, [(key, REMOTE_IMAGE_BYTES) for key in routed.keys])
         self.holdings.show(routed.keys, routed.token)
-
-    # Load -------------------------------------------------------------------------------------
-
-    def outstanding(self, backend: Backend) -> int:
-        """Requests in flight to ``backend`` (between ``begin`` and ``end``; 0 once it left)."""
-        return self._retirements.load(backend.name, self._current.get(backend.name))
-
-    def begin(self, backend: Backend, images: Sequence[RoutedImage] = ()) -> None:
-        """One more request in flight to ``backend``, showing ``images``; pair every call with
-        ``end``. Counts the image weight ``backend`` is believed to hold (the weight hit ratio)."""
-        self._retirements.begin(backend)
-        if self._metrics is not None and images and backend.name in self._current:  # not one that left
-            hit = sum(i.weight for i in images if self.holdings.holds(backend.name, i.key))
-            self._metrics.routing_image_weight.labels(backend.name, "hit").inc(hit)
-            self._metrics.routing_image_weight.labels(backend.name, "miss").inc(sum(i.weight for i in images) - hit)
-
-    def end(self, backend: Backend) -> None:
-        """One request to ``backend`` finished (its stream included); never goes below zero."""
-        self._retirements.end(backend)
-
-    # Health -----------------------------------------------------------------------------------
-
-    def is_healthy(self, backend: Backend) -> bool:
-        """False for a backend that left the fleet."""
-        health = self._health.get(backend.name)
-        return health is not None and health.is_healthy
-
-    def report_failure(self, backend: Backend) -> None:
-        """A request to ``backend`` failed in a way that says it is down (connect error, timeout);
-        ignored once it left the fleet."""
-        health = self._health.get(backend.name)
-        if health is not None and health.record_failure(self._clock()):
-            log.warning("backend %s ejected after %d consecutive failure(s)", backend.name,
-                        self._health[backend.name].consecutive_failures)
-            if self._metrics is not None:
-                self._metrics.backend_ejections.labels(backend.name).inc()
-            self._publish_health(backend)
-
-    def report_success(self, backend: Backend) -> None:
-        """``backend`` answered (any HTTP status): resets its failures, may re-admit it."""
-        health = self._health.get(backend.name)
-        if health is not None and health.record_success(self._clock()):
-            log.info("backend %s re-admitted", backend.name)
-            # Back from an ejection it may have restarted: believe it holds no image.
-            self.holdings.forget_backend(backend.name)
-            self._publish_health(backend)
-
-    async def probe_once(self) -> None:
-        """One round of active checks: probe every backend concurrently, then refresh the models."""
-        asked = list(self.backends)
-        results = await asyncio.gather(*(probe(b, self._health_timeout_s) for b in asked))
-        for backend, ok in zip(asked, results, strict=True):
-            if ok:
-                self.report_success(backend)
-            else:
-                self.report_failure(backend)
-        await self.refresh_models()
 
     async def start(self) -> None:
         """Start the background probe task and the routing sync (idempotent); ``close()`` stops them."""
@@ -296,20 +114,4 @@ class Router:
         await self.stop()
         if self.sync is not None:
             await self.sync.close()
-        closing = [*self.backends, *self._retirements.waiting()]
-        await asyncio.gather(*(b.close() for b in closing), return_exceptions=True)
-
-    def _publish_health(self, backend: Backend) -> None:
-        if self._metrics is not None:
-            self._metrics.backend_healthy.labels(backend.name).set(1 if self.is_healthy(backend) else 0)
-
-    def _unpublish(self, name: str) -> None:
-        """Drop a departed backend's label series (labels stay bounded by the fleet)."""
-        if self._metrics is not None:
-            self._metrics.forget_backend(name)
-
-    def _publish_outstanding(self, backend: Backend) -> None:
-        """``backend``'s in-flight gauge, read from the router when scraped (bound once per name)."""
-        if self._metrics is not None:
-            name = backend.name
-            self._metrics.backend_in_flight(name, lambda: self._retirements.load(name, self._current.get(name)))
+        await self.close_backends()

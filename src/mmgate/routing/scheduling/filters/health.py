@@ -1,0 +1,19 @@
+"""Filter ``health``: the healthy candidates; the ejected ones are their failovers, ranked the
+same way after them (fail open: the health view may be stale, and a real attempt gives the client
+the real error rather than a 503)."""
+
+from __future__ import annotations
+
+from mmgate.backends import Backend
+from mmgate.routing.scheduling.registry import FILTERS, Filter, FleetView, register
+
+
+def healthy(backends: list[Backend], fleet: FleetView, model: str) -> tuple[list[Backend], list[Backend]]:
+    kept: list[Backend] = []
+    ejected: list[Backend] = []
+    for backend in backends:
+        (kept if fleet.is_healthy(backend) else ejected).append(backend)
+    return kept, ejected
+
+
+register(FILTERS, "health", Filter(split=healthy))
