@@ -232,8 +232,9 @@ class GatewaySettings(Frozen):
         300.0, flag="--backend-read-timeout", group="server", gt=0,
         help="longest backend silence (to headers, and between stream chunks) in seconds (504 past it)")
     backend_reply_timeout_s: float = setting(
-        600.0, flag="--backend-reply-timeout", advanced=True, group="server", gt=0,
-        help="seconds a backend may take to answer a whole non-streamed reply, or a stream's head (504 past it)")
+        1800.0, flag="--backend-reply-timeout", advanced=True, group="server", gt=0,
+        help="seconds a backend may take to answer a whole non-streamed reply, or a stream's head (504 past "
+        "it); keep it above the longest non-streamed generation you serve")
     max_backend_reply_bytes: int = setting(
         256 << 20, flag="--max-backend-reply-bytes", advanced=True, group="server", ge=1,
         help="largest non-streamed backend reply body read, in bytes (502 past it)")

@@ -51,7 +51,7 @@ class HTTPBackend:
         read_timeout_s: float,
         max_connections: int = 1024,
         keepalive_s: float = 4.0,
-        reply_timeout_s: float = 600.0,
+        reply_timeout_s: float = 1800.0,
         max_reply_bytes: int = 256 << 20,
         api_key: str | None = None,
     ) -> None:
