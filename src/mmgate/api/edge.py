@@ -180,7 +180,8 @@ def _is_idle(handler: RequestHandler) -> bool:
     """True when ``handler``'s connection is not inside a request: no complete request received
     (slow headers) or waiting for the next one (``_waiter``). A request taken off the queue whose
     handler task has not run yet (on Python 3.11 tasks do not start eagerly) is inside one. Reads
-    aiohttp 3.14 ``RequestHandler`` internals; the edge tests pin the behaviour."""
+    aiohttp's ``RequestHandler`` internals (aiohttp is pinned for them: tests/test_aiohttp_pin.py;
+    the edge tests pin the behaviour)."""
     return (not handler._request_in_progress and not handler._messages and not handler._force_close
             and (handler._request_count == 0 or handler._waiter is not None))
 

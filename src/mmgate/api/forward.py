@@ -274,7 +274,8 @@ _UNBLOCKED_BYTES = 16 * 1024
 class _HeadWithFirstChunk(web.StreamResponse):
     """An event stream whose head waits for the first write, so a head and a chunk that are both
     at hand leave in one write (one send on the socket, not two): aiohttp's own ``Response``
-    does the same for whole bodies."""
+    does the same for whole bodies. ``_send_headers_immediately`` is aiohttp's, not public
+    (aiohttp is pinned for it: tests/test_aiohttp_pin.py)."""
 
     _send_headers_immediately = False
 
