@@ -1,7 +1,7 @@
 """``mmgate serve`` with discovered backends and none ready yet (a first deploy, a vLLM outage): a
 real process on loopback, its backends named by a real DNS server, stays up — ``/load`` 200,
-``/health`` and the API 503 — until a name answers, then serves; SIGTERM while it waits ends it
-with status 0; ``--backend-dns-start-timeout`` bounds the wait (exit 2 past it)."""
+``/health`` and the API 503 — until a name answers, then serves; SIGHUP while it waits is ignored
+and SIGTERM ends it with status 0; ``--backend-dns-start-timeout`` bounds the wait (exit 2 past it)."""
 
 from __future__ import annotations
 
@@ -98,11 +98,14 @@ async def test_a_gateway_with_no_backend_stays_up_unready_then_serves(tmp_path: 
             assert await wait_exit(proc, 15) == 0
 
 
-async def test_sigterm_while_waiting_ends_the_gateway_cleanly(tmp_path: Path) -> None:
+async def test_sighup_is_ignored_and_sigterm_ends_a_waiting_gateway_cleanly(tmp_path: Path) -> None:
     async with aiohttp.ClientSession() as session:
         with loopback_dns() as (_, dns_server), \
                 gateway_process(tmp_path, dns_server, 8000, "--backend-dns-start-timeout", "0") as (proc, url):
             await until_status(session, url + "/load", 200, proc)
+            proc.send_signal(signal.SIGHUP)  # a reload loop's signal must not end a waiting gateway
+            await asyncio.sleep(0.5)
+            assert await status_of(session, url + "/load") == 200
             proc.send_signal(signal.SIGTERM)
             assert await wait_exit(proc, 5) == 0
 

@@ -3,7 +3,8 @@ may have (a first deploy, every vLLM replica down), the gateway's port answers a
 alive and not ready — ``/load`` 200, every other path 503 with ``Retry-After`` — rather than the
 gateway exiting: Kubernetes keeps the pod (its liveness and startup probes ask ``/load``) and sends
 it no traffic (its readiness probe asks ``/health``). ``--backend-dns-start-timeout`` bounds the
-wait (0: no bound); SIGINT or SIGTERM ends it. The gateway itself starts once a name answers.
+wait (0: no bound); SIGINT or SIGTERM ends it, SIGHUP is ignored. The gateway itself starts once
+a name answers.
 """
 
 from __future__ import annotations
@@ -105,6 +106,10 @@ async def wait_for_first_backend(settings: GatewaySettings, *, timeout_s: float,
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, stop.set)
+        # SIGHUP's default action ends the process; a reload means nothing before the gateway serves.
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signal.SIGHUP, log.warning, "SIGHUP while waiting for a backend: ignored "
+                                    "(nothing to reload yet)")
     deadline = loop.time() + timeout_s
     runner = web.AppRunner(waiting_app(), access_log=None, handle_signals=False)
     await runner.setup()
