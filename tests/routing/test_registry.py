@@ -13,6 +13,7 @@ from mmgate.config import GatewaySettings
 from mmgate.config_routing import RoutingSettings
 from mmgate.routing import BackendHoldings, RoutedImage, RoutingPolicy
 from mmgate.routing.scheduling import FILTERS, PICKERS, PROFILES, SCORERS, Profile, Request, Scorer, register
+from tests.test_layout import SRC, find_cycle, imports
 
 NAMES = ["sim-0", "sim-1", "sim-2"]
 SHIPPED = GatewaySettings()
@@ -56,3 +57,12 @@ def test_the_load_scorer_is_llm_ds_queue_scorer() -> None:
     assert SCORERS["load"].score(request) == [0.0, 1.0, 0.5]
     request.loads = [3, 3, 3]
     assert SCORERS["load"].score(request) == [1.0, 1.0, 1.0]
+
+
+def test_no_import_cycle_between_the_routing_modules() -> None:
+    """tests/test_layout.py checks the packages; inside routing each module counts."""
+    graph: dict[str, set[str]] = {}
+    for found in imports(SRC):
+        if found.module.startswith("mmgate.routing") and found.target.startswith("mmgate.routing"):
+            graph.setdefault(found.module, set()).add(found.target)
+    assert graph and find_cycle(graph) is None

@@ -1,21 +1,15 @@
-"""A ``Router`` built from the gateway's settings, with its routing sync when one is configured,
-signed with the secret in ``--routing-sync-secret-file`` (a file, not a flag, so it never shows in
-a process list)."""
+"""A ``Router`` built from the gateway's settings, with its routing sync when one is configured."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 from mmgate.backends import Backend
 from mmgate.config import GatewaySettings
 from mmgate.errors import ConfigError
 from mmgate.metrics import GatewayMetrics
 from mmgate.routing.router import Router
-from mmgate.routing.sync.admission import MIN_SECRET_CHARS
-from mmgate.routing.sync.channel import sync_client
-
-SECRET_FLAG = "--routing-sync-secret-file"
+from mmgate.routing.sync import SECRET_FLAG, read_sync_secret, sync_client
 
 
 def build_router(
@@ -37,16 +31,3 @@ def build_router(
         router.enable_sync(sync_client(url, settings.cache), r.sync_channel, secret=secret,
                            io_timeout_s=settings.cache.redis_io_timeout_s)
     return router
-
-
-def read_sync_secret(path: str) -> bytes:
-    """The sync's secret: the file's text without surrounding whitespace, at least
-    ``MIN_SECRET_CHARS`` printable ASCII characters."""
-    try:
-        secret = Path(path).read_text().strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(SECRET_FLAG, f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from exc
-    if len(secret) < MIN_SECRET_CHARS or not secret.isascii() or not secret.isprintable():
-        raise ConfigError(SECRET_FLAG, f"{path} must hold one secret of at least {MIN_SECRET_CHARS} printable "
-                          "ASCII characters")
-    return secret.encode()

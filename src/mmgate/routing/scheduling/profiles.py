@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from mmgate.routing.scheduling import filters, pickers, scorers
+# Imported for their registrations: every part each subpackage's __init__ imports.
+import mmgate.routing.scheduling.filters
+import mmgate.routing.scheduling.pickers
+import mmgate.routing.scheduling.scorers  # noqa: F401
 from mmgate.routing.scheduling.registry import PROFILES, Profile, register
-
-__all__ = ["filters", "pickers", "scorers"]  # imported for their registrations
 
 register(PROFILES, "image-affinity", Profile(
     ("model", "health", "capacity"), ("session-home", "image-home", "image-held"), "highest-score"))

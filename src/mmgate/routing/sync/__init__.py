@@ -1,7 +1,8 @@
 """The routing sync between the gateways of one fleet: signed messages over Redis pub/sub."""
 
-from mmgate.routing.sync.admission import MIN_SECRET_CHARS, PeerBudget, sync_message
+from mmgate.routing.sync.admission import PeerBudget, sync_message
 from mmgate.routing.sync.channel import RoutingSync, sync_client
 from mmgate.routing.sync.peers import Routed
+from mmgate.routing.sync.secret import SECRET_FLAG, read_sync_secret
 
-__all__ = ["MIN_SECRET_CHARS", "PeerBudget", "Routed", "RoutingSync", "sync_client", "sync_message"]
+__all__ = ["SECRET_FLAG", "PeerBudget", "Routed", "RoutingSync", "read_sync_secret", "sync_client", "sync_message"]

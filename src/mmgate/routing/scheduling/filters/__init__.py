@@ -1,5 +1,7 @@
 """The filters, each registered as its module is imported."""
 
-from mmgate.routing.scheduling.filters import capacity, health, model
+from mmgate.routing.scheduling.filters.capacity import bounded
+from mmgate.routing.scheduling.filters.health import healthy
+from mmgate.routing.scheduling.filters.model import serving
 
-__all__ = ["capacity", "health", "model"]
+__all__ = ["bounded", "healthy", "serving"]

@@ -1,5 +1,6 @@
 """The pickers, each registered as its module is imported."""
 
-from mmgate.routing.scheduling.pickers import highest_score, round_robin
+from mmgate.routing.scheduling.pickers.highest_score import HighestScore
+from mmgate.routing.scheduling.pickers.round_robin import RoundRobin
 
-__all__ = ["highest_score", "round_robin"]
+__all__ = ["HighestScore", "RoundRobin"]

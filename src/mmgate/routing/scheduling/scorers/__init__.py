@@ -1,5 +1,8 @@
 """The scorers, each registered as its module is imported."""
 
-from mmgate.routing.scheduling.scorers import image_held, image_home, load, session_home
+from mmgate.routing.scheduling.scorers.image_held import held_pull
+from mmgate.routing.scheduling.scorers.image_home import home_pull
+from mmgate.routing.scheduling.scorers.load import load_scores
+from mmgate.routing.scheduling.scorers.session_home import session_pull
 
-__all__ = ["image_held", "image_home", "load", "session_home"]
+__all__ = ["held_pull", "home_pull", "load_scores", "session_pull"]
