@@ -2,10 +2,11 @@
 (learnt from their ``/v1/models``), each one's health (``BackendHealth``, probed by ``probe_once``)
 and load (requests in flight from this gateway, ``begin``/``end``), and their metric series.
 
-A backend is known by its name (a hash key and a metric label, never a routing key's label).
-The fleet owns every backend object it was given and closes a retired one once its requests in
-flight have ended (``Retirements``). It keeps the record of holdings in step: a departed backend's
-holdings go, and a re-admitted backend (it may have restarted empty) holds nothing.
+A backend is known by its name, a hash key and a metric label (session ids and image keys are
+hash keys only, never labels). The fleet owns every backend object it was given and closes a
+retired one once its requests in flight have ended (``Retirements``). It keeps the record of
+holdings in step: a departed backend's holdings go, and a re-admitted backend (it may have
+restarted empty) holds nothing.
 """
 
 from __future__ import annotations
