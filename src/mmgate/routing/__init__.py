@@ -1,6 +1,7 @@
-"""Backend choice by a routing profile of named parts (image affinity with bounded loads, session
-affinity, round robin) over one record of what each backend holds, with active health probes and passive
-ejection, and the routing sync between gateways. docs/ROUTING.md has the routing in one page."""
+"""Backend choice by a routing profile of named parts (``scheduling``: image affinity with bounded
+loads, session affinity, round robin) over one record of what each backend holds (``holdings``),
+the fleet's membership and health (``fleet``: active probes, passive ejection) and the routing
+sync between gateways (``sync``). docs/ROUTING.md has the routing in one page."""
 
 from mmgate.routing.fleet import BackendHealth
 from mmgate.routing.holdings import BackendHoldings, processed_bytes, session_token

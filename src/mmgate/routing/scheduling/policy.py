@@ -26,8 +26,9 @@ class RoutingPolicy:
         self.holdings = holdings
         self._rng = rng
         parts = PROFILES[profile or settings.mode]
-        self._splits = [f.split for f in map(FILTERS.__getitem__, parts.filters) if f.split is not None]
-        self._bounds = [f.bound for f in map(FILTERS.__getitem__, parts.filters) if f.bound is not None]
+        filters = [FILTERS[name] for name in parts.filters]
+        self._splits = [f.split for f in filters if f.split is not None]
+        self._bounds = [f.bound for f in filters if f.bound is not None]
         self._scorers = [SCORERS[name] for name in parts.scorers]
         self._picker = PICKERS[parts.picker]()
 
