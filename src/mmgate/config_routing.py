@@ -1,7 +1,7 @@
 """The routing settings (``--routing*``): a part of ``mmgate.config.GatewaySettings``, kept in a
 module of its own so that each stays small. The only defaults of the routing: the router and its
-policy take every value from here. ``mmgate.routing.policy`` explains each mode,
-``mmgate.routing.sync`` the sync between gateways;
+policy take every value from here. ``mmgate.routing.scheduling`` explains each profile and its
+parts, ``mmgate.routing.sync`` the sync between gateways;
 docs/ROUTING.md the routing in one page."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def check_redis_url(value: str | None) -> str | None:
 
 
 class RoutingSettings(Frozen):
-    """How a backend is chosen (``mmgate.routing.policy`` explains each mode and parameter)."""
+    """How a backend is chosen (``mmgate.routing.scheduling`` explains each profile and parameter)."""
 
     model_config = ConfigDict(title="routing")
 
