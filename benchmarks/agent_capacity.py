@@ -123,7 +123,7 @@ class Meters:
     def read(self) -> dict[str, float]:
         engine = descendants(self.vllm_pid)
         return {"vllm_api": cpu_seconds(self.vllm_pid), "vllm_engine": tree_cpu(engine),
-                "gateway": tree_cpu([p for pid in self.gateway_pids for p in (pid, *descendants(pid))]),
+                "gateway": tree_cpu(sorted({p for pid in self.gateway_pids for p in (pid, *descendants(pid))})),
                 "client": cpu_seconds(os.getpid()), "machine": machine_busy_s()}
 
 
@@ -195,7 +195,8 @@ def measure(vllm: VllmReplica, gateways: dict[str, GatewayProcess], args: argpar
     """Every round: each API's modes at each C (module docstring). ``gateways``: mode → gateway
     (the idle one's CPU is counted too: it is the same few µs in every run)."""
     assert vllm.proc is not None
-    meters = Meters(vllm.proc.pid, [g.proc.pid for g in gateways.values() if g.proc is not None], vllm.url)
+    pids = {g.proc.pid for g in gateways.values() if g.proc is not None}  # one gateway serves two modes
+    meters = Meters(vllm.proc.pid, sorted(pids), vllm.url)
     runs: list[dict[str, Any]] = []
     expected: dict[tuple[str, int, str], float] = {}
     for n in range(args.rounds):
