@@ -142,6 +142,7 @@ async def agent(http: aiohttp.ClientSession, url: str, api: str, mode: str, shot
         ttft = None
         async with http.post(url + PATHS[api], data=body, headers={
                 "Content-Type": "application/json", "x-session-id": name}) as resp:
+            head = time.perf_counter()
             if resp.status != 200:
                 out["errors"].append(resp.status)
                 print(f"  {name} turn {t}: HTTP {resp.status} {(await resp.read())[:300]!r}", file=sys.stderr)
@@ -156,12 +157,15 @@ async def agent(http: aiohttp.ClientSession, url: str, api: str, mode: str, shot
         out["all_turns"] += 1
         if t >= args.window - 1:  # a full window: the turns that are counted
             out["ttft_ms"].append(1000 * (ttft if ttft is not None else done - started))
+            out["head_ms"].append(1000 * (head - started))
+            out["turn_ms"].append(1000 * (done - started))
             out["turn_ends"].append(time.monotonic())
 
 
 async def drive(url: str, api: str, mode: str, concurrency: int, shots: list[list[str]], run_id: str,
                 args: argparse.Namespace, meters: Meters) -> dict[str, Any]:
-    out: dict[str, Any] = {"ttft_ms": [], "turn_ends": [], "errors": [], "all_turns": 0}
+    out: dict[str, Any] = {"ttft_ms": [], "head_ms": [], "turn_ms": [], "turn_ends": [], "errors": [],
+                           "all_turns": 0}
     connector = aiohttp.TCPConnector(limit=concurrency)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=120)) as http:
         queries0, hits0 = cache_counters(meters.vllm_url)
@@ -178,7 +182,8 @@ async def drive(url: str, api: str, mode: str, concurrency: int, shots: list[lis
     others = cpu["machine"] - cpu["vllm_api"] - cpu["vllm_engine"] - cpu["gateway"] - cpu["client"]
     turns = len(out["turn_ends"])
     return {"api": api, "mode": mode, "concurrency": concurrency, "turns": turns, "elapsed_s": elapsed,
-            "turns_per_s": turns / elapsed, "ttft_ms": out["ttft_ms"], "errors": len(out["errors"]),
+            "turns_per_s": turns / elapsed, "ttft_ms": out["ttft_ms"], "head_ms": out["head_ms"],
+            "turn_ms": out["turn_ms"], "errors": len(out["errors"]),
             "cpu_per_turn_ms": {k: 1000 * v / max(turns, 1) for k, v in cpu.items() if k != "machine"},
             # vLLM's processor-cache misses (queries less hits) per turn of any kind: one new
             # screenshot a turn is the floor.
@@ -218,7 +223,8 @@ def measure(vllm: VllmReplica, gateways: dict[str, GatewayProcess], args: argpar
                     runs.append(run)
                     c = run["cpu_per_turn_ms"]
                     print(f"round {n} {api:9} c={concurrency} {mode:12} {run['turns_per_s']:6.2f} turns/s  ttft p50 "
-                          f"{pct(run['ttft_ms'], 50):6.1f} p90 {pct(run['ttft_ms'], 90):6.1f} ms  err {run['errors']}  "
+                          f"{pct(run['ttft_ms'], 50):6.1f} p90 {pct(run['ttft_ms'], 90):6.1f} ms (head p50 "
+                          f"{pct(run['head_ms'], 50):5.1f}, turn p50 {pct(run['turn_ms'], 50):6.1f})  err {run['errors']}  "
                           f"cpu ms/turn api {c['vllm_api']:5.1f} engine {c['vllm_engine']:5.1f} gw {c['gateway']:5.1f} "
                           f"client {c['client']:5.1f}  misses {run['images_processed_per_turn']:.2f}/turn  load {run['load_1m']:.2f} others {run['others_cpu_s']:.1f} s",
                           flush=True)
