@@ -78,3 +78,19 @@ def test_every_request_is_one_escaped_line_whatever_its_bytes(tmp_path: Path, ki
         (record,) = [record for record in records if record["request_id"] == rid]
         assert record[field] == value and str(record["status"]) == str(status)
     assert "forged" not in logged
+
+
+@pytest.mark.parametrize("kind", ["logfmt", "json"])
+def test_a_request_the_http_parser_refuses_is_one_line_too(tmp_path: Path, kind: str) -> None:
+    """aiohttp's parser answers a header with a control byte (400) before any middleware runs:
+    the gateway still writes that request's line, and only one."""
+    with serve_process(tmp_path, "--access-log", kind) as gw:
+        refused = [_get(gw.port, "never-read", header=b"x-bad: a\x01b\r\n") for _ in range(3)]
+        served = _get(gw.port, "served-after")
+        assert gw.terminate() == 0
+        text = gw.log_path.read_bytes().decode()
+    assert refused == [400] * 3 and served == 200
+    records = [_fields(line, kind) for line in text.splitlines()
+               if line.startswith(("request_id=", '{"request_id"'))]
+    assert [str(r["status"]) for r in records].count("400") == 3, text[-3000:]
+    assert [r["request_id"] for r in records].count("served-after") == 1

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from aiohttp import web
+from aiohttp.abc import AbstractAccessLogger
 
 from mmgate.metrics import GatewayMetrics
 from mmgate.observe.access import (
@@ -144,6 +145,15 @@ class Observer:
             None if first_byte is None else (first_byte - record.started) * 1000,
             (time.perf_counter() - record.started) * 1000)))
 
+    def refused(self, request: web.BaseRequest, response: web.StreamResponse, elapsed_s: float) -> None:
+        """A request no handler saw — aiohttp's own parser answered it (400) before any
+        middleware ran: its access-log line and tenant count all the same."""
+        if RECORD_KEY in request:  # the middleware saw it: logged already
+            return
+        record = RequestRecord(request_id(None), request.method, redact_response_path(request.path),
+                               time.perf_counter() - elapsed_s)
+        self.finish(record, response.status, {}, bytes_in=0, bytes_out=response.body_length, backend=None, body=None)
+
     def _session(self, headers: Mapping[str, str]) -> str | None:
         for name in self._session_headers:
             value = headers.get(name)
@@ -176,6 +186,19 @@ def _route(request: web.Request) -> str:
 
 
 OBSERVER_KEY = web.AppKey("observer", Observer)
+
+
+def refusal_log(observer: Observer) -> type[AbstractAccessLogger]:
+    """The ``access_log_class`` for the gateway's ``AppRunner``: aiohttp calls it for every
+    request; it writes the line of each one only aiohttp's parser saw (``Observer.refused``)."""
+
+    class RefusedRequests(AbstractAccessLogger):
+        __slots__ = ()
+
+        def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
+            observer.refused(request, response, time)
+
+    return RefusedRequests
 
 
 def install(app: web.Application, observer: Observer) -> None:

@@ -31,6 +31,7 @@ from mmgate.config import GatewaySettings
 from mmgate.errors import ConfigError
 from mmgate.media import MediaLoader
 from mmgate.metrics import GatewayMetrics
+from mmgate.observe.middleware import OBSERVER_KEY, refusal_log
 from mmgate.reuse import KeySpace, UUIDStore
 from mmgate.routing import build_router
 from mmgate.serve.engines import embedded_defaults, start_embedded_engines
@@ -183,9 +184,12 @@ async def _serve(gateway: Gateway, settings: GatewaySettings, admin_key: str | N
     # keepalive_timeout also bounds the wait for a new connection's first request headers.
     # auto_decompress off: a compressed body is refused or inflated by ``read_body``, in a thread
     # and under its limits, never by aiohttp on the event loop.
+    # The access log is the observer's middleware's; aiohttp's hook only writes the lines of the
+    # requests its own parser refused before any middleware ran (``refusal_log``).
+    app = build_app(gateway, admin_key=admin_key)
     runner = web.AppRunner(
-        build_app(gateway, admin_key=admin_key), access_log=None, handle_signals=False, handler_cancellation=True,
-        auto_decompress=False,
+        app, access_log=logging.getLogger("aiohttp.access"), access_log_class=refusal_log(app[OBSERVER_KEY]),
+        handle_signals=False, handler_cancellation=True, auto_decompress=False,
         shutdown_timeout=CUT_GRACE_S, keepalive_timeout=settings.header_timeout_s, logger=server_logger(),
     )
     await runner.setup()
