@@ -12,7 +12,13 @@ sent at a steady rate and its latency recorded, in these phases, side by side in
 * ``giants``     — 4 clients in a loop, each sending requests of 8 giant-pixel PNGs (6300x6300,
                    ~115 KB each: cheap to send, 40 M pixels to decode);
 
-and, last, a ``soak``: 256k distinct tiny images (16 a request, each with a uuid) through a gateway
+Each phase runs against one gateway per way of holding connections (``--doors``), side by side,
+their order rotating each round: ``front-door`` (the default), ``in-process`` (``--no-front-door``:
+the gateway's own connection cap) and ``aiohttp-alone`` (``--no-front-door`` with a cap no flood
+here reaches: aiohttp's server bounded only by the header deadline). Each phase's row carries the
+machine's load average at its end.
+
+And, last, a ``soak``: 256k distinct tiny images (16 a request, each with a uuid) through a gateway
 with small cache budgets, reporting its RSS against base + the configured budgets.
 
 Every phase is bounded in time and stops by itself; children are killed on every exit path. Prints
@@ -247,7 +253,7 @@ async def with_slow_connections(
         # The gateway holds at most ``cap`` client connections (one more while a displaced one closes).
         result["cap_reached"] = False
         while time.monotonic() - ramp_started < ramp_s:
-            if open_fds(gateway_pid) - base_fds >= cap:
+            if open_fds(gateway_pid) - base_fds >= 0.99 * cap:
                 result["cap_reached"] = True
                 break
             await asyncio.sleep(0.25)
@@ -410,7 +416,17 @@ def bounded_entry_bytes() -> tuple[int, int]:
     return out[0], out[1]
 
 
-DOORS = {"front-door": [], "in-process": ["--no-front-door"]}  # --doors: the edge's two ways to hold connections
+# --doors: the edge's ways to hold connections. ``aiohttp-alone``: no front door and a cap above any
+# flood this machine can open (it is lowered to ulimit -n less a reserve): aiohttp's server with only
+# its own bounds (the header deadline, the listen backlog), no connection displaced or refused.
+UNCAPPED = 1_000_000
+DOORS = {"front-door": [], "in-process": ["--no-front-door"],
+         "aiohttp-alone": ["--no-front-door", "--max-connections", str(UNCAPPED)]}
+
+
+def door_cap(door: str, cap: int, slow: int) -> int:
+    """The client connections ``door``'s gateway holds under ``slow`` slow clients."""
+    return slow if door == "aiohttp-alone" else cap
 
 
 def gateway_args(port: int, backend_port: int, extra: list[str]) -> list[str]:
@@ -439,15 +455,17 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 for door in doors[r % len(doors):] + doors[:r % len(doors)]:  # the doors' order rotates
                     gw, url, port = gateways[door]
                     prefix = "" if len(doors) == 1 else f"{door}:"
-                    rounds.setdefault(prefix + "unloaded", []).append(
-                        await normal_traffic(url, args.seconds, args.rate, r * 100_000 + 50_000 * doors.index(door)))
+                    rounds.setdefault(prefix + "unloaded", []).append(loaded(
+                        await normal_traffic(url, args.seconds, args.rate, r * 100_000 + 50_000 * doors.index(door))))
                     if args.slow:
-                        rounds.setdefault(prefix + "slowloris", []).append(
+                        rounds.setdefault(prefix + "slowloris", []).append(loaded(
                             await with_slow_connections(url, port, args.slow, args.seconds, args.rate, gw.pid,
-                                                       args.max_connections, args.helpers, args.helper_nice))
+                                                       door_cap(door, args.max_connections, args.slow),
+                                                       args.helpers, args.helper_nice)))
                         await asyncio.sleep(2)
                     if args.giants:
-                        rounds.setdefault(prefix + "giants", []).append(await with_giants(url, args.seconds, args.rate, r))
+                        rounds.setdefault(prefix + "giants", []).append(
+                            loaded(await with_giants(url, args.seconds, args.rate, r)))
             out["rounds"] = rounds
             out["phases"] = {name: summary(results) for name, results in rounds.items()}
         finally:
@@ -478,6 +496,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def loaded(result: dict[str, Any]) -> dict[str, Any]:
+    """``result`` with the machine's 1-minute load average at its end."""
+    result["load_1m"] = round(os.getloadavg()[0], 2)
+    return result
+
+
 def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
     """One phase over its rounds: medians of the per-round percentiles, totals of the counts."""
     failures: dict[str, int] = {}
@@ -491,7 +515,7 @@ def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
            "max_ms": max(r["max_ms"] or 0 for r in results)}
     out["new_connections"] = sum(r["new_connections"] for r in results)
     out["connect_ms_max"] = max((r["connect_ms_max"] or 0) for r in results)
-    for key in ("giant_answers", "edge_events_during", "slow_clients", "client_conns_min", "client_conns_median",
+    for key in ("load_1m", "giant_answers", "edge_events_during", "slow_clients", "client_conns_min", "client_conns_median",
                 "at_cap_share", "cap_reached", "ramp_s", "gateway_cpu_cores", "front_door_cpu_cores",
                 "helpers_cpu_cores"):
         if key in results[0]:
@@ -510,11 +534,11 @@ def report(out: dict[str, Any]) -> None:
 
     print("medians over rounds of each round's percentiles; p99 per round in brackets")
     print(f"{'phase':22s} {'sent':>6s} {'ok':>6s} {'p50 ms':>8s} {'p99 ms':>8s} {'max ms':>8s} {'p99/unloaded':>13s}  "
-          "p99 per round; failures")
+          "p99 per round; failures; load per round")
     for name, r in phases.items():
         base = phases[door_of(name) + "unloaded"]["p99_ms"]
         print(f"{name:22s} {r['sent']:6d} {r['ok']:6d} {r['p50_ms']:8.1f} {r['p99_ms']:8.1f} {r['max_ms']:8.1f} "
-              f"{r['p99_ms'] / base:13.2f}  {r['p99_per_round']} {r['failures'] or ''}")
+              f"{r['p99_ms'] / base:13.2f}  {r['p99_per_round']} {r['failures'] or ''} load {r['load_1m']}")
     for name, r in phases.items():
         if name.endswith("giants"):
             print(f"{name}: giant requests answered:", r["giant_answers"])
@@ -550,7 +574,8 @@ def main() -> None:
     parser.add_argument("--max-connections", type=int, default=8192, help="the gateway's --max-connections")
     parser.add_argument("--giants", type=int, default=1, help="1: run the giant-image phase, 0: skip")
     parser.add_argument("--doors", default="front-door,in-process",
-                        help="comma-separated: front-door (the default gateway) and/or in-process (--no-front-door); "
+                        help="comma-separated: front-door (the default gateway), in-process (--no-front-door) and/or "
+                        "aiohttp-alone (--no-front-door, no cap reached: keep --slow under ulimit -n less 2048); "
                         "each its own gateway, side by side in every round")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of the alternating phases")
     parser.add_argument("--soak", type=int, default=256 * 1024, help="tiny images in the RSS soak (0: skip)")
