@@ -1,6 +1,11 @@
 """The shape of the code, read with ``ast`` from ``src/mmgate`` (no import runs):
 
-* no import cycle between packages (each subpackage, and each top-level module, is one node);
+* no import cycle between packages (each subpackage, and each top-level module, is one node), nor
+  between the modules inside one package; imports under ``if TYPE_CHECKING:`` count (``ast.walk``
+  finds every import statement, wherever it stands);
+* the api package in layers: the HTTP layer (``HTTP_LAYER``: server wiring and client limits)
+  imports no other api module and names no route; the pipeline (``PIPELINE``) imports no HTTP
+  framework and nothing of the handlers;
 * ``sim`` and ``bench`` — separate programs — import nothing from the gateway's packages;
 * nothing in ``media``, ``reuse``, ``routing``, ``backends`` or ``store`` imports ``api`` or ``serve``;
 * no private name (``_x``) imported from another package;
@@ -13,6 +18,7 @@ fails here.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +30,11 @@ GATEWAY_PACKAGES = {"api", "media", "reuse", "routing", "backends", "store", "se
 SEPARATE_PROGRAMS = {"sim", "bench"}
 BELOW_API = {"media", "reuse", "routing", "backends", "store"}
 MAX_LINES = 350
+# The api package's layers (docs/ARCHITECTURE.md): the HTTP layer knows no route, the pipeline no
+# HTTP framework; the handlers (every other api module) sit on both.
+HTTP_LAYER = {"mmgate.api.edge", "mmgate.api.frontsite"}
+PIPELINE = {"mmgate.api.gateway", "mmgate.api.parse", "mmgate.api.parts", "mmgate.api.police"}
+HTTP_FRAMEWORKS = {"aiohttp", "multidict", "yarl", "starlette", "uvicorn", "granian", "h11", "httptools"}
 
 
 @dataclass(frozen=True)
@@ -94,6 +105,51 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
+def module_graph(found: list[Import], known: set[str]) -> dict[str, set[str]]:
+    """Module → the modules of its own package it imports. ``from mmgate.api import edge`` is an
+    import of the module ``mmgate.api.edge``; ``from mmgate.api import Gateway``, of the package's
+    ``__init__`` (``mmgate.api``)."""
+    graph: dict[str, set[str]] = {}
+    for imp in found:
+        targets = [f"{imp.target}.{n}" for n in imp.names if f"{imp.target}.{n}" in known]
+        if len(targets) < len(imp.names) or not imp.names:
+            target = imp.target
+            while target not in known and "." in target:
+                target = target.rsplit(".", 1)[0]
+            targets.append(target)
+        for dst in targets:
+            if dst != imp.module and node_of(dst) == node_of(imp.module) != "mmgate":
+                graph.setdefault(imp.module, set()).add(dst)
+    return graph
+
+
+def layer_faults(found: list[Import], root: Path) -> list[str]:
+    bad = []
+    for imp in found:
+        if imp.module in HTTP_LAYER and imp.target.startswith("mmgate.api") and not any(
+                imp.target == m or f"{imp.target}.{n}" == m for m in HTTP_LAYER for n in (*imp.names, "")):
+            bad.append(f"{imp.module} imports {imp.target} (the HTTP layer reaching into the handlers)")
+        if imp.module in PIPELINE and imp.target.startswith("mmgate.api") and not (
+                imp.target in PIPELINE or all(f"{imp.target}.{n}" in PIPELINE for n in imp.names)):
+            bad.append(f"{imp.module} imports {imp.target} (the pipeline reaching into the handlers)")
+    for name, path in modules(root):
+        dotted = f"mmgate.{name}" if name else "mmgate"
+        if dotted not in HTTP_LAYER | PIPELINE:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if dotted in PIPELINE and isinstance(node, ast.Import | ast.ImportFrom):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                bad += [f"{dotted} imports {n} (the pipeline on an HTTP framework)" for n in names
+                        if n.split(".")[0] in HTTP_FRAMEWORKS]
+            if dotted in HTTP_LAYER and isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                    and ROUTE.fullmatch(node.value):
+                bad.append(f"{dotted} names the route {node.value} (the HTTP layer knows no route)")
+    return bad
+
+
+ROUTE = re.compile(r"/(v1|v2|health|metrics|ping|load|admin|invocations|tokenize|detokenize|pooling|score)\b[\w/.-]*")
+
+
 def forbidden_imports(found: list[Import]) -> list[str]:
     bad = []
     for imp in found:
@@ -127,6 +183,15 @@ def long_modules(root: Path) -> list[str]:
 
 def test_no_import_cycle_between_packages() -> None:
     assert find_cycle(package_graph(imports(SRC))) is None
+
+
+def test_no_import_cycle_inside_a_package() -> None:
+    known = {f"mmgate.{m}" if m else "mmgate" for m, _ in modules(SRC / "mmgate")}
+    assert find_cycle(module_graph(imports(SRC), known)) is None
+
+
+def test_the_api_package_is_in_layers() -> None:
+    assert layer_faults(imports(SRC), SRC / "mmgate") == []
 
 
 def test_separate_programs_and_lower_layers_import_only_downwards() -> None:
@@ -179,6 +244,27 @@ def test_rules_catch_a_broken_tree(tmp_path: Path) -> None:
     private = private_imports(found)
     assert any("_Entry" in p for p in private) and any("_http" in p for p in private)
     assert long_modules(root) == [f"mmgate.store.lru: {MAX_LINES + 1} lines"]
+
+
+def test_a_cycle_through_a_type_checking_import_is_caught(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {
+        "__init__.py": "",
+        "api/__init__.py": "from mmgate.api.app import build_app\n",
+        "api/app.py": "from mmgate.api import forward\n",
+        "api/forward.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from mmgate.api.app import X\n",
+        "api/edge.py": "from aiohttp import web\nfrom mmgate.api.forward import deliver\nCHAT = '/v1/chat/completions'\n",
+        "api/gateway.py": "from aiohttp import web\nfrom mmgate.api import app\n",
+    })
+    found = imports(root)
+    known = {f"mmgate.{m}" if m else "mmgate" for m, _ in modules(root / "mmgate")}
+    assert find_cycle(module_graph(found, known)) in (
+        ["mmgate.api.app", "mmgate.api.forward", "mmgate.api.app"],
+        ["mmgate.api.forward", "mmgate.api.app", "mmgate.api.forward"])
+    faults = layer_faults(found, root / "mmgate")
+    assert any("mmgate.api.edge imports mmgate.api.forward" in f for f in faults)
+    assert any("mmgate.api.edge names the route /v1/chat/completions" in f for f in faults)
+    assert any("mmgate.api.gateway imports aiohttp" in f for f in faults)
+    assert any("mmgate.api.gateway imports mmgate.api (the pipeline" in f for f in faults)
 
 
 @pytest.mark.parametrize("line", ["from mmgate._settings import Frozen", "import mmgate._env"])
