@@ -59,10 +59,7 @@ from _procs import MMGATE, free_port, stop
 from _table import Column, pct, print_table
 
 MODEL = "mmgate-sim-vl"
-MODES = ("round-robin", "session", "lru-history", "image-affinity")
-# Modes of the lab, not of the product: gateways started by a script that injects the policy,
-# routing ``--routing`` (the fallback it builds on) where the policy does not decide.
-LAB_MODES = {"lru-history": ("session", [sys.executable, str(Path(__file__).resolve().parent / "lru_history.py")])}
+MODES = ("round-robin", "session", "lru-history", "image-affinity")  # profiles --routing names
 _SAMPLE = re.compile(r'^mmgate_backend_outstanding\{backend="([^"]+)"\} ([0-9.e+-]+)$', re.M)
 
 
@@ -107,10 +104,10 @@ def total(text: str, name: str) -> float:
 
 
 def start_all(commands: list[tuple[list[str], int]], timeout_s: float = 90.0,
-              env: dict[str, str] | None = None, program: list[str] = MMGATE) -> list[subprocess.Popen[bytes]]:
-    """Start every ``program`` process at once, then wait until each one's /health answers."""
+              env: dict[str, str] | None = None) -> list[subprocess.Popen[bytes]]:
+    """Start every ``mmgate`` process at once, then wait until each one's /health answers."""
     full_env = {**os.environ, **env} if env else None
-    procs = [subprocess.Popen([*program, *a], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=full_env)
+    procs = [subprocess.Popen([*MMGATE, *a], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=full_env)
              for a, _ in commands]
     deadline = time.monotonic() + timeout_s
     try:
@@ -247,7 +244,6 @@ def run_one(backends: int, gateways: int, mode: str, sessions: list[list[list[st
     env = dict(f.split("=", 1) for f in flags if re.fullmatch(r"[A-Z][A-Z0-9_]*=.*", f))  # VAR=value: environment
     flags = [f for f in flags if not re.fullmatch(r"[A-Z][A-Z0-9_]*=.*", f)]
     extra = args.affinity_args.split() if routing == "image-affinity" else []
-    routing, program = LAB_MODES.get(routing, (routing, MMGATE))
     redis_port = free_port() if any("{redis}" in f for f in [*flags, *extra]) else None
     if redis_port is not None:  # --routing-sync-url {redis}: a redis-server of the row's own
         flags, extra = ([f.replace("{redis}", f"redis://127.0.0.1:{redis_port}") for f in fs] for fs in (flags, extra))
@@ -261,7 +257,7 @@ def run_one(backends: int, gateways: int, mode: str, sessions: list[list[list[st
         if redis_port is not None:
             procs.append(start_redis(redis_port))
         procs += start_all(sim_cmds)
-        procs += start_all(gw_cmds, env=env, program=program)
+        procs += start_all(gw_cmds, env=env)
         gw_urls = [f"http://127.0.0.1:{p}" for p in gw_ports]
         t0 = time.perf_counter()
         out = asyncio.run(drive(gw_urls, backends, sessions, urls, args))

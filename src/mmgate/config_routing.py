@@ -32,11 +32,12 @@ class RoutingSettings(Frozen):
 
     model_config = ConfigDict(title="routing")
 
-    mode: Literal["round-robin", "session", "image-affinity"] = setting(
+    mode: Literal["round-robin", "session", "image-affinity", "lru-history"] = setting(
         "image-affinity", flag="--routing",
         help="backend choice: image-affinity (images where they are held, else at their rendezvous homes, "
         "a session's own images at the session's home, bounded loads), session (the session's "
-        "rendezvous home, else the less loaded of two), round-robin")
+        "rendezvous home, else the less loaded of two), round-robin, lru-history (llm-d's baseline: "
+        "the share of the image weight each backend holds, plus a load score)")
     load_factor: float = setting(
         1.3, flag="--routing-load-factor", ge=1.0, le=100.0,
         help="image-affinity: no backend above this x the mean in-flight requests (bounded loads)")

@@ -7,7 +7,6 @@ from __future__ import annotations
 import random
 
 import pytest
-from benchmarks.lru_history import LruHistoryPolicy
 from pydantic import ValidationError
 
 from mmgate.config import GatewaySettings
@@ -210,14 +209,13 @@ def test_session_mode_is_todays_routing() -> None:
 
 
 def test_lru_history_prefers_holders_then_the_least_loaded() -> None:
-    """The benchmarks' llm-d-like baseline (injected into the gateway, not a product mode)."""
-    policy = LruHistoryPolicy(RoutingSettings(mode="session"), BackendHoldings.for_settings(SHIPPED),
-                              rng=random.Random(3))
+    """The llm-d-like baseline, a profile selected by name like the others."""
+    policy = make("lru-history", seed=3)
     cold = policy.decide(NAMES, [3, 1, 0, 2], None, [img("a")])
     assert (cold.order[0], cold.reason) == (2, "least_loaded")
     held(policy, "sim-1", ["a", "b"])
     warm = policy.decide(NAMES, [3, 1, 0, 2], None, [img("a"), img("b")])
-    assert (warm.order[0], warm.reason) == (1, "image_history")
+    assert (warm.order[0], warm.reason) == (1, "image_affinity")
     # Its load score pulls away from a holder that is the most loaded.
     busy = policy.decide(NAMES, [0, 9, 0, 0], None, [img("a"), img("z1"), img("z2")])
     assert busy.order[0] != 1
@@ -225,7 +223,7 @@ def test_lru_history_prefers_holders_then_the_least_loaded() -> None:
 
 def test_reasons_are_the_bounded_set() -> None:
     rng = random.Random(9)
-    for mode in ("round-robin", "session", "image-affinity"):
+    for mode in ("round-robin", "session", "image-affinity", "lru-history"):
         policy = make(mode, seed=rng.randrange(100))
         for i in range(50):
             loads = [rng.randrange(5) for _ in NAMES]
@@ -237,8 +235,6 @@ def test_reasons_are_the_bounded_set() -> None:
 def test_bad_settings() -> None:
     with pytest.raises(ValidationError):
         make("sticky")
-    with pytest.raises(ValidationError):
-        make("lru-history")  # the benchmarks' baseline (benchmarks/lru_history.py), not a mode
     with pytest.raises(ValidationError):
         affinity(load_factor=0.9)
 

@@ -12,3 +12,4 @@ register(PROFILES, "image-affinity", Profile(
     ("model", "health", "capacity"), ("session-home", "image-home", "image-held"), "highest-score"))
 register(PROFILES, "session", Profile(("model", "health"), (), "highest-score"))
 register(PROFILES, "round-robin", Profile(("model", "health"), (), "round-robin"))
+register(PROFILES, "lru-history", Profile(("model", "health"), ("lru-history", "load"), "highest-score"))
