@@ -306,11 +306,15 @@ async def with_slow_connections(
 
 
 def edge_events(url: str) -> dict[str, float]:
-    """The gateway's mmgate_edge_connections_total by event (displaced, refused)."""
+    """The gateway's mmgate_edge_connections_total by event (displaced, refused); a scrape that gets
+    no answer in 5 s (a new connection waiting behind a flood) is counted as ``scrape_failed``."""
     import urllib.request
 
-    with urllib.request.urlopen(url + "/metrics", timeout=10) as resp:
-        text = resp.read().decode()
+    try:
+        with urllib.request.urlopen(url + "/metrics", timeout=5) as resp:
+            text = resp.read().decode()
+    except OSError:  # timed out or reset: the flood kept the scrape's new connection out
+        return {"scrape_failed": 1.0}
     out = {}
     for line in text.splitlines():
         if line.startswith("mmgate_edge_connections_total{"):
@@ -440,13 +444,17 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     sim = start(["sim", "--port", str(sim_port), "--speedup", "1000"], sim_port, health="/health")
     out: dict[str, Any] = {"ulimit_n": nofile, "phases": {}}
     try:
-        doors = args.doors.split(",")
+        specs = [spec.partition("=") for spec in args.doors.split(",")]
+        doors = [name for name, _, _ in specs]
         gateways: dict[str, tuple[Any, str, int]] = {}
         try:
-            for door in doors:
+            for door, _, src in specs:
                 port = free_port()
-                extra = ["--max-connections", str(args.max_connections), *DOORS[door]]
-                gateways[door] = (start(gateway_args(port, sim_port, extra), port), f"http://127.0.0.1:{port}", port)
+                # NAME=SRC: the gateway of another source tree (a candidate edge), with its default flags.
+                extra = ["--max-connections", str(args.max_connections), *([] if src else DOORS[door])]
+                env = {**os.environ, "PYTHONPATH": src} if src else None  # made absolute in main()
+                gateways[door] = (start(gateway_args(port, sim_port, extra), port, env=env),
+                                  f"http://127.0.0.1:{port}", port)
             rounds: dict[str, list[dict[str, Any]]] = {}
             for _, url, _ in gateways.values():
                 await normal_traffic(url, 3, args.rate, 900_000)  # warm-up: pools, first connections
@@ -575,12 +583,15 @@ def main() -> None:
     parser.add_argument("--giants", type=int, default=1, help="1: run the giant-image phase, 0: skip")
     parser.add_argument("--doors", default="front-door,in-process",
                         help="comma-separated: front-door (the default gateway), in-process (--no-front-door) and/or "
-                        "aiohttp-alone (--no-front-door, no cap reached: keep --slow under ulimit -n less 2048); "
+                        "aiohttp-alone (--no-front-door, no cap reached: keep --slow under ulimit -n less 2048), "
+                        "or NAME=SRC (the gateway of the source tree SRC, default flags); "
                         "each its own gateway, side by side in every round")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of the alternating phases")
     parser.add_argument("--soak", type=int, default=256 * 1024, help="tiny images in the RSS soak (0: skip)")
     parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     args = parser.parse_args()
+    args.doors = ",".join(f"{n}={Path(src).resolve()}" if src else n
+                          for n, _, src in (d.partition("=") for d in args.doors.split(",")))
     out = asyncio.run(run(args))
     report(out)
     if args.out:
