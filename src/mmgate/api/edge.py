@@ -35,7 +35,7 @@ from typing import cast
 
 import orjson
 from aiohttp import web
-from aiohttp.web_protocol import RequestHandler, RequestPayloadError
+from aiohttp.web_protocol import RequestHandler
 
 from mmgate.errors import BodyTimeoutError, BodyTooLargeError, InvalidRequestError, UnsupportedEncodingError
 
@@ -134,7 +134,7 @@ async def _read_raw(request: web.Request, *, max_bytes: int, timeout_s: float) -
         raise BodyTimeoutError(
             f"request body not received within {timeout_s:g}s ({received} bytes arrived)"
         ) from exc
-    except RequestPayloadError as exc:
+    except web.RequestPayloadError as exc:
         # aiohttp could not decode the body (a Content-Encoding that is not what it says, broken
         # chunked framing): the client's fault, a 400 — not aiohttp's plain-text 500.
         reason = getattr(exc.__cause__, "message", None) or str(exc) or "malformed body"
@@ -233,30 +233,43 @@ class ConnectionGuard:
         return True
 
 
-class GuardedSite(web.TCPSite):
-    """aiohttp's TCP site with ``ConnectionGuard`` as the protocol factory."""
+class GuardedSite(web.BaseSite):
+    """An aiohttp site listening on ``host:port`` with ``ConnectionGuard`` as the protocol factory
+    (aiohttp's ``TCPSite`` would hand connections to the bare server)."""
 
     def __init__(self, runner: web.BaseRunner, host: str, port: int, *, max_connections: int,
                  on_event: Callable[[str], None] | None = None, backlog: int = 1024) -> None:
-        super().__init__(runner, host, port, reuse_address=True, backlog=backlog)
+        super().__init__(runner, backlog=backlog)
+        self._app_runner = runner
+        self._host = host
+        self._port = port
+        self._listen_backlog = backlog
         self._max_connections = max_connections
         self._on_event = on_event
+        self._listening: asyncio.Server | None = None
         self.guard: ConnectionGuard | None = None
 
     @property
+    def name(self) -> str:
+        return f"http://{self._host}:{self.bound_port}"
+
+    @property
     def bound_port(self) -> int:
-        sockets = getattr(self._server, "sockets", None)
+        sockets = self._listening.sockets if self._listening is not None else ()
         return int(sockets[0].getsockname()[1]) if sockets else self._port
 
     async def start(self) -> None:
-        self._runner._reg_site(self)  # BaseSite.start; TCPSite.start would pass the bare server
-        server = self._runner.server
-        assert server is not None
+        await super().start()  # registers the site with its runner
+        server = self._app_runner.server
+        assert server is not None  # the runner is set up
         self.guard = ConnectionGuard(server, self._max_connections, self._on_event)
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            self.guard, self._host, self._port, backlog=self._backlog, reuse_address=self._reuse_address
-        )
+        self._listening = await asyncio.get_running_loop().create_server(
+            self.guard, self._host, self._port, backlog=self._listen_backlog, reuse_address=True)
+
+    async def stop(self) -> None:
+        if self._listening is not None:
+            self._listening.close()
+        await super().stop()
 
 
 def raise_fd_limit(wanted: int) -> int:

@@ -93,6 +93,8 @@ class FrontDoorSite(web.BaseSite):
                  header_timeout_s: float, on_event: Callable[[str, int], None] | None = None,
                  backlog: int = 1024) -> None:
         super().__init__(runner, backlog=backlog)
+        self._app_runner = runner
+        self._listen_backlog = backlog
         self._host = host
         self._port = port
         self._max_connections = max_connections
@@ -117,11 +119,11 @@ class FrontDoorSite(web.BaseSite):
         return self._bound_port
 
     async def start(self) -> None:
-        self._runner._reg_site(self)
-        server = self._runner.server
+        await super().start()  # registers the site with its runner
+        server = self._app_runner.server
         assert server is not None
         self.guard = ConnectionGuard(server, self._max_connections, lambda event: self._on_event(event, 1))
-        self._listen = _bind(self._host, self._port, self._backlog)
+        self._listen = _bind(self._host, self._port, self._listen_backlog)
         self._bound_port = int(self._listen.getsockname()[1])
         self._spawn()
 
