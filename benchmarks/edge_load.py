@@ -474,6 +474,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     if args.giants:
                         rounds.setdefault(prefix + "giants", []).append(
                             loaded(await with_giants(url, args.seconds, args.rate, r)))
+                if args.out:  # the rounds so far, should a later one not finish
+                    write_json(args.out.with_suffix(".partial.json"), {"rounds": rounds})
             out["rounds"] = rounds
             out["phases"] = {name: summary(results) for name, results in rounds.items()}
         finally:
@@ -502,6 +504,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         stop(sim)
     return out
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2))
 
 
 def loaded(result: dict[str, Any]) -> dict[str, Any]:
@@ -595,8 +602,7 @@ def main() -> None:
     out = asyncio.run(run(args))
     report(out)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(out, indent=2))
+        write_json(args.out, out)
 
 
 if __name__ == "__main__":
