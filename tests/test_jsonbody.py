@@ -10,7 +10,14 @@ from typing import Any
 import orjson
 import pytest
 
-from mmgate.jsonbody import BIG_STRING_BYTES, LARGE_BODY_BYTES, THREAD_JOIN_BYTES, dumps_body, loads_body
+from mmgate.jsonbody import (
+    BIG_STRING_BYTES,
+    CUT_LOADS_BYTES,
+    LARGE_BODY_BYTES,
+    THREAD_JOIN_BYTES,
+    dumps_body,
+    loads_body,
+)
 
 
 def data_url(n: int, seed: int) -> str:
@@ -34,6 +41,18 @@ async def test_a_large_body_parses_to_what_orjson_gives() -> None:
     escaped = spaced.replace(b"/", b"\\/", 50)
     for variant in (spaced, escaped):
         assert await loads_body(variant) == orjson.loads(variant)
+
+
+async def test_an_agent_sized_body_is_cut_and_parses_to_what_orjson_gives() -> None:
+    """Between ``CUT_LOADS_BYTES`` and ``LARGE_BODY_BYTES`` (an agent's turn of screenshots): the
+    cut parses it, to the same value."""
+    body = big_body()
+    body["messages"][0]["content"] = body["messages"][0]["content"][:2]
+    del body["list"]
+    raw = orjson.dumps(body)
+    assert CUT_LOADS_BYTES <= len(raw) < LARGE_BODY_BYTES
+    assert await loads_body(raw) == orjson.loads(raw)
+    assert await loads_body(raw.replace(b"/", b"\\/", 20)) == orjson.loads(raw.replace(b"/", b"\\/", 20))
 
 
 async def test_a_large_body_is_written_as_orjson_writes_it() -> None:

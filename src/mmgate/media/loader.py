@@ -7,8 +7,9 @@
                                                                               (decode lanes)
 
 Only validated bytes ever enter a tier, so a bad image never poisons a cache and a hit needs no
-second decode. A ``data:`` URL is keyed by a hash of its base64 text: a repeat costs one hash
-(no base64 decode, no image decode). Every ``MediaError`` raised carries the caller's ``param``.
+second decode. A ``data:`` URL is keyed by a hash of its base64 text: a repeat costs no base64
+or image decode, and one it has just seen no SHA-256 either (``mmgate.media.repeats``: a fast
+fingerprint, confirmed by comparing the text with the held image's). Every ``MediaError`` raised carries the caller's ``param``.
 
 Validation runs in two steps: a header probe (format, size: cheap, normal lane), then the full
 decode in a worker process, in the lane the image's size picks, after the request's ``PixelBudget``
@@ -41,13 +42,18 @@ from mmgate.media.metrics import MediaMetrics, Outcome
 from mmgate.media.origin import OriginFetcher
 from mmgate.media.passthrough import check_passthrough_url
 from mmgate.media.policy import UrlPolicy
+from mmgate.media.repeats import RepeatIndex, fingerprint, forwards_text
 from mmgate.media.validate import ImageInfo, probe_image, validate_image
 from mmgate.store import ByteLRU, LoadedImage, SharedTier
 
 log = logging.getLogger(__name__)
 
-# data: payloads at least this big are hashed in the thread pool, not on the event loop.
+# data: payloads at least this big are hashed in the thread pool, not on the event loop; URLs at
+# least _INLINE_PARSE_BYTES long are parsed there (slicing out the payload is a copy).
 _INLINE_HASH_BYTES = 256 * 1024
+_INLINE_PARSE_BYTES = 2 << 20
+# Fingerprints of data: URLs the repeat index keeps (``mmgate.media.repeats``).
+REPEAT_INDEX_ENTRIES = 65536
 
 Produce = Callable[[], Awaitable[LoadedImage]]
 _T = TypeVar("_T")
@@ -86,6 +92,7 @@ class MediaLoader:
             count_entries=True,
         )
         self._inflight: InflightMap[str, tuple[LoadedImage, Outcome]] = InflightMap()
+        self._repeats = RepeatIndex(REPEAT_INDEX_ENTRIES, cache.cache_ttl_s)
         self._closed = False
         self._lanes = DecodeLanes(
             workers=media.decode_workers, large_image_pixels=media.large_image_pixels,
@@ -178,14 +185,23 @@ class MediaLoader:
     async def _load_data_url(
         self, url: str, session_id: str | None, ticket: _Ticket | None, tenant_tag: str | None
     ) -> tuple[LoadedImage, Outcome]:
-        if len(url) >= _INLINE_HASH_BYTES:  # slicing out a big payload is a copy: not on the loop
+        if len(url) >= _INLINE_PARSE_BYTES:
             parsed = await self._in_pool(functools.partial(parse_data_url, max_bytes=self._media.max_image_bytes), url)
         else:
             parsed = parse_data_url(url, max_bytes=self._media.max_image_bytes)
+        mark = fingerprint(parsed)
+        known = self._repeats.key(mark)
+        if known is not None:  # a repeat, if the image held under it forwards this very text
+            tier_key = scope_key(known, session_scoping=self._cache.session_scoping, session_id=session_id,
+                                 tenant_tag=tenant_tag)
+            hit = None if tier_key is None else self.local.get(tier_key)
+            if hit is not None and forwards_text(hit, parsed):
+                return hit, "local_hit"
         if parsed.num_bytes >= _INLINE_HASH_BYTES:
             key = data_url_key(await self._in_pool(payload_digest, parsed))
         else:
             key = data_url_key(payload_digest(parsed))
+        self._repeats.remember(mark, key)
 
         async def produce() -> LoadedImage:
             return await self._validated(parsed, ticket, tenant_tag)

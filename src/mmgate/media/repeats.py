@@ -1,0 +1,60 @@
+"""A repeated ``data:`` image found without SHA-256: the cheap half of an agent's turn.
+
+An agent resends its screenshots every turn. The cache key of a ``data:`` URL is the SHA-256 of its
+base64 text (``mmgate.media.keys``): ~100 µs for a 150 KB screenshot, three times a turn, on the
+event loop. Here a repeat is found by XXH3-128 of the same text (~5 µs) instead, and **confirmed
+by comparing the text itself** with the one the held image forwards (a memory compare): a fast
+hash may collide, a confirmed match cannot — equal base64 text decodes to equal bytes. Anything
+not confirmed (a first sighting, an evicted image, another tenant's or session's entry, a client
+whose base64 is not the canonical encoding the gateway forwards) takes the SHA-256 path as before,
+so keys, tiers and what a tenant can reach are unchanged.
+
+The index maps a fingerprint to the SHA-256 key it was last seen with; it is bounded by entries
+and by the cache's TTL, and a stale entry costs only a failed confirmation.
+"""
+
+from __future__ import annotations
+
+import xxhash
+
+from mmgate.media.dataurl import DataURL
+from mmgate.store import ByteLRU, LoadedImage
+
+# Bookkeeping per entry (the 16-byte fingerprint, the 68-character key, the map's own): the
+# index's byte budget is this times its entry cap.
+_ENTRY_BYTES = 256
+
+
+class RepeatIndex:
+    """Fingerprint of a data: URL's base64 text → the unscoped cache key it was loaded under."""
+
+    def __init__(self, max_entries: int, ttl_s: float | None) -> None:
+        self._keys: ByteLRU[bytes, str] = ByteLRU(max_entries * _ENTRY_BYTES, lambda _key: _ENTRY_BYTES, ttl_s=ttl_s)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def key(self, fingerprint: bytes | None) -> str | None:
+        """The key last recorded for ``fingerprint`` — a candidate only: confirm the hit with
+        ``forwards_text``."""
+        return None if fingerprint is None else self._keys.get(fingerprint)
+
+    def remember(self, fingerprint: bytes | None, key: str) -> None:
+        if fingerprint is not None:
+            self._keys.put(fingerprint, key)
+
+
+def fingerprint(data_url: DataURL) -> bytes | None:
+    """XXH3-128 of the base64 text; None for non-ASCII text (which the SHA-256 path refuses)."""
+    try:
+        return xxhash.xxh3_128_digest(data_url.payload.encode("ascii"))
+    except UnicodeEncodeError:
+        return None
+
+
+def forwards_text(image: LoadedImage, data_url: DataURL) -> bool:
+    """Whether ``image`` forwards exactly ``data_url``'s base64 text, so the text decodes to the
+    image's bytes: the confirmation of a fingerprint match."""
+    held = image.data_url()
+    payload = data_url.payload
+    return held.endswith(payload) and held[len(held) - len(payload) - 1] == ","

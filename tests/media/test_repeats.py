@@ -1,0 +1,94 @@
+"""A repeated data: URL is found by its fingerprint and confirmed by its text, without SHA-256
+(``mmgate.media.repeats``); nothing unconfirmed is ever served from it."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+import mmgate.media.loader as loader_module
+from mmgate.media.dataurl import DataURL
+from tests.media.conftest import LoaderFactory
+from tests.support.images import data_url, make_image
+
+
+@pytest.fixture
+def sha_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Counts the loader's SHA-256 keyings of data: URLs."""
+    calls: list[str] = []
+    real = loader_module.payload_digest
+
+    def counted(parsed: DataURL) -> str:
+        calls.append(parsed.payload[:16])
+        return real(parsed)
+
+    monkeypatch.setattr(loader_module, "payload_digest", counted)
+    return calls
+
+
+async def test_a_repeat_costs_no_sha256(make_loader: LoaderFactory, sha_calls: list[str]) -> None:
+    registry = CollectorRegistry()
+    loader = make_loader(registry=registry)
+    url = data_url(make_image("PNG", 120, 80, seed=1))
+    first = await loader.load(url)
+    assert len(sha_calls) == 1
+    for _ in range(3):
+        assert await loader.load(url) is first
+    assert len(sha_calls) == 1
+    assert registry.get_sample_value("mmgate_image_loads_total", {"outcome": "local_hit"}) == 3
+
+
+async def test_a_fingerprint_collision_serves_the_right_image(
+    make_loader: LoaderFactory, sha_calls: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every text gets the same fingerprint: the index then names the wrong key for the second
+    image, the text comparison refuses it, and each URL still loads its own bytes."""
+    monkeypatch.setattr(loader_module, "fingerprint", lambda _parsed: b"\x00" * 16)
+    loader = make_loader()
+    one, two = make_image("PNG", 64, 48, seed=1), make_image("PNG", 64, 48, seed=2)
+    assert (await loader.load(data_url(one))).data == one
+    assert (await loader.load(data_url(two))).data == two
+    assert (await loader.load(data_url(one))).data == one
+    assert (await loader.load(data_url(two))).data == two
+    assert len(sha_calls) == 4  # nothing confirmed: every load keyed by SHA-256
+
+
+async def test_text_that_is_not_the_forwarded_encoding_takes_the_sha_path(
+    make_loader: LoaderFactory, sha_calls: list[str]
+) -> None:
+    """Base64 whose padding bits are not zero decodes to the same bytes but is not the text the
+    gateway forwards: it is not confirmed, so it is keyed (and refused or served) as before."""
+    raw = next(r for seed in range(3, 50) if len(r := make_image("PNG", 64, 48, seed=seed)) % 3 == 2)
+    canonical = base64.b64encode(raw).decode()  # one padding character: its last symbol has 2 spare bits
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+    odd = canonical[:-2] + alphabet[alphabet.index(canonical[-2]) | 1] + "="
+    assert odd != canonical and base64.b64decode(odd) == raw
+    loader = make_loader()
+    first = await loader.load("data:image/png;base64," + odd)
+    again = await loader.load("data:image/png;base64," + odd)
+    assert first.data == raw and again is first
+    assert len(sha_calls) == 2
+
+
+async def test_another_tenants_image_is_not_reached_by_its_fingerprint(
+    make_loader: LoaderFactory, sha_calls: list[str]
+) -> None:
+    registry = CollectorRegistry()
+    loader = make_loader(registry=registry)
+    url = data_url(make_image("PNG", 80, 60, seed=4))
+    mine = await loader.load(url, tenant_tag="a")
+    theirs = await loader.load(url, tenant_tag="b")
+    assert theirs is not mine and theirs.data == mine.data
+    assert registry.get_sample_value("mmgate_image_loads_total", {"outcome": "origin"}) == 2
+    assert await loader.load(url, tenant_tag="b") is theirs
+    assert len(sha_calls) == 2
+
+
+async def test_the_index_is_bounded(make_loader: LoaderFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(loader_module, "REPEAT_INDEX_ENTRIES", 3)
+    loader = make_loader()
+    for seed in range(8):
+        await loader.load(data_url(make_image("PNG", 16, 16, seed=seed)))
+    assert len(loader._repeats) == 3
