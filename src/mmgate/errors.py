@@ -5,6 +5,13 @@ layer turns any of them into a response in one place (``mmgate.api.responses.err
 Third-party exceptions (aiohttp, redis, Pillow) are translated at the module that calls them and
 never escape it.
 
+Where vLLM answers the same fault itself, the status is vLLM's class, so a client's SDK raises the
+same exception through the gateway as against vLLM (``tests/vllm/test_error_classes.py``): media
+that does not decode is 400 (``BadRequestError``), an origin's 404 is 422 (vLLM's
+``UnprocessableEntityError``), an origin that fails transiently is a 5xx (vLLM: 500; here 502/504,
+a gateway's "the server behind me failed"), and a backend's 500 is 502 on every endpoint
+(``relayed_status``).
+
     MmgateError
     ├── RequestError                  client's fault → 4xx
     │   ├── InvalidRequestError       400: malformed body, bad part shape, bad uuid, too many images
@@ -14,9 +21,10 @@ never escape it.
     │   ├── MediaError                the image the client pointed at is unusable
     │   │   ├── ForbiddenURLError     400: URL policy (SSRF) refused the destination
     │   │   ├── ImageTooLargeError    400: over the byte or pixel limit
-    │   │   ├── UnsupportedImageError 415: not an image / format not allowed / truncated
-    │   │   ├── OriginError           400: origin answered 4xx/5xx, refused, DNS failure
-    │   │   └── OriginTimeoutError    408: origin too slow
+    │   │   ├── UnsupportedImageError 400: not an image / format not allowed / truncated
+    │   │   ├── OriginError           502: origin failed (5xx, 408, 429), refused, DNS failure
+    │   │   │   └── OriginRefusedError 422: origin answered another 4xx; a local file that is not there
+    │   │   └── OriginTimeoutError    504: origin too slow
     │   ├── UnknownUUIDError          400: cache-only reference nobody holds
     │   ├── BodyTooLargeError         413: request body over --max-body-bytes
     │   ├── BodyTimeoutError          408: request body not received within --body-timeout
@@ -51,9 +59,10 @@ __all__ = [
     "AuthenticationError", "BackendBusyError", "BackendConnectError", "BackendProtocolError", "BackendStatusError",
     "BackendTimeoutError", "BodyTimeoutError", "BodyTooLargeError", "BusyError", "CacheError", "CacheShareError", "ConfigError",
     "EndpointNotFoundError", "ForbiddenError", "ForbiddenURLError", "ImageTooLargeError", "InvalidRequestError",
-    "MediaError", "MmgateError", "ModelNotFoundError", "OriginError", "OriginTimeoutError", "RequestError",
+    "MediaError", "MmgateError", "ModelNotFoundError", "OriginError", "OriginRefusedError", "OriginTimeoutError",
+    "RequestError",
     "ResponseNotFoundError", "ShuttingDownError", "TenantConnectionsError", "TenantLimitError", "UnknownUUIDError", "UnsupportedEncodingError",
-    "UnsupportedImageError", "UpstreamError",
+    "UnsupportedImageError", "UpstreamError", "origin_status_error", "relayed_status",
 ]
 
 
@@ -124,18 +133,41 @@ class ImageTooLargeError(MediaError):
 
 
 class UnsupportedImageError(MediaError):
-    status = 415
+    """Not an image in an allowed format, or corrupt: vLLM's 400 for media it cannot load."""
+
+    status = 400
     code = "unsupported_image"
 
 
 class OriginError(MediaError):
-    """The image origin failed: HTTP error status, refused connection, DNS failure, bad redirect."""
+    """The origin failed the way vLLM counts as transient (a 5xx, 408 or 429 answer, a refused
+    connection, a DNS failure, a broken reply): a 5xx, as vLLM's own 500, so clients retry it."""
 
+    status = 502
+    error_type = "upstream_error"
     code = "image_fetch_failed"
 
 
+class OriginRefusedError(OriginError):
+    """The origin answered a 4xx other than 408/429 (or a local file is not there): the media
+    resource is invalid, vLLM's 422."""
+
+    status = 422
+    error_type = "invalid_request_error"
+
+
+def origin_status_error(status: int, message: str) -> OriginError:
+    """The error for an origin's non-2xx ``status``, classed as vLLM classes it."""
+    if 400 <= status < 500 and status not in (408, 429):
+        return OriginRefusedError(message)
+    return OriginError(message)
+
+
 class OriginTimeoutError(MediaError):
-    status = 408
+    """The origin (or its DNS) was too slow: a 5xx, as vLLM's 500 for a fetch time-out."""
+
+    status = 504
+    error_type = "upstream_error"
     code = "image_fetch_timeout"
 
 
@@ -227,11 +259,18 @@ class UpstreamError(MmgateError):
     error_type = "upstream_error"
 
 
-class BackendStatusError(UpstreamError):
-    """A backend answered with an error status; its status and message are passed through.
+def relayed_status(backend_status: int) -> int:
+    """The status the client gets for a backend's error ``backend_status``, on every endpoint: a
+    4xx and 503/504 kept, any other 5xx 502 (the gateway did not fail; SDKs treat both as a
+    retryable server error)."""
+    if backend_status < 500 or backend_status in (503, 504):
+        return backend_status
+    return 502
 
-    A backend 5xx becomes 502 (except 503/504, kept), a backend 4xx keeps its status.
-    """
+
+class BackendStatusError(UpstreamError):
+    """A backend answered with an error status; its status (``relayed_status``) and message are
+    passed through."""
 
     def __init__(
         self, message: str, *, backend_status: int, body: dict[str, Any] | None = None,
@@ -240,13 +279,9 @@ class BackendStatusError(UpstreamError):
         super().__init__(message, param=param)
         self.backend_status = backend_status
         self.body = body
+        self.status = relayed_status(backend_status)
         if 400 <= backend_status < 500:
-            self.status = backend_status
             self.error_type = "invalid_request_error"
-        elif backend_status in (503, 504):
-            self.status = backend_status
-        else:
-            self.status = 502
 
 
 class BackendConnectError(UpstreamError):

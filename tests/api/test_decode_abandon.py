@@ -2,7 +2,7 @@
 sim engine: the request carries a costly JPEG (90 repeated progressive scans, under the structure
 check's limit, ~0.25 s of Pillow's CPU and far more on a loaded machine), the client hangs up while
 it decodes, and the decode's worker process is killed at once; nothing reaches the backend. An
-image past the decode time limit is the client's 415, also never forwarded."""
+image past the decode time limit is the client's 400, also never forwarded."""
 
 from __future__ import annotations
 
@@ -58,12 +58,12 @@ async def test_a_client_that_hangs_up_stops_its_decode() -> None:
         assert sims[0].stats.requests == 0
 
 
-async def test_an_image_past_the_decode_time_limit_is_415_and_not_forwarded(
+async def test_an_image_past_the_decode_time_limit_is_400_and_not_forwarded(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(decode, "DECODE_TIME_LIMIT_S", 0.1)
     async with running_sims(1) as sims, running_gateway(gateway_settings(backends=vllm_specs(sims))) as gw:
         status, body, _ = await post(gw.url, turn(data_url(SLOW, "image/jpeg")))
-        assert status == 415 and "took more than 0.1 s to decode" in body["error"]["message"], body
+        assert status == 400 and "took more than 0.1 s to decode" in body["error"]["message"], body
         assert body["error"]["param"] == "messages[0].content[1]"
         text = await scrape(gw.url)
         assert metric_value(text, "mmgate_image_decodes_abandoned_total", reason="time_limit") == 1

@@ -1,4 +1,4 @@
-"""An image whose decode costs far more CPU than its pixels justify is the client's 415 naming the
+"""An image whose decode costs far more CPU than its pixels justify is the client's 400 naming the
 part, through a real gateway in front of a real sim engine: nothing is forwarded and nothing is
 cached (the same image sent again is decoded, and refused, again), while an ordinary image still
 passes. The image is a real sub-limit bomb (90 repeated progressive scans, ~0.25 s of CPU); the
@@ -31,14 +31,14 @@ async def abandoned_over_budget(url: str) -> float:
         return metric_value(await r.text(), "mmgate_image_decodes_abandoned_total", reason="cpu_budget")
 
 
-async def test_an_image_past_its_cpu_budget_is_415_never_forwarded_nor_cached(
+async def test_an_image_past_its_cpu_budget_is_400_never_forwarded_nor_cached(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(decode, "DECODE_CPU_FLOOR_S", 0.05)
     monkeypatch.setattr(decode, "DECODE_CPU_PER_PIXEL_S", 10e-9)  # 0.09 s for the bomb's 4 M pixels
     async with running_sims(1) as sims, running_gateway(gateway_settings(backends=vllm_specs(sims))) as gw:
         for attempt in (1, 2):
             status, body, _ = await post(gw.url, turn(data_url(SLOW, "image/jpeg")))
-            assert status == 415, body
+            assert status == 400, body
             assert "far more to decode than its 4000000 pixels justify" in body["error"]["message"]
             assert body["error"]["param"] == "messages[0].content[1]"
             assert await abandoned_over_budget(gw.url) == attempt  # decoded again: nothing was cached

@@ -34,7 +34,8 @@ def parse(raw: bytes) -> Any:
         ({"type": "image_url", "image_url": {"url": URL, "uuid": "n1"}}, URL, "n1"),
         ({"type": "image_url", "image_url": {"url": URL, "uuid": "u1"}, "uuid": "u1"}, URL, "u1"),
         ({"type": "image_url", "image_url": {"url": URL}, "uuid": None}, URL, None),
-        ({"type": "image_url", "image_url": URL}, URL, None),
+        ({"image_url": URL}, URL, None),
+        ({"type": "input_image", "image_url": URL, "detail": "original"}, URL, None),
     ],
 )
 def test_accepted_image_shapes(part: dict[str, Any], url: str | None, uuid: str | None) -> None:
@@ -63,6 +64,12 @@ def test_accepted_image_shapes(part: dict[str, Any], url: str | None, uuid: str 
         ({"type": "input_audio", "input_audio": {"data": "AA==", "format": "wav"}, "uuid": "a"}, "images only"),
         ({"type": "video_url", "video_url": {"url": URL}, "uuid": "v"}, "images only"),
         ({"type": "audio_url", "audio_url": {"url": URL}, "uuid": "v"}, "images only"),
+        # Shapes vLLM's typed parsers refuse (400), refused as vLLM refuses them.
+        ({"type": "image_url", "image_url": URL}, "must be an object"),
+        ({"type": "video_url", "video_url": URL}, "must be an object"),
+        ({"type": "audio_url", "audio_url": URL}, "must be an object"),
+        ({"type": "input_image", "image_url": URL}, "needs its 'detail'"),
+        ({"type": "input_image", "image_url": {"url": URL}, "detail": "auto"}, "must be a URL string"),
     ],
 )
 def test_rejected_part_names_the_part(part: dict[str, Any], fragment: str) -> None:

@@ -1,5 +1,5 @@
 """The decode CPU budget through the real loader: an image whose decode costs far more CPU than its
-pixels justify is stopped and refused (415 naming the part) and never cached, and the largest
+pixels justify is stopped and refused (400 naming the part) and never cached, and the largest
 ordinary images the gateway accepts, in the costliest formats and content, pass the default budget.
 
 Real forkserver workers, real images and real bombs (``tests.support.bombs``). The JPEG bombs the
@@ -36,7 +36,7 @@ async def test_an_image_past_its_budget_is_refused_and_never_cached(make_loader:
     for attempt in (1, 2):
         with pytest.raises(UnsupportedImageError) as info:
             await loader.load(bomb, param=PARAM, budget=loader.pixel_budget(1), tenant_tag="t-a")
-        assert info.value.status == 415 and info.value.param == PARAM
+        assert info.value.status == 400 and info.value.param == PARAM
         assert "far more to decode than its 4000000 pixels justify" in info.value.message
         # Nothing was cached: the second attempt decoded (and was stopped) again.
         assert abandoned(registry, "cpu_budget") == attempt

@@ -103,7 +103,7 @@ async def test_bad_image_never_enters_a_tier(origin: ImageOrigin, make_loader: L
     for _ in range(2):
         with pytest.raises(UnsupportedImageError) as info:
             await loader.load(url, param="messages[1].content[0]")
-        assert info.value.status == 415 and info.value.param == "messages[1].content[0]"
+        assert info.value.status == 400 and info.value.param == "messages[1].content[0]"
     assert len(loader.local) == 0 and shared.entries == {}
     assert shared.ops().count("release") == 2  # the lease is dropped so waiters fall back at once
     assert origin.hits["/img/cut.png"] == 2

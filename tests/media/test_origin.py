@@ -85,13 +85,14 @@ async def test_redirect_without_location(origin: ImageOrigin, make_loader: Loade
         await make_loader().load(origin.url("/no-location"))
 
 
-@pytest.mark.parametrize("code", [404, 403, 500, 503])
-async def test_origin_error_status_is_400_naming_it(
-    origin: ImageOrigin, make_loader: LoaderFactory, code: int
+@pytest.mark.parametrize(("code", "status"), [(404, 422), (403, 422), (429, 502), (500, 502), (503, 502)])
+async def test_origin_error_status_is_vllms_class_naming_it(
+    origin: ImageOrigin, make_loader: LoaderFactory, code: int, status: int
 ) -> None:
+    """vLLM's classes: an origin 4xx (not 408/429) is 422, the rest a 5xx (vLLM: 500)."""
     with pytest.raises(OriginError, match=f"HTTP {code}") as info:
         await make_loader().load(origin.url(f"/status/{code}?token=hidden"), param="p")
-    assert info.value.status == 400 and info.value.code == "image_fetch_failed"
+    assert info.value.status == status and info.value.code == "image_fetch_failed"
     assert "hidden" not in info.value.message and f"/status/{code}" in info.value.message
 
 
@@ -104,15 +105,15 @@ async def test_connection_refused(make_loader: LoaderFactory) -> None:
     port = free_port()  # nothing listens there now
     with pytest.raises(OriginError, match="could not connect") as info:
         await make_loader().load(f"http://127.0.0.1:{port}/a.png")
-    assert info.value.status == 400
+    assert info.value.status == 502
 
 
-async def test_slow_headers_time_out_with_408(origin: ImageOrigin, make_loader: LoaderFactory) -> None:
+async def test_slow_headers_time_out_with_504(origin: ImageOrigin, make_loader: LoaderFactory) -> None:
     origin.add("a.png", make_image("PNG"))
     loader = make_loader(media={"read_timeout_s": 0.3, "total_timeout_s": 20})
     with pytest.raises(OriginTimeoutError, match=r"sent nothing for 0\.3s") as info:
         await loader.load(origin.url("/slow-headers/a.png"))
-    assert info.value.status == 408
+    assert info.value.status == 504
 
 
 async def test_stalled_body_times_out_with_408(origin: ImageOrigin, make_loader: LoaderFactory) -> None:
@@ -153,7 +154,7 @@ async def test_declared_oversize_is_refused_before_reading(
     assert registry.get_sample_value("mmgate_origin_bytes_total") == 0
 
 
-async def test_truncated_image_from_origin_is_415(origin: ImageOrigin, make_loader: LoaderFactory) -> None:
+async def test_truncated_image_from_origin_is_400(origin: ImageOrigin, make_loader: LoaderFactory) -> None:
     url = origin.add("cut.jpg", truncated(make_image("JPEG", 200, 200)), "image/jpeg")
     loader = make_loader()
     with pytest.raises(UnsupportedImageError):
@@ -206,7 +207,7 @@ async def test_dns_failure_is_an_origin_error(make_loader: LoaderFactory) -> Non
     loader = make_loader(lookup=ScriptedDNS(socket.gaierror(socket.EAI_NONAME, "Name or service not known")))
     with pytest.raises(OriginError, match="could not resolve") as info:
         await loader.load("http://no-such-host.test/a.png")
-    assert info.value.status == 400
+    assert info.value.status == 502
 
 
 async def test_real_resolver_with_an_allowed_name(origin: ImageOrigin, make_loader: LoaderFactory) -> None:

@@ -3,7 +3,7 @@ PNG of thousands of empty ancillary chunks are refused before any decode; real f
 
 The bombs are real files: the JPEG's extra scans are copies of its own last scan (Pillow still
 decodes it, scan after scan), the PNG's chunks carry valid CRCs. Through a real ``mmgate serve``:
-the gateway answers 415 naming the part, and the backend is never sent the request."""
+the gateway answers 400 naming the part, and the backend is never sent the request."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def test_a_jpeg_of_thousands_of_scans_is_refused_before_decoding() -> None:
         img.load()
     with pytest.raises(UnsupportedImageError, match="more than 100 scans") as err:
         validate(bomb)
-    assert err.value.status == 415
+    assert err.value.status == 400
 
 
 def test_a_png_of_many_empty_chunks_is_refused() -> None:
@@ -66,7 +66,7 @@ async def test_the_gateway_refuses_decode_bombs_naming_the_part(tmp_path: Path) 
                     {"type": "text", "text": "x"}, {"type": "image_url", "image_url": {"url": bomb}}]}]}
                 async with s.post(gw.url + "/v1/chat/completions", json=body) as r:
                     answer = await r.json()
-                    assert r.status == 415, answer
+                    assert r.status == 400, answer
                     assert answer["error"]["param"] == "messages[0].content[1]"
             ok = {"model": "mmgate-sim-vl", "max_tokens": 1, "messages": [{"role": "user", "content": [
                 {"type": "image_url", "image_url": {"url": data_url(progressive_jpeg(), "image/jpeg")}}]}]}

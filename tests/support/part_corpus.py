@@ -24,6 +24,7 @@ from typing import Any
 import aiohttp
 from PIL import Image
 
+from tests.support.api_corpus import API_CASES, UNDECODABLE
 from tests.support.gateway import gateway_settings, running_gateway, running_sims, vllm_specs
 from tests.support.origin import ImageOrigin
 from tests.support.recorder import recording_proxy
@@ -94,6 +95,24 @@ CASES: list[tuple[str, Any]] = [
 ]
 
 
+# Cases the gateway refuses on purpose where vLLM acts, by docs/SECURITY.md's reason
+# ("Deliberate refusals"); every other case gets vLLM's status class through the gateway.
+POLICY_REFUSALS: dict[str, str] = {
+    **{name: "url-policy" for name in (
+        "image_url object, secret URL", "image_url string + uuid (by key)", "input_image string, secret URL",
+        "input_image object, secret URL + uuid", "text part with image_url + uuid (by key)", "no type, image_url",
+        "video_url object, secret URL", "video_url by key + uuid", "video_url, metadata address",
+        "video_url, secret as a decimal IP", "video_url, file: URL", "audio_url object, secret URL",
+        "audio_url by key, no type")},
+    **{name: "tenant-uuids" for name in (
+        "image_url null + A's backend key", "input_image null + A's backend key",
+        "text part with image_url null + A's key", "image_pil null + A's backend key",
+        "text part with image_pil null + A's key")},
+    "image_url + video_url keys + uuid": "one-medium-per-part",
+    "text part with image_url, no uuid": "media-keys-on-text",
+}
+
+
 @dataclass
 class Outcome:
     """One case: what the gateway answered and forwarded; the direct answer when there was one."""
@@ -119,11 +138,12 @@ def request(model: str, part: Any, max_tokens: int = 1) -> dict[str, Any]:
             "messages": [{"role": "user", "content": [{"type": "text", "text": "what is this?"}, part]}]}
 
 
-async def _post(session: aiohttp.ClientSession, url: str, body: Any, key: str | None) -> tuple[int, str | None]:
+async def _post(session: aiohttp.ClientSession, url: str, body: Any, key: str | None,
+                path: str = "/v1/chat/completions") -> tuple[int, str | None]:
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     for attempt in range(2):
         try:
-            return await _post_once(session, url, body, headers)
+            return await _post_once(session, url + path, body, headers)
         except aiohttp.ClientConnectionError as exc:  # a keep-alive connection the server closed
             if attempt:
                 return 0, f"connection failed: {type(exc).__name__}"
@@ -131,7 +151,7 @@ async def _post(session: aiohttp.ClientSession, url: str, body: Any, key: str | 
 
 
 async def _post_once(session: aiohttp.ClientSession, url: str, body: Any, headers: dict[str, str]) -> tuple[int, str | None]:
-    async with session.post(url + "/v1/chat/completions", json=body, headers=headers) as r:
+    async with session.post(url, json=body, headers=headers) as r:
         text = await r.text()
         if r.status == 200:
             return 200, None
@@ -165,6 +185,19 @@ async def run_corpus(
     return outcomes
 
 
+async def run_api_corpus(*, gateway_url: str, direct_url: str, model: str, values: dict[str, str],
+                         key_b: str | None) -> list[Outcome]:
+    """Every ``api_corpus.API_CASES`` case through the gateway (as tenant B) and to the backend directly."""
+    outcomes = []
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as session:
+        for name, path, raw_body in API_CASES:
+            body = fill(raw_body, {**values, "model": model})
+            status, error = await _post(session, gateway_url, body, key_b, path)
+            direct_status, direct_error = await _post(session, direct_url, body, None, path)
+            outcomes.append(Outcome(name, body, status, error, direct_status=direct_status, direct_error=direct_error))
+    return outcomes
+
+
 def png(seed: int) -> bytes:
     buf = io.BytesIO()
     Image.new("RGB", (32, 32), (seed, 40, 90)).save(buf, "PNG")
@@ -179,6 +212,7 @@ class CorpusRun:
     allowed: str
     values: dict[str, str] = field(default_factory=dict)  # what the placeholders stood for
     secret_hits_direct: int = 0  # by the backend itself, sent the parts directly
+    api_outcomes: list[Outcome] = field(default_factory=list)  # api_corpus.API_CASES (with ``direct``)
 
 
 @asynccontextmanager
@@ -215,16 +249,20 @@ async def corpus_run(
                 victim_key = rec.bodies[-1]["messages"][0]["content"][1]["uuid"]
                 values = {"secret": secret, "origin": allowed, "png": png_url, "victim_key": victim_key,
                           "content_key": gw.gateway.keys.content_uuid("tenant-b", "0" * 64),
-                          "secret_decimal": secret.replace("127.0.0.1", "2130706433")}
+                          "secret_decimal": secret.replace("127.0.0.1", "2130706433"),
+                          "missing": allowed.replace("/img/ok.png", "/status/404"), "undecodable": UNDECODABLE}
                 outcomes = await run_corpus(gateway_url=gw.url, model=model, recorder=rec, values=values,
                                             key_b="key-b")
                 hits = origin.hits["/img/secret.png"]
+                api_outcomes: list[Outcome] = []
                 if direct:
                     outcomes = await run_corpus(gateway_url=gw.url, model=model, recorder=rec, values=values,
                                                 key_b="key-b", direct_url=backend_url)
+                    api_outcomes = await run_api_corpus(gateway_url=gw.url, direct_url=backend_url, model=model,
+                                                        values=values, key_b="key-b")
                 tag_b = gw.gateway.keys.tenant_tag("tenant-b")
                 values["tag_b"] = tag_b
                 yield CorpusRun(outcomes, tag_b, hits, allowed, values,
-                                origin.hits["/img/secret.png"] - 2 * hits)
+                                origin.hits["/img/secret.png"] - 2 * hits, api_outcomes)
     finally:
         await origin.stop()

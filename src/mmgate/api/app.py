@@ -114,6 +114,7 @@ def build_app(gateway: Gateway, *, admin_key: str | None = None) -> web.Applicat
     app = web.Application(middlewares=[observer.middleware, _guard(gateway, slots)],
                           client_max_size=settings.max_body_bytes + 1)
     install(app, observer)
+    app.on_response_prepare.append(_vary_origin)
     if slots is not None:
         app[SLOTS_KEY] = slots
     if gateway.tenants is not None and admin_key is None:
@@ -134,6 +135,16 @@ def build_app(gateway: Gateway, *, admin_key: str | None = None) -> web.Applicat
     for path in NOT_SERVED:
         app.router.add_route("*", path, _not_served)
     return app
+
+
+async def _vary_origin(_: web.Request, response: web.StreamResponse) -> None:
+    """``Vary: Origin`` on every answer, as vLLM's CORS middleware sends it: a cache in front of
+    the gateway keeps answers apart by ``Origin`` as it would in front of vLLM."""
+    vary = response.headers.get("Vary")
+    if vary is None:
+        response.headers["Vary"] = "Origin"
+    elif "origin" not in vary.lower():
+        response.headers["Vary"] = vary + ", Origin"
 
 
 async def _not_served(request: web.Request) -> web.StreamResponse:

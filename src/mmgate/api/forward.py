@@ -55,6 +55,7 @@ from mmgate.errors import (
     ModelNotFoundError,
     ShuttingDownError,
     UpstreamError,
+    relayed_status,
 )
 from mmgate.observe import note_model
 from mmgate.observe.stream import observed_stream
@@ -252,7 +253,8 @@ async def deliver(
     went out complete (False: the client went away mid-stream, or read nothing for
     ``--stream-stall-timeout`` and was cut)."""
     if reply.stream is None:
-        return web.Response(body=reply.body, status=reply.status,
+        # A backend's 500 is 502 here as on chat (``relayed_status``); its body goes as it came.
+        return web.Response(body=reply.body, status=relayed_status(reply.status),
                             headers={**headers, "Content-Type": reply.content_type}), True
     bound_send_buffer(request)
     response = _HeadWithFirstChunk(

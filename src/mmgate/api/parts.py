@@ -53,7 +53,7 @@ KNOWN_TYPES = (
 )
 # Keys that make vLLM treat a part as media (its _MEDIA_CONTENT_PART_KEYS).
 MEDIA_KEYS = frozenset(KNOWN_TYPES - TEXT_TYPES - {"tool_reference"})
-_DETAILS = frozenset({"auto", "low", "high"})
+_DETAILS = frozenset({"auto", "low", "high", "original"})  # openai's ImageDetail, which vLLM validates
 _AUDIO_FORMAT = re.compile(r"[A-Za-z0-9]{1,16}")
 
 
@@ -114,15 +114,24 @@ def classify(part: dict[str, Any]) -> str:
     )
 
 
-def parse_part(part: Any, *, max_uuid_length: int) -> PartSpec:
-    """Classify one content part and check it; raises ``InvalidRequestError`` without a param."""
+def parse_part(part: Any, *, max_uuid_length: int, require_detail: bool = True) -> PartSpec:
+    """Classify one content part and check it; raises ``InvalidRequestError`` without a param.
+
+    A part read by its ``type`` must also have the shape vLLM validates for that type (module
+    docstring); ``require_detail``: an ``input_image`` needs its ``detail``, as in chat and in a
+    Responses tool output (a Responses message item's image does not: vLLM fills it in).
+    """
     if isinstance(part, str):
         return KeptPart(part)
     if not isinstance(part, dict):
         raise InvalidRequestError("each content part must be an object or a string")
     kind = classify(part)
+    typed = part.get("uuid") is None and part.get("type") is not None  # read by its type
     media = [k for k in MEDIA_KEYS if k in part]
     if kind in TEXT_TYPES or kind == "tool_reference":
+        if part.get("uuid") is not None and kind == "tool_reference" and not media:
+            # Read by its key (vLLM ignores the uuid on it): the same reference, without the uuid.
+            return KeptPart({"type": "tool_reference", "name": part.get("name")})
         if part.get("uuid") is not None:
             raise InvalidRequestError(f"'uuid' on a {kind!r} part: only image parts carry a uuid")
         if media:
@@ -147,12 +156,35 @@ def parse_part(part: Any, *, max_uuid_length: int) -> PartSpec:
             "namespaced by the gateway; send the media itself"
         )
     if kind in IMAGE_TYPES:
-        return _image(part, kind, max_uuid_length)
+        image = _image(part, kind, max_uuid_length)
+        if typed:
+            _check_typed_shape(part, kind, require_detail=require_detail)
+        return image
     if part.get("uuid") is not None:
         raise InvalidRequestError(f"'uuid' on a {kind} part: UUID reuse is for images only")
     if kind == "input_audio":
         return KeptPart({"type": "input_audio", "input_audio": _input_audio(part.get("input_audio"))})
-    return PassthroughSpec(kind=kind, url=_passthrough_url(part.get(kind), kind))
+    url = _passthrough_url(part.get(kind), kind)
+    if typed:
+        _check_typed_shape(part, kind, require_detail=require_detail)
+    return PassthroughSpec(kind=kind, url=url)
+
+
+def _check_typed_shape(part: dict[str, Any], kind: str, *, require_detail: bool) -> None:
+    """What vLLM's typed parsers (``TypeAdapter`` of openai's part types) refuse, refused with its
+    400: a URL string where an object ``{"url"}`` is required, an ``input_image`` without its
+    ``detail`` or with an object ``image_url``."""
+    if kind in ("image_url", "video_url", "audio_url"):
+        if not isinstance(part.get(kind), dict):
+            raise InvalidRequestError(
+                f"'{kind}' must be an object {{\"url\": \"…\"}} on a part of type {kind}, as vLLM requires; "
+                "a bare URL string is read only on a part without 'type'")
+    elif kind == "input_image":
+        if require_detail and "detail" not in part:
+            raise InvalidRequestError(
+                "an 'input_image' part needs its 'detail' (auto, low, high or original): vLLM refuses it without")
+        if part.get("image_url") is not None and not isinstance(part["image_url"], str):
+            raise InvalidRequestError("an input_image's 'image_url' must be a URL string")
 
 
 def check_uuid(value: Any, max_len: int, where: str) -> str:
@@ -186,7 +218,7 @@ def _image(part: dict[str, Any], kind: str, max_uuid_length: int) -> ImageSpec:
     elif value is not None:
         raise InvalidRequestError("'image_url' must be an object with a 'url', a URL string, or null")
     if detail is not None and (not isinstance(detail, str) or detail not in _DETAILS):
-        raise InvalidRequestError("'detail' must be one of auto, low, high")
+        raise InvalidRequestError("'detail' must be one of auto, low, high, original")
     top: str | None = None
     if part.get("uuid") is not None:
         top = check_uuid(part["uuid"], max_uuid_length, "'uuid'")

@@ -66,7 +66,8 @@ def admitted(gateway: Gateway, slots: TenantSlots | None, headers: Mapping[str, 
 
 
 ErrorFrame = Callable[[MmgateError], bytes]
-SSE_HEADERS = {"Content-Type": "text/event-stream", **STREAM_HEADERS}
+# With vLLM's charset: its Messages and Responses streams say ``text/event-stream; charset=utf-8``.
+SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", **STREAM_HEADERS}
 
 
 class _Answered(Protocol):

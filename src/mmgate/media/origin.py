@@ -30,7 +30,9 @@ from mmgate.errors import (
     ImageTooLargeError,
     MediaError,
     OriginError,
+    OriginRefusedError,
     OriginTimeoutError,
+    origin_status_error,
 )
 from mmgate.media.dns import Lookup, PolicyResolver
 from mmgate.media.policy import UrlPolicy, redact_url
@@ -143,7 +145,7 @@ class OriginFetcher:
                             ) from exc
                         continue
                     if resp.status >= 400:
-                        raise OriginError(f"{redact_url(target)} answered {_status(resp.status)}")
+                        raise origin_status_error(resp.status, f"{redact_url(target)} answered {_status(resp.status)}")
                     if resp.status != 200:
                         raise OriginError(
                             f"{redact_url(target)} answered {_status(resp.status)}, expected 200"
@@ -187,13 +189,13 @@ def read_local_file(policy: UrlPolicy, url: str, max_bytes: int) -> bytes:
     try:
         fd = os.open(real, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError as exc:
-        raise OriginError(f"{shown}: no such file") from exc
+        raise OriginRefusedError(f"{shown}: no such file") from exc
     except OSError as exc:
-        raise OriginError(f"{shown}: cannot open ({exc.strerror})") from exc
+        raise OriginRefusedError(f"{shown}: cannot open ({exc.strerror})") from exc
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise OriginError(f"{shown} is not a regular file")
+            raise OriginRefusedError(f"{shown} is not a regular file")
         # The path may have been swapped after the check: judge the file actually opened.
         proc = f"/proc/self/fd/{fd}"
         if os.path.exists(proc) and not policy.is_inside_local_root(os.path.realpath(proc)):

@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from mmgate.errors import BackendStatusError, MmgateError
+from mmgate.errors import BackendStatusError, InvalidRequestError, MmgateError
 
 # Anthropic's error types for the gateway's own errors, by status (a backend's error keeps the
 # type vLLM gave it, as vLLM's own endpoint does).
@@ -79,7 +79,7 @@ def message_from_chat(chat: dict[str, Any]) -> dict[str, Any]:
     for call in calls:
         function = call.get("function") or {}
         content.append({"type": "tool_use", "id": call.get("id"), "name": function.get("name"),
-                        "input": json.loads(function.get("arguments") or "{}")})
+                        "input": _tool_input(function.get("arguments"), f"content[{len(content)}].input")})
     if not content:
         content.append({"type": "text", "text": ""})
     out: dict[str, Any] = {"id": chat.get("id"), "type": "message", "role": "assistant", "content": content,
@@ -93,6 +93,21 @@ def message_from_chat(chat: dict[str, Any]) -> dict[str, Any]:
         if chat.get(name) is not None:
             out[name] = chat[name]
     return out
+
+
+def _tool_input(arguments: Any, param: str) -> dict[str, Any]:
+    """A generated tool call's arguments as the ``tool_use`` block's ``input``: vLLM's own endpoint
+    answers 400 when they are not a JSON object (its ``AnthropicContentBlock`` refuses them), and so
+    does the gateway, naming the block, rather than hand the SDK an ``input`` of another type."""
+    try:
+        value = json.loads(arguments or "{}")
+    except (TypeError, ValueError) as exc:
+        raise InvalidRequestError(f"the model's tool call arguments are not JSON: {exc}", param=param) from exc
+    if not isinstance(value, dict):
+        raise InvalidRequestError(
+            f"the model's tool call arguments decode to {type(value).__name__}, not the object a tool_use "
+            "'input' must be", param=param)
+    return value
 
 
 def error_body(exc: MmgateError) -> dict[str, Any]:

@@ -139,14 +139,17 @@ def _item_images(item: Any, where: str, slots: list[ImageSlot], *, max_images: i
                 "'file_id' image inputs are not supported: vLLM has no Files API to resolve them; "
                 "send image_url (an http(s) or data: URL)", param=f"{param}.file_id",
             )
+        value = part.get("image_url")
+        if value is not None and not isinstance(value, str) and not (isinstance(value, dict) and not value.get("url")):
+            raise InvalidRequestError("an input_image's 'image_url' must be a URL string", param=f"{param}.image_url")
         try:
-            spec = parse_part(part, max_uuid_length=max_uuid_length)
+            # vLLM fills in a message item's missing ``detail``; a tool output's parts reach its chat
+            # parser as they are, which refuses an input_image without one.
+            spec = parse_part(part, max_uuid_length=max_uuid_length, require_detail=kind in _TOOL_OUTPUT_TYPES)
         except InvalidRequestError as exc:
             exc.param = param
             raise
         assert isinstance(spec, ImageSpec)
-        if spec.url is not None and not isinstance(part.get("image_url"), str):
-            raise InvalidRequestError("an input_image's 'image_url' must be a URL string", param=f"{param}.image_url")
         # Rewritten in place for the backend: ``render`` fills image_url and uuid.
         part.pop("uuid", None)
         slots.append(ImageSlot(index=len(slots), param=param, part=part, url=spec.url, uuid=spec.uuid))

@@ -139,7 +139,9 @@ class Fleet:
         if not self._answered:
             # No backend has ever answered: send it on, so the client sees the real failure (502/504).
             return self.backends
-        raise ModelNotFoundError(f"The model `{model}` does not exist.", param="model")
+        # vLLM's own text, with the names it would list (every model the fleet serves).
+        raise ModelNotFoundError(f"The model `{model}` does not exist. Valid aliases: {', '.join(sorted(self._models))}.",
+                                 param="model")
 
     # Load -------------------------------------------------------------------------------------
 
