@@ -25,9 +25,9 @@ import orjson
 from aiohttp import web
 
 from mmgate.api.edge import read_body
-from mmgate.api.endpoints import tracked
 from mmgate.api.forward import FORWARDER_KEY, deliver
 from mmgate.api.gateway import Gateway
+from mmgate.api.relay import tracked_handler
 from mmgate.backends import Backend, BackendReply
 from mmgate.errors import ForbiddenError, InvalidRequestError, MmgateError
 from mmgate.metrics import OPERATOR_ROUTE
@@ -66,7 +66,7 @@ def add_operator_endpoints(app: web.Application, admin_key: str | None) -> None:
     """Register every operator endpoint on ``app``, guarded by ``admin_key`` (None: all refused)."""
     if admin_key is not None:
         app[ADMIN_KEY] = admin_key
-    handler = tracked(OPERATOR_ROUTE, _operator)
+    handler = tracked_handler(OPERATOR_ROUTE, _operator)
     for method, path in OPERATOR_ENDPOINTS:
         app.router.add_route(method, path, handler)
 

@@ -26,10 +26,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from mmgate.api import agents
 from mmgate.api.admin import ADMIN_HEADER, ADMIN_KEY, add_operator_endpoints, is_admin
 from mmgate.api.edge import read_body
-from mmgate.api.endpoints import add_client_endpoints, tracked
+from mmgate.api.endpoints import add_client_endpoints
 from mmgate.api.forward import FORWARDER_KEY, GATEWAY_KEY, Forwarder, deliver
 from mmgate.api.gateway import Gateway
-from mmgate.api.relay import CLIENT_CLOSED, admitted, request_tenant
+from mmgate.api.relay import CLIENT_CLOSED, admitted, request_tenant, tracked_handler
 from mmgate.api.responses import error_response, http_error_response
 from mmgate.api.tenant_slots import TenantSlots
 from mmgate.backends import Backend, BackendReply
@@ -122,7 +122,7 @@ def build_app(gateway: Gateway, *, admin_key: str | None = None) -> web.Applicat
                     "--admin-key-file (MMGATE_ADMIN_KEY_FILE) and send Authorization: Bearer <admin key>")
     app[GATEWAY_KEY] = gateway
     app[FORWARDER_KEY] = Forwarder(gateway)
-    app.router.add_post(CHAT_ROUTE, tracked(CHAT_ROUTE, _serve_chat))
+    app.router.add_post(CHAT_ROUTE, tracked_handler(CHAT_ROUTE, _serve_chat))
     app.router.add_get("/v1/models", _models)
     app.router.add_get("/health", _health)
     app.router.add_get("/ping", _ping)
@@ -153,7 +153,7 @@ async def _not_served(request: web.Request) -> web.StreamResponse:
 
 
 async def _serve_chat(request: web.Request, gateway: Gateway) -> tuple[web.StreamResponse, bool]:
-    """One chat request: tenant, body, pipeline, delivery (its bookkeeping: ``tracked``)."""
+    """One chat request: tenant, body, pipeline, delivery (its bookkeeping: ``tracked_handler``)."""
     started = time.perf_counter()
     settings = gateway.settings
     tenant = request_tenant(request, gateway)  # 401 before a byte of the body is read

@@ -29,11 +29,10 @@ import orjson
 from aiohttp import web
 
 from mmgate.api.edge import read_body
-from mmgate.api.forward import FORWARDER_KEY, GATEWAY_KEY, Upload, deliver
+from mmgate.api.forward import FORWARDER_KEY, Upload, deliver
 from mmgate.api.gateway import Gateway
 from mmgate.api.police import REFUSED_KEYS, may_carry_media, police, refused_key
-from mmgate.api.relay import request_tenant
-from mmgate.api.relay import tracked as run_tracked
+from mmgate.api.relay import request_tenant, tracked_handler
 from mmgate.errors import InvalidRequestError
 from mmgate.reuse import client_cache_salt
 
@@ -47,7 +46,6 @@ _FORM_MODEL = re.compile(
 _JSON = {"Content-Type": "application/json"}
 
 Treatment = Literal["json", "upload", "get"]
-Served = Callable[[web.Request, Gateway], Awaitable[tuple[web.StreamResponse, bool]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,17 +85,6 @@ CLIENT_ENDPOINTS: tuple[Endpoint, ...] = (
 )
 
 
-def tracked(route: str, serve: Served) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
-    """An aiohttp handler around ``serve``, run by ``relay.tracked``: in flight for a graceful
-    shutdown, its status and latency recorded under ``route`` (a bounded label)."""
-
-    async def handler(request: web.Request) -> web.StreamResponse:
-        gateway = request.app[GATEWAY_KEY]
-        return await run_tracked(gateway, route, lambda: serve(request, gateway))
-
-    return handler
-
-
 def add_client_endpoints(app: web.Application) -> None:
     """Register every endpoint of ``CLIENT_ENDPOINTS`` on ``app``."""
     for endpoint in CLIENT_ENDPOINTS:
@@ -108,7 +95,7 @@ def add_client_endpoints(app: web.Application) -> None:
                       ) -> tuple[web.StreamResponse, bool]:
             return await serve(request, gateway, endpoint)
 
-        app.router.add_route(endpoint.method, endpoint.path, tracked(endpoint.path, run))
+        app.router.add_route(endpoint.method, endpoint.path, tracked_handler(endpoint.path, run))
 
 
 def parse_json_object(raw: bytes) -> dict[str, Any]:

@@ -1,8 +1,10 @@
-"""Handler plumbing shared by the APIs served beside chat completions (Messages, Responses).
+"""One request's life in the gateway, the same for every API's handlers: admission, tracking, delivery.
 
-``tracked`` counts a request as the chat handler does (in-flight set drained at shutdown, status
-and latency metrics, 499 for a client that went away); ``deliver`` sends a whole body or relays an
-SSE stream, ending a broken stream with an error frame in the API's own shape.
+``request_tenant`` and ``admitted`` authenticate the client and hold its tenant's slot;
+``tracked`` (and ``tracked_handler``, an aiohttp handler around it) counts a request (in-flight set
+drained at shutdown, status and latency metrics, 499 for a client that went away); ``deliver``
+sends a whole body or relays an SSE stream for the APIs served beside chat completions (Messages,
+Responses), ending a broken stream with an error frame in the API's own shape.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any, Protocol, TypeVar
 
 from aiohttp import web
 
-from mmgate.api.forward import STREAM_HEADERS, bound_send_buffer, relay_stream
+from mmgate.api.forward import GATEWAY_KEY, STREAM_HEADERS, bound_send_buffer, relay_stream
 from mmgate.api.gateway import Gateway
 from mmgate.api.tenant_slots import TenantSlots
 from mmgate.errors import MmgateError, ShuttingDownError
@@ -26,7 +28,8 @@ from mmgate.observe.middleware import CLIENT_CLOSED
 from mmgate.observe.stream import observed_stream
 
 log = logging.getLogger(__name__)
-__all__ = ["CLIENT_CLOSED", "admitted", "deliver", "request_tenant", "tenant_of", "tracked"]
+__all__ = ["CLIENT_CLOSED", "admitted", "deliver", "request_tenant", "tenant_of", "tracked", "tracked_handler"]
+Served = Callable[[web.Request, Gateway], Awaitable[tuple[web.StreamResponse, bool]]]
 
 
 def request_tenant(request: web.Request, gateway: Gateway) -> str | None:
@@ -110,6 +113,17 @@ async def tracked(gateway: Gateway, route: str, work: Callable[[], Awaitable[tup
         gateway.metrics.observe(route, status, time.perf_counter() - started)
         if (record := current()) is not None:
             record.status = status
+
+
+def tracked_handler(route: str, serve: Served) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """An aiohttp handler around ``serve``, run by ``tracked``: in flight for a graceful shutdown,
+    its status and latency recorded under ``route`` (a bounded label)."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        gateway = request.app[GATEWAY_KEY]
+        return await tracked(gateway, route, lambda: serve(request, gateway))
+
+    return handler
 
 
 async def deliver(
