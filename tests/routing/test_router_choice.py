@@ -21,9 +21,8 @@ from mmgate.config import GatewaySettings
 from mmgate.errors import BackendConnectError, ModelNotFoundError
 from mmgate.metrics import GatewayMetrics
 from mmgate.routing import router as router_module
-from mmgate.routing.router import Router
+from mmgate.routing.router import Router, build_router
 from mmgate.routing.scheduling.rendezvous import rendezvous_rank
-from mmgate.routing.setup import build_router
 
 MODEL = "m"
 

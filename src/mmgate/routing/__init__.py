@@ -5,9 +5,8 @@ sync between gateways (``sync``). docs/ROUTING.md has the routing in one page.""
 
 from mmgate.routing.fleet import BackendHealth
 from mmgate.routing.holdings import BackendHoldings, processed_bytes, session_token
-from mmgate.routing.router import Router
+from mmgate.routing.router import Router, build_router
 from mmgate.routing.scheduling import Decision, RoutingPolicy
-from mmgate.routing.setup import build_router
 from mmgate.routing.sync import PeerBudget, Routed, RoutingSync, sync_message
 from mmgate.routing.weights import RoutedImage, image_tokens, image_weight
 

@@ -54,6 +54,7 @@ class BackendHoldings:
         self.max_entries = max_entries
         self.max_keys = max_keys
         self._held: dict[str, ByteLRU[str, int]] = {}
+        self._nothing: ByteLRU[str, int] = ByteLRU(0, size_of=int, max_entries=1)  # a backend never recorded
         self._owners: OrderedDict[str, int] = OrderedDict()  # key -> its session's token, or NO_SESSION
 
     @classmethod
@@ -70,10 +71,12 @@ class BackendHoldings:
             lru = self._held[backend] = ByteLRU(self.budget_bytes, size_of=int, max_entries=self.max_entries)
         return lru
 
+    def _read(self, backend: str) -> ByteLRU[str, int]:
+        return self._held.get(backend, self._nothing)
+
     def holds(self, backend: str, key: str) -> bool:
         """True when ``backend`` is believed to hold ``key`` (does not refresh its recency)."""
-        lru = self._held.get(backend)
-        return lru is not None and key in lru
+        return key in self._read(backend)
 
     def holders(self, key: str) -> list[str]:
         """The backends believed to hold ``key``."""
@@ -87,10 +90,9 @@ class BackendHoldings:
 
     def forget(self, backend: str, keys: Iterable[str]) -> None:
         """``backend`` missed one of ``keys`` in its cache: believe it holds none of them."""
-        lru = self._held.get(backend)
-        if lru is not None:
-            for key in keys:
-                lru.pop(key)
+        lru = self._read(backend)
+        for key in keys:
+            lru.pop(key)
 
     def forget_backend(self, backend: str) -> None:
         """``backend`` may have lost its cache (re-admitted after an ejection, or left the fleet): it
@@ -104,18 +106,15 @@ class BackendHoldings:
 
     def held_bytes(self, backend: str) -> int:
         """Estimated processed bytes ``backend`` holds."""
-        lru = self._held.get(backend)
-        return lru.num_cached_bytes if lru is not None else 0
+        return self._read(backend).num_cached_bytes
 
     def held_oldest_first(self, backend: str) -> Iterator[tuple[str, int]]:
         """(key, processed bytes) of each image ``backend`` holds, least recently used first: the
         order its cache evicts them in."""
-        lru = self._held.get(backend)
-        return lru.sizes() if lru is not None else iter(())
+        return self._read(backend).sizes()
 
     def num_held(self, backend: str) -> int:
-        lru = self._held.get(backend)
-        return len(lru) if lru is not None else 0
+        return len(self._read(backend))
 
     # Who showed each image -------------------------------------------------------------------
 

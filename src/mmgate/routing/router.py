@@ -1,6 +1,7 @@
 """The router: the fleet (``mmgate.routing.fleet``) and the choice of a backend among it
 (``mmgate.routing.scheduling``, the profile ``--routing`` names), with the routing sync between
-gateways (``mmgate.routing.sync``) when one is enabled, and the background tasks of all three.
+gateways (``mmgate.routing.sync``) when one is enabled, and the background tasks of all three;
+``build_router`` makes one from the gateway's settings.
 
 The reuse sender records a request's images on a backend once it answered and forgets them on a
 heal; the router records who showed them as it ranks, and shares and applies answered requests
@@ -19,11 +20,12 @@ from redis.asyncio import Redis
 
 from mmgate.backends import Backend
 from mmgate.config import GatewaySettings
+from mmgate.errors import ConfigError
 from mmgate.metrics import GatewayMetrics
 from mmgate.routing.fleet import Fleet
 from mmgate.routing.holdings import processed_bytes, session_token
 from mmgate.routing.scheduling import RoutingPolicy
-from mmgate.routing.sync import Routed, RoutingSync
+from mmgate.routing.sync import SECRET_FLAG, Routed, RoutingSync, read_sync_secret, sync_client
 from mmgate.routing.weights import UNKNOWN_IMAGE_TOKENS, RoutedImage
 from mmgate.serving import STOP_WAIT_S, stop_tasks
 
@@ -115,3 +117,24 @@ class Router(Fleet):
         if self.sync is not None:
             await self.sync.close()
         await self.close_backends()
+
+
+def build_router(
+    backends: Sequence[Backend], settings: GatewaySettings, *, metrics: GatewayMetrics | None = None
+) -> Router:
+    """A router configured by the gateway's settings; no I/O until ``Router.start`` but reading the
+    sync's secret. A sync without a Redis or a secret, or a bad ``--routing-sync-url``, raises
+    ``ConfigError``."""
+    r = settings.routing
+    url = r.sync_url or (settings.cache.redis_url if r.sync else None)
+    if r.sync and url is None:
+        raise ConfigError("--routing-sync", "needs a Redis: --redis-url or --routing-sync-url")
+    if url is not None and r.sync_secret_file is None:
+        raise ConfigError(SECRET_FLAG, "the routing sync needs a shared secret (whoever can publish on its "
+                          "channel could steer the routing otherwise)")
+    secret = read_sync_secret(r.sync_secret_file) if url is not None and r.sync_secret_file else b""
+    router = Router(backends, settings, metrics=metrics)
+    if url is not None:
+        router.enable_sync(sync_client(url, settings.cache), r.sync_channel, secret=secret,
+                           io_timeout_s=settings.cache.redis_io_timeout_s)
+    return router
