@@ -11,6 +11,10 @@ load and other processes' CPU beside it. Rounds alternate the order. ``agent_cap
 same turn against real vLLM; this one isolates the gateway's share.
 
     .venv/bin/python benchmarks/agent_turn_cpu.py --apis chat,responses,messages --turns 60 --rounds 3
+
+``--baseline SRC`` runs the gateway of an earlier tree beside this one (``git worktree add --detach
+/tmp/mm-base COMMIT``, then ``--baseline /tmp/mm-base/src``): each run's turns go to one and then
+the other, the order alternating, and the table has a row for each.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from aiohttp import web
 
 sys.path[:0] = [str(Path(__file__).resolve().parent)]
 from _agent_turns import PATHS, screenshots, turn_body  # noqa: E402
-from _procs import MMGATE, cpu_seconds, free_port, start, stop  # noqa: E402
+from _procs import MMGATE, ROOT, cpu_seconds, free_port, start, stop  # noqa: E402
 from _table import Column, print_table  # noqa: E402
 
 MODEL = "canned-vl"
@@ -138,7 +142,7 @@ async def run_mode(url: str, gw_pid: int, api: str, strip: bool, shots: list[lis
 
 COLUMNS = [
     Column("api", 10, lambda r: r["api"], left=True), Column("mode", 13, lambda r: r["mode"], left=True),
-    Column("turns", 7, lambda r: str(r["turns"])),
+    Column("gateway", 8, lambda r: r["gateway"], left=True), Column("turns", 7, lambda r: str(r["turns"])),
     Column("gw CPU ms/turn (rounds)", 32, lambda r: r["gateway_ms_per_turn"]),
     Column("turn p50 ms", 12, lambda r: f"{r['p50_ms']:.1f}"), Column("p90 ms", 8, lambda r: f"{r['p90_ms']:.1f}"),
     Column("load / others s", 30, lambda r: r["load"]),
@@ -147,10 +151,10 @@ COLUMNS = [
 
 def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
-    for key in dict.fromkeys((r["api"], r["mode"]) for r in runs):
-        mine = [r for r in runs if (r["api"], r["mode"]) == key]
+    for key in dict.fromkeys((r["api"], r["mode"], r["gateway"]) for r in runs):
+        mine = [r for r in runs if (r["api"], r["mode"], r["gateway"]) == key]
         cpu = [r["gateway_ms_per_turn"] for r in mine]
-        rows.append({"api": key[0], "mode": key[1], "turns": sum(r["turns"] for r in mine),
+        rows.append({"api": key[0], "mode": key[1], "gateway": key[2], "turns": sum(r["turns"] for r in mine),
                      "gateway_ms_per_turn": f"{statistics.median(cpu):.2f} ({', '.join(f'{c:.2f}' for c in cpu)})",
                      "median_gateway_ms_per_turn": statistics.median(cpu),
                      "p50_ms": statistics.median(r["p50_ms"] for r in mine),
@@ -168,18 +172,26 @@ def main() -> int:
     p.add_argument("--window", type=int, default=4)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--gateway-args", default="", help="extra `mmgate serve` flags")
+    p.add_argument("--baseline", type=Path, metavar="SRC",
+                   help="also run the gateway from SRC (the src/ of a worktree of an earlier commit), side by side")
     p.add_argument("--serve-backend", type=int, help=argparse.SUPPRESS)
     p.add_argument("--out", type=Path)
     args = p.parse_args()
     if args.serve_backend:
         serve_backend(args.serve_backend)
         return 0
-    backend_port, gw_port = free_port(), free_port()
+    backend_port = free_port()
     backend = start([__file__, "--serve-backend", str(backend_port)], backend_port, command=[sys.executable])
-    gateway = start(["serve", "--port", str(gw_port), "--backend", f"vllm=http://127.0.0.1:{backend_port}",
-                     *args.gateway_args.split()], gw_port, command=MMGATE)
-    url = f"http://127.0.0.1:{gw_port}"
-    print(f"gateway pid {gateway.pid} on {url}, canned backend pid {backend.pid}", file=sys.stderr, flush=True)
+    trees = {"this": str(ROOT / "src")}
+    if args.baseline is not None:
+        trees["base"] = str(args.baseline.resolve())
+    gateways = {}
+    for name, src in trees.items():
+        port = free_port()
+        gateways[name] = (start(["serve", "--port", str(port), "--backend", f"vllm=http://127.0.0.1:{backend_port}",
+                                 *args.gateway_args.split()], port, command=MMGATE,
+                                env={**os.environ, "PYTHONPATH": src}), f"http://127.0.0.1:{port}")
+        print(f"gateway {name} ({src}) pid {gateways[name][0].pid} on port {port}", file=sys.stderr, flush=True)
     pairs = [(api, mode) for api in args.apis.split(",") for mode in args.modes.split(",")
              if not (api == "messages" and mode == "mmgate-strip")]
     runs = []
@@ -191,18 +203,22 @@ def main() -> int:
                 next_seed += args.turns * args.concurrency
                 shots = screenshots(list(range(base, next_seed)))
                 per_agent = [shots[a * args.turns:(a + 1) * args.turns] for a in range(args.concurrency)]
-                time.sleep(0.5)
-                run = asyncio.run(run_mode(url, gateway.pid, api, mode == "mmgate-strip", per_agent,
-                                           f"r{n}-{api}-{mode}", args.window))
-                run["round"] = n
-                runs.append(run)
-                print(f"round {n} {api:9} {mode:12} gw {run['gateway_ms_per_turn']:5.2f} ms/turn  p50 "
-                      f"{run['p50_ms']:6.1f} ms  ("
-                      + " ".join(f"{k} {v:.2f}" for k, v in run["split_ms_per_turn"].items())
-                      + f")  load {run['load_1m']:.2f} others {run['others_cpu_s']:.1f} s",
-                      flush=True)
+                names = list(gateways) if (n + len(runs)) % 2 == 0 else list(gateways)[::-1]
+                for name in names:
+                    proc, url = gateways[name]
+                    time.sleep(0.5)
+                    run = asyncio.run(run_mode(url, proc.pid, api, mode == "mmgate-strip", per_agent,
+                                               f"r{n}-{api}-{mode}-{name}", args.window))
+                    run["round"], run["gateway"] = n, name
+                    runs.append(run)
+                    print(f"round {n} {api:9} {mode:12} {name:4} gw {run['gateway_ms_per_turn']:5.2f} ms/turn  p50 "
+                          f"{run['p50_ms']:6.1f} ms  ("
+                          + " ".join(f"{k} {v:.2f}" for k, v in run["split_ms_per_turn"].items())
+                          + f")  load {run['load_1m']:.2f} others {run['others_cpu_s']:.1f} s",
+                          flush=True)
     finally:
-        stop(gateway)
+        for proc, _ in gateways.values():
+            stop(proc)
         stop(backend)
     rows = summarise(runs)
     print_table(COLUMNS, rows)
