@@ -15,6 +15,7 @@ from mmgate.jsonbody import (
     CUT_LOADS_BYTES,
     LARGE_BODY_BYTES,
     THREAD_JOIN_BYTES,
+    _big_strings,
     dumps_body,
     loads_body,
 )
@@ -28,7 +29,9 @@ def big_body() -> dict[str, Any]:
     urls = [data_url(300_000, i) for i in range(6)]
     return {"model": "m", "messages": [{"role": "user", "content": [
         {"type": "text", "text": 'a "data:quoted" text, \\"data:x\\" and ' + "é" * 10},
-        *({"type": "image_url", "image_url": {"url": u}} for u in urls[:4])]}],
+        *({"type": "image_url", "image_url": {"url": u}} for u in urls[:4]),
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": urls[1].split(",")[1]}},
+        {"type": "text", "data": "short", "x": {"data": "(not base64) " + "é" * 40_000}}]}],
         "list": [urls[4], 1, None, True, [urls[5]]], urls[0][:BIG_STRING_BYTES + 10]: "a big key"}
 
 
@@ -55,6 +58,18 @@ async def test_an_agent_sized_body_is_cut_and_parses_to_what_orjson_gives() -> N
     assert await loads_body(raw.replace(b"/", b"\\/", 20)) == orjson.loads(raw.replace(b"/", b"\\/", 20))
 
 
+async def test_an_anthropic_image_source_is_cut_out() -> None:
+    """The base64 ``data`` of a Messages image source is parsed as text on its own, to the value
+    orjson gives; a ``data`` key whose value is not base64-like text is left to orjson."""
+    body = big_body()
+    raw = orjson.dumps(body)
+    spans = _big_strings(raw)
+    values = [raw[a + 1:b] for a, b in spans]
+    assert body["messages"][0]["content"][5]["source"]["data"].encode() in values
+    assert not any(v.startswith(b"(not base64)") for v in values)
+    assert await loads_body(raw) == body
+
+
 async def test_a_large_body_is_written_as_orjson_writes_it() -> None:
     body = big_body()
     assert await dumps_body(body) == orjson.dumps(body)
@@ -74,7 +89,8 @@ async def test_broken_large_bodies_are_refused_exactly_when_orjson_refuses_them(
     rng = random.Random(7)
     # Break it near the big strings' quotes and elsewhere: delete, insert or swap one byte.
     quotes = [i for i in range(len(raw)) if raw[i:i + 6] == b'"data:']
-    quotes += [raw.index(b'"', q + 1) for q in quotes]
+    keys = [i for i in range(len(raw)) if raw[i:i + 6] == b'"data"']
+    quotes += [raw.index(b'"', q + 1) for q in quotes] + keys + [raw.index(b'"', k + 6) for k in keys]
     spots = [p + d for p in quotes for d in (-2, -1, 0, 1)] + [rng.randrange(len(raw)) for _ in range(40)]
     for spot in spots:
         for change in (b"", b'"', b"\\", b",", b" ", b"x", b"]"):

@@ -5,8 +5,8 @@ go, holds every other request for as long as that takes (docs/PERFORMANCE.md, "O
 body"); a thread does not help (the GIL) and a process costs as much in copying. What makes such a body large is a few big strings (the images),
 so both directions cut them out:
 
-* ``loads_body``: each big ``"data:…"`` string token is found in the raw bytes and replaced by a
-  short placeholder; the small rest is parsed in one go, and each big string on its own (printable
+* ``loads_body``: each big image string token (a ``"data:…"`` URL, or the base64 ``"data"`` of
+  an Anthropic image source) is found in the raw bytes and replaced by a short placeholder; the small rest is parsed in one go, and each big string on its own (printable
   ASCII without escapes, which a base64 data URL is, read as the text it is; any other by orjson:
   the same validation, the same value), with the loop given back between them.
 * ``dumps_body``: big strings are swapped for placeholders in a copy of the containers, the small
@@ -35,7 +35,8 @@ CUT_LOADS_BYTES = 256 << 10  # smaller bodies are parsed by plain orjson
 BIG_STRING_BYTES = 64 << 10  # strings at least this long are parsed or written on their own
 _YIELD_EVERY_BYTES = 4 << 20  # the loop is given back after about this much string work
 THREAD_JOIN_BYTES = 4 << 20  # bodies written at least this big are joined in a thread
-_OPEN = b'"data:'
+_KEY_OR_URL = b'"data'  # a "data:…" string, or a "data" key
+_BASE64_START = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")
 _WHITESPACE = b" \t\r\n"
 
 
@@ -54,11 +55,40 @@ def _opens_value(raw: bytes | bytearray, quote: int) -> bool:
     return i >= 0 and raw[i] in b":,["
 
 
+def _value_after_key(raw: bytes | bytearray, key_end: int) -> int:
+    """The open quote of the string value after the key whose close quote is at ``key_end``
+    (``"data": "…"``) when that value starts like base64 text, else -1."""
+    i = key_end + 1
+    n = len(raw)
+    while i < n and raw[i] in _WHITESPACE:
+        i += 1
+    if i >= n or raw[i] != 0x3A:  # ':'
+        return -1
+    i += 1
+    while i < n and raw[i] in _WHITESPACE:
+        i += 1
+    return i if i + 1 < n and raw[i] == 0x22 and raw[i + 1] in _BASE64_START else -1
+
+
 def _big_strings(raw: bytes | bytearray) -> list[tuple[int, int]]:
-    """Spans ``(open quote, close quote)`` of the big ``"data:…"`` string tokens of ``raw``."""
+    """Spans ``(open quote, close quote)`` of the big string tokens of ``raw`` that hold images:
+    those starting ``data:`` (a data URL) and the values of ``"data"`` keys that start like
+    base64 text (an Anthropic image source). Either way the token's first character, were its
+    quote in fact a closing one, would be bare text no JSON allows after a string (as is the
+    placeholder's ``@``)."""
     spans = []
     pos = 0
-    while (start := raw.find(_OPEN, pos)) >= 0:
+    while (found := raw.find(_KEY_OR_URL, pos)) >= 0:
+        after = raw[found + len(_KEY_OR_URL) : found + len(_KEY_OR_URL) + 1]
+        if after == b":":
+            start = found
+        elif after == b'"' and not _escaped(raw, found):
+            start = _value_after_key(raw, found + len(_KEY_OR_URL))
+        else:
+            start = -1
+        if start < 0:
+            pos = found + 1
+            continue
         end = raw.find(b'"', start + 1)
         while end >= 0 and _escaped(raw, end):
             end = raw.find(b'"', end + 1)
