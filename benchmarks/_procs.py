@@ -11,8 +11,6 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # the benchmarks run as scripts: tests.support is found from the repo root
-    sys.path.insert(0, str(ROOT))
 
 from tests.support.ports import free_port  # noqa: E402
 

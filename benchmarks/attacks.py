@@ -68,14 +68,11 @@ from typing import Any
 import aiohttp
 import orjson
 from PIL import Image
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _procs import ROOT, cpu_seconds, free_port, start, stop
-from _table import Column, pct, render
-
-sys.path.insert(0, str(ROOT))
 from tests.support.bombs import many_scans
 from tests.support.images import data_url, png_data_url
+
+from _procs import ROOT, cpu_seconds, free_port, start, stop
+from _table import Column, pct, render
 
 MODEL = "mmgate-sim-vl"
 VICTIM, ATTACKER = "key-victim", "key-attacker"

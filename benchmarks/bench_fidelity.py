@@ -29,14 +29,12 @@ import numpy as np
 import orjson
 from rich.console import Console
 
+from _procs import free_port
 from mmgate.bench.dataset import Session, Turn
 from mmgate.bench.runner import run_benchmark
 from mmgate.bench.settings import BenchSettings
 from mmgate.bench.stats import distribution
 from mmgate.serving import install_uvloop
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _procs import free_port
 
 HERE = Path(__file__).resolve().parent
 

@@ -22,7 +22,6 @@ import io
 import json
 import random
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Coroutine
@@ -34,8 +33,6 @@ from PIL import Image
 from prometheus_client import CollectorRegistry
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
 from tests.support.origin import ImageOrigin  # noqa: E402
 from tests.support.redis_servers import RedisClusterServers, RedisServer  # noqa: E402
 

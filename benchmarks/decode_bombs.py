@@ -35,7 +35,6 @@ import functools
 import io
 import json
 import statistics
-import sys
 import time
 import types
 from collections.abc import Callable
@@ -43,20 +42,16 @@ from pathlib import Path
 from typing import Any
 
 from PIL import Image
+from tests.support.bombs import many_scans, png, progressive_jpeg
+from tests.support.images import data_url, png_data_url
 
+from _procs import ROOT
+from _table import Column, pct, render
 from mmgate.config import CacheSettings, MediaSettings
 from mmgate.errors import UnsupportedImageError
 from mmgate.media.decode import DECODE_CPU_PER_PIXEL_S, DecodeLanes, decode_cpu_budget_s
 from mmgate.media.loader import MediaLoader
 from mmgate.media.validate import ImageInfo, validate_image
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _procs import ROOT
-from _table import Column, pct, render
-
-sys.path.insert(0, str(ROOT))
-from tests.support.bombs import many_scans, png, progressive_jpeg
-from tests.support.images import data_url, png_data_url
 
 FORMATS = ("JPEG", "PNG", "WEBP", "GIF", "BMP")
 

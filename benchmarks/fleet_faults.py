@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # run as a script: tests.fleet is found from the repository root
 
 from tests.fleet import faults  # noqa: E402
 from tests.fleet.harness import running_fleet  # noqa: E402

@@ -37,7 +37,6 @@ from pathlib import Path
 import aiohttp
 from PIL import Image
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _procs import cpu_seconds, free_port, start, stop
 
 MODEL = "mmgate-sim-vl"

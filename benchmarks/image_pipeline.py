@@ -38,8 +38,6 @@ from PIL import Image
 from prometheus_client import CollectorRegistry
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
 from tests.support.redis_servers import RedisClusterServers, RedisServer  # noqa: E402
 
 from mmgate.config import CacheSettings, MediaSettings  # noqa: E402

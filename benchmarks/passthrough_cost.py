@@ -19,7 +19,6 @@ from pathlib import Path
 
 import aiohttp
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _procs import ROOT, cpu_seconds, free_port, start, stop
 
 MODEL = "zero"

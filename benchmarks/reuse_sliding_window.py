@@ -26,7 +26,6 @@ import io
 import json
 import random
 import re
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -35,7 +34,6 @@ from typing import Any
 import aiohttp
 from PIL import Image
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _procs import free_port, start, stop
 from _table import Column, pct, print_table
 

@@ -21,7 +21,6 @@ import os
 import random
 import statistics
 import struct
-import sys
 import tempfile
 import time
 import zlib
@@ -33,9 +32,6 @@ from prometheus_client import CollectorRegistry
 from redis._parsers import _AsyncHiredisParser, _AsyncRESP2Parser
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.utils import HIREDIS_AVAILABLE
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.support, from the repo root
 from tests.support.redis_servers import RedisServer
 
 from _procs import ROOT

@@ -21,7 +21,6 @@ import functools
 import itertools
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -29,8 +28,6 @@ from typing import Any
 import aiohttp
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
 from tests.support.fidelity import jpeg_url, run_corpus  # noqa: E402
 from tests.support.vllm import SimProcess, VllmSetup, start_replicas  # noqa: E402
 

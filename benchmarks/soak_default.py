@@ -28,13 +28,11 @@ from typing import Any
 
 from rich.console import Console
 
+from _procs import ROOT, free_port, start, stop
 from mmgate.bench.dataset import load_dataset
 from mmgate.bench.runner import run_benchmark
 from mmgate.bench.settings import BenchSettings
 from mmgate.bench.synth import SlidingWindowSpec, generate_sliding_window
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _procs import ROOT, free_port, start, stop
 
 MiB = 1024 * 1024
 

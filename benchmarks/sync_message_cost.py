@@ -34,10 +34,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from redis.asyncio import Redis
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from prometheus_client import CollectorRegistry
+from redis.asyncio import Redis
 
 from _procs import free_port, stop
 from _table import Column, pct, print_table

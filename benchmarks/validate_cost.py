@@ -16,15 +16,11 @@ import functools
 import hashlib
 import json
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "src"))
-
 from tests.support.images import image_of_about  # noqa: E402
 
 from mmgate.media.dataurl import decode_payload, parse_data_url, payload_digest  # noqa: E402

@@ -44,8 +44,6 @@ from typing import Any
 import aiohttp
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
 from tests.support.fidelity import jpeg_url  # noqa: E402
 from tests.support.vllm import GatewayProcess, SimProcess, VllmReplica, VllmSetup, start_replicas  # noqa: E402
 
