@@ -50,13 +50,11 @@ from typing import Any
 
 import aiohttp
 import orjson
+from tests.support.vllm import SERVED_MODEL, GatewayProcess, VllmReplica, VllmSetup, cache_counters
 
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parent.parent)]
-from tests.support.vllm import SERVED_MODEL, GatewayProcess, VllmReplica, VllmSetup, cache_counters  # noqa: E402
-
-from _agent_turns import FIRST_OUTPUT, PATHS, screenshots, turn_body  # noqa: E402
-from _procs import ROOT, cpu_seconds  # noqa: E402
-from _table import Column, pct, print_table  # noqa: E402
+from _agent_turns import FIRST_OUTPUT, PATHS, screenshots, turn_body
+from _procs import ROOT, cpu_seconds
+from _table import Column, pct, print_table
 
 MODES = ("direct", "strip", "mmgate", "mmgate-strip")
 BASELINE_MODE = "mmgate-base"  # the unmodified client through --baseline's gateway

@@ -33,10 +33,9 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-sys.path[:0] = [str(Path(__file__).resolve().parent)]
-from _agent_turns import PATHS, screenshots, turn_body  # noqa: E402
-from _procs import MMGATE, ROOT, cpu_seconds, free_port, start, stop  # noqa: E402
-from _table import Column, print_table  # noqa: E402
+from _agent_turns import PATHS, screenshots, turn_body
+from _procs import MMGATE, ROOT, cpu_seconds, free_port, start, stop
+from _table import Column, print_table
 
 MODEL = "canned-vl"
 _CHAT = b"".join([
@@ -104,7 +103,8 @@ def tree_cpu(pid: int) -> float:
 
 def split_s(pid: int) -> dict[str, float]:
     """The process's CPU seconds so far by where they went: its event-loop thread and its other
-    threads, each in user and kernel mode (from /proc/PID/task/*/stat, in clock ticks)."""
+    threads, each in user and kernel mode (from /proc/PID/task/*/stat, in clock ticks); and its
+    minor page faults (``faults``, a count)."""
     out = dict.fromkeys(("loop_user", "loop_sys", "threads_user", "threads_sys"), 0.0)
     tick = os.sysconf("SC_CLK_TCK")
     for task in Path(f"/proc/{pid}/task").iterdir():
@@ -113,6 +113,7 @@ def split_s(pid: int) -> dict[str, float]:
         except (FileNotFoundError, ProcessLookupError):
             continue
         who = "loop" if task.name == str(pid) else "threads"
+        out["faults"] = out.get("faults", 0.0) + int(fields[7])
         out[f"{who}_user"] += int(fields[11]) / tick
         out[f"{who}_sys"] += int(fields[12]) / tick
     return out
@@ -135,7 +136,8 @@ async def run_mode(url: str, gw_pid: int, api: str, strip: bool, shots: list[lis
     turns = len(lat)
     return {"api": api, "mode": "mmgate-strip" if strip else "mmgate", "turns": turns,
             "gateway_ms_per_turn": 1000 * (cpu1 - cpu0) / turns,
-            "split_ms_per_turn": {k: 1000 * (split1[k] - split0[k]) / turns for k in split0}, "p50_ms": statistics.median(lat),
+            "split_ms_per_turn": {k: 1000 * (split1[k] - split0[k]) / turns for k in split0 if k != "faults"},
+            "faults_per_turn": (split1["faults"] - split0["faults"]) / turns, "p50_ms": statistics.median(lat),
             "p90_ms": statistics.quantiles(lat, n=10)[-1], "load_1m": load,
             "others_cpu_s": (busy1 - busy0) - (cpu1 - cpu0) - (me1 - me0)}
 
@@ -194,7 +196,7 @@ def main() -> int:
         print(f"gateway {name} ({src}) pid {gateways[name][0].pid} on port {port}", file=sys.stderr, flush=True)
     pairs = [(api, mode) for api in args.apis.split(",") for mode in args.modes.split(",")
              if not (api == "messages" and mode == "mmgate-strip")]
-    runs = []
+    runs: list[dict[str, Any]] = []
     next_seed = 1_000_003
     try:
         for n in range(args.rounds):
@@ -214,7 +216,7 @@ def main() -> int:
                     print(f"round {n} {api:9} {mode:12} {name:4} gw {run['gateway_ms_per_turn']:5.2f} ms/turn  p50 "
                           f"{run['p50_ms']:6.1f} ms  ("
                           + " ".join(f"{k} {v:.2f}" for k, v in run["split_ms_per_turn"].items())
-                          + f")  load {run['load_1m']:.2f} others {run['others_cpu_s']:.1f} s",
+                          + f")  faults/turn {run['faults_per_turn']:.0f}  load {run['load_1m']:.2f} others {run['others_cpu_s']:.1f} s",
                           flush=True)
     finally:
         for proc, _ in gateways.values():

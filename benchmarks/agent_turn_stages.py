@@ -27,7 +27,6 @@ import asyncio
 import io
 import json
 import statistics
-import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -36,6 +35,8 @@ from typing import Any
 import orjson
 from PIL import Image
 
+from _agent_turns import screenshots, turn_body
+from _table import Column, print_table
 from mmgate.api.anthropic.request import check_messages_body, to_chat_body
 from mmgate.api.openai_responses.parse import parse_responses_body
 from mmgate.api.parse import ChatRequest, parse_chat_body, parse_chat_request
@@ -43,10 +44,6 @@ from mmgate.config import CacheSettings, MediaSettings
 from mmgate.jsonbody import dumps_body
 from mmgate.media import MediaLoader
 from mmgate.reuse import KeySpace, UUIDStore, plan_slots, render
-
-sys.path[:0] = [str(Path(__file__).resolve().parent)]
-from _agent_turns import screenshots, turn_body  # noqa: E402
-from _table import Column, print_table  # noqa: E402
 
 
 def parse(api: str, raw: bytes) -> ChatRequest:
