@@ -1,16 +1,20 @@
-"""Building and running the container image for tests/deploy/test_image.py, with the real docker CLI:
-why docker cannot be used here (a reason to skip with), a build context that holds exactly the files
-of a clean checkout, the wheelhouse, and small waits."""
+"""Building and running the container image for the docker tests of tests/deploy, with the real
+docker CLI: why docker cannot be used here (a reason to skip with), a build context that holds
+exactly the files of a clean checkout, the wheelhouse, a free port, /health, and small waits."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tarfile
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +24,7 @@ BASE_TAG = "mmgate-base:bookworm-py311"
 # The wheelhouse the test fills once (from the package index, on the host) and reuses.
 WHEEL_CACHE = ROOT / "build" / "wheelhouse"
 DOCKER_TIMEOUT_S = 60
+BUILD_TIMEOUT_S = 600
 
 
 def docker(*args: str, timeout: float = DOCKER_TIMEOUT_S, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -94,3 +99,21 @@ def wait_for(predicate: Any, timeout: float, interval: float = 0.5) -> bool:
         if time.monotonic() > deadline:
             return False
         time.sleep(interval)
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def health(url: str) -> dict[str, Any] | None:
+    """The gateway's /health answer at ``url``, or None while it answers nothing (or not 200)."""
+    try:
+        with urllib.request.urlopen(url + "/health", timeout=2) as response:
+            answer: dict[str, Any] = json.loads(response.read())
+            return answer
+    except (OSError, urllib.error.URLError):
+        return None

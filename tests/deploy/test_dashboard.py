@@ -114,7 +114,7 @@ def test_panels_have_unique_ids_and_fit_the_grid() -> None:
     panels = dashboard()["panels"]
     assert len({p["id"] for p in panels}) == len(panels)
     assert all(p["gridPos"]["x"] + p["gridPos"]["w"] <= 24 for p in panels)
-    cells = set()
+    cells: set[tuple[int, int]] = set()
     for p in drawn():
         g = p["gridPos"]
         area = {(x, y) for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])}

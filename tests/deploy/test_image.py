@@ -13,38 +13,24 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import threading
-import time
 import urllib.error
 import urllib.request
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.deploy.image import (
-    BASE_TAG,
-    build_base_image,
-    clean_checkout,
-    docker,
-    fill_wheelhouse,
-    unusable_reason,
-    wait_for,
-)
+from tests.deploy.image import docker, free_port, health, unusable_reason, wait_for
 from tests.deploy.manifests import ROOT
 from tests.support.redis_servers import RedisClusterServers
 
 REASON = unusable_reason()
-# The first test pays for the base image, the wheelhouse and the build (the module's fixture).
+# The first test pays for the base image, the wheelhouse and the build (conftest's ``image``).
 needs_docker = pytest.mark.skipif(REASON is not None, reason=f"image test: {REASON}")
 builds_image = pytest.mark.timeout(1800)
 
 MAX_IMAGE_BYTES = 300 * 1000 * 1000
-BASE_TIMEOUT_S = 900
-BUILD_TIMEOUT_S = 600
 DRAIN_S = 5
 REQUEST_TIMEOUT_S = 30
 # What the gateway pod's securityContext imposes (deploy/kubernetes/base/gateway-deployment.yaml).
@@ -67,13 +53,6 @@ def readme_requests() -> tuple[str, list[dict[str, Any]]]:
     return session[0], [json.loads(b) for b in bodies]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def post(url: str, body: dict[str, Any], session: str, key: str | None = None
          ) -> tuple[int, dict[str, str], dict[str, Any]]:
     headers = {"Content-Type": "application/json", "x-session-id": session}
@@ -94,36 +73,6 @@ def stream_lines(url: str, first_line: threading.Event, lines: list[str]) -> Non
         for raw in response:
             lines.append(raw.decode().strip())
             first_line.set()
-
-
-def health(url: str) -> dict[str, Any] | None:
-    try:
-        with urllib.request.urlopen(url + "/health", timeout=2) as response:
-            answer: dict[str, Any] = json.loads(response.read())
-            return answer
-    except (OSError, urllib.error.URLError):
-        return None
-
-
-@pytest.fixture(scope="module")
-def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The image built from a clean checkout on the Debian base, offline; removed afterwards."""
-    build_base_image(BASE_TIMEOUT_S)
-    context = clean_checkout(tmp_path_factory.mktemp("image") / "checkout")
-    assert not any((context / "deploy" / "docker" / "wheelhouse").glob("*.whl"))
-    assert fill_wheelhouse(context / "deploy" / "docker" / "wheelhouse", BUILD_TIMEOUT_S) > 0
-    tag = f"mmgate:test-{uuid.uuid4().hex[:8]}"
-    started = time.monotonic()
-    build = docker("build", "--quiet", "--build-arg", f"BASE_IMAGE={BASE_TAG}", "--build-arg", "PIP_OFFLINE=1",
-                   "--tag", tag, str(context), timeout=BUILD_TIMEOUT_S, check=False)
-    assert build.returncode == 0, build.stderr[-3000:]
-    print(f"image {tag} built in {time.monotonic() - started:.1f} s")
-    try:
-        yield tag
-    finally:
-        docker("image", "rm", "--force", tag, check=False)
-        # The build stage's image (untagged once the build is done); the base image stays cached.
-        docker("image", "prune", "--force", "--filter", "label=mmgate.stage=build", check=False)
 
 
 @needs_docker
@@ -174,7 +123,8 @@ def test_container_serves_the_readme_and_drains_on_sigterm(image: str) -> None:
         assert wait_for(healthy, 40, interval=1.0)
 
         # SIGTERM while a stream is in flight: the stream finishes (drain), then the gateway exits 0.
-        first_line, lines = threading.Event(), []
+        first_line = threading.Event()
+        lines: list[str] = []
         reader = threading.Thread(target=stream_lines, args=(chat, first_line, lines), daemon=True)
         reader.start()
         assert first_line.wait(REQUEST_TIMEOUT_S)

@@ -68,7 +68,7 @@ def test_redis_node_command_runs(tmp_path: Path) -> None:
         assert client.info("cluster")["cluster_enabled"] == 1
         assert client.config_get("maxmemory-policy")["maxmemory-policy"] == "allkeys-lru"
         assert client.config_get("appendonly")["appendonly"] == "no"
-        assert client.config_get("cluster-announce-hostname")["cluster-announce-hostname"].endswith(".redis")
+        assert str(client.config_get("cluster-announce-hostname")["cluster-announce-hostname"]).endswith(".redis")
     finally:
         client.close()
         proc.terminate()
