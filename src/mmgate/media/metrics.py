@@ -27,8 +27,9 @@ class MediaMetrics:
             ["outcome"],
             registry=registry,
         )
-        for outcome in OUTCOMES:
-            self.image_loads.labels(outcome=outcome)  # export zeros from the start
+        # Each outcome's child, bound once (exported as zeros from the start): a load counts
+        # without ``labels()``'s lookup, several times a turn.
+        self._loads = {outcome: self.image_loads.labels(outcome=outcome) for outcome in OUTCOMES}
         self.origin_bytes = Counter(
             "mmgate_origin_bytes", "Bytes received from image origins", registry=registry
         )
@@ -56,4 +57,4 @@ class MediaMetrics:
             self.decodes_abandoned.labels(reason=reason)
 
     def load(self, outcome: Outcome) -> None:
-        self.image_loads.labels(outcome=outcome).inc()
+        self._loads[outcome].inc()
