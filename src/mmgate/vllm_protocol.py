@@ -21,6 +21,8 @@ CACHE_MISS_STATUS = 400
 CACHE_MISS_MESSAGE = "Cache miss for image at index {index} but data is not provided."
 CACHE_MISS_MARKER = "but data is not provided"
 _MISS_INDEX = re.compile(r"image at index (\d+)")
+# The same answer for another modality (a video reference): not an image miss.
+_OTHER_MISS = re.compile(r"Cache miss for (?!image )\w+ at index")
 
 
 def cache_miss_message(index: int) -> str:
@@ -54,6 +56,8 @@ def cache_miss_index(status: int, body: Any) -> int | None:
     err = body.get("error")
     message = err.get("message") if isinstance(err, dict) else body.get("message")
     if not isinstance(message, str) or "Cache miss" not in message or CACHE_MISS_MARKER not in message:
+        return None
+    if _OTHER_MISS.search(message):
         return None
     found = _MISS_INDEX.search(message)
     return int(found.group(1)) if found else -1

@@ -61,9 +61,8 @@ def test_accepted_image_shapes(part: dict[str, Any], url: str | None, uuid: str 
         ({"type": "image_url", "image_url": {"url": URL, "uuid": "a"}, "uuid": "b"}, "differ"),
         ({"type": "image_url", "image_url": {"url": 5}}, "must be a string"),
         ({"type": "image_url", "image_url": 5}, "must be an object"),
-        ({"type": "input_audio", "input_audio": {"data": "AA==", "format": "wav"}, "uuid": "a"}, "images only"),
-        ({"type": "video_url", "video_url": {"url": URL}, "uuid": "v"}, "images only"),
-        ({"type": "audio_url", "audio_url": {"url": URL}, "uuid": "v"}, "images only"),
+        ({"type": "input_audio", "input_audio": {"data": "AA==", "format": "wav"}, "uuid": "a"}, "images and videos only"),
+        ({"type": "audio_url", "audio_url": {"url": URL}, "uuid": "v"}, "images and videos only"),
         # Shapes vLLM's typed parsers refuse (400), refused as vLLM refuses them.
         ({"type": "image_url", "image_url": URL}, "must be an object"),
         ({"type": "video_url", "video_url": URL}, "must be an object"),

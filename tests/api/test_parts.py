@@ -64,9 +64,8 @@ def test_every_image_shape_becomes_one_canonical_image_slot(part: dict[str, Any]
         ({"type": "video_embeds", "video_embeds": {"x": "A"}}, "embeddings"),
         ({"type": "prompt_embeds", "data": "AAAA"}, "embeddings"),
         ({"type": "text", "prompt_embeds": "x", "uuid": "u"}, "embeddings"),
-        ({"type": "audio_url", "audio_url": {"url": AV}, "uuid": "u"}, "images only"),
-        ({"type": "text", "video_url": AV, "uuid": "u"}, "images only"),
-        ({"input_audio": {"data": "AA==", "format": "wav"}, "uuid": "u"}, "images only"),
+        ({"type": "audio_url", "audio_url": {"url": AV}, "uuid": "u"}, "images and videos only"),
+        ({"input_audio": {"data": "AA==", "format": "wav"}, "uuid": "u"}, "images and videos only"),
         ({"type": "text", "text": "hi", "uuid": "u"}, "only image parts carry a uuid"),
         ({"type": "tool_reference", "name": "x", "uuid": "u"}, "only image parts carry a uuid"),
         ({"type": "text", "text": "hi", "image_url": {"url": URL}}, "must not carry media keys"),
@@ -130,6 +129,24 @@ def test_a_tool_reference_read_by_its_key_is_forwarded_without_the_uuid() -> Non
     reference, without a uuid it would have to police."""
     req = parse({"type": "text", "tool_reference": "x", "name": "search", "uuid": "someone-elses"})
     assert req.body["messages"][0]["content"][0] == {"type": "tool_reference", "name": "search"}
+
+
+@pytest.mark.parametrize(
+    ("part", "url"),
+    [
+        ({"type": "video_url", "video_url": {"url": AV}, "uuid": "v1"}, AV),
+        ({"type": "text", "video_url": AV, "uuid": "v1"}, AV),
+        ({"type": "video_url", "video_url": None, "uuid": "v1"}, None),
+        ({"type": "video_url", "video_url": {}, "uuid": "v1"}, None),
+        ({"type": "video_url", "video_url": {"url": ""}, "uuid": "v1"}, None),
+    ],
+)
+def test_a_video_with_a_uuid_is_labelled_or_a_cache_only_reference(part: dict[str, Any], url: str | None) -> None:
+    req = parse(part)
+    [slot] = req.passthrough
+    assert (slot.kind, slot.url, slot.uuid) == ("video_url", url, "v1")
+    assert req.body["messages"][0]["content"][0] == {"type": "video_url",
+                                                      "video_url": {"url": url} if url else None}
 
 
 def test_classify_mirrors_vllm_key_order() -> None:

@@ -34,6 +34,8 @@ MODEL = "mmgate-sim-vl"
 PNG_1x1 = ("data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElF"
            "TkSuQmCC")
 WAV = "UklGRiQAAABXQVZFZm10IBAAAAABAAEAQB8AAIA+AAACABAAZGF0YQAAAAA="
+# Not a decodable video (an MP4's first box only): what a backend answers for it is its own.
+VIDEO = "data:video/mp4;base64,AAAAGGZ0eXBtcDQyAAAAAG1wNDJpc29t"
 
 # (name, part): the part tenant B sends as content[1] of its one user message.
 CASES: list[tuple[str, Any]] = [
@@ -73,6 +75,9 @@ CASES: list[tuple[str, Any]] = [
     ("video_url object, allowed origin", {"type": "video_url", "video_url": {"url": "{origin}"}}),
     ("video_url string (by type)", {"type": "video_url", "video_url": "{secret}"}),
     ("video_url by key + uuid", {"type": "text", "video_url": "{secret}", "uuid": "b-8"}),
+    ("video_url data: + uuid", {"type": "video_url", "video_url": {"url": "{video}"}, "uuid": "b-13"}),
+    ("video_url null + A's backend key", {"type": "video_url", "video_url": None, "uuid": "{victim_key}"}),
+    ("video_url null + own uuid never sent", {"type": "video_url", "video_url": None, "uuid": "b-14"}),
     ("video_url, metadata address", {"type": "video_url", "video_url": {"url": "http://169.254.169.254/latest/"}}),
     ("video_url, secret as a decimal IP", {"type": "video_url", "video_url": {"url": "{secret_decimal}"}}),
     ("video_url, file: URL", {"type": "video_url", "video_url": {"url": "file:///etc/passwd"}}),
@@ -106,7 +111,7 @@ POLICY_REFUSALS: dict[str, str] = {
         "audio_url by key, no type")},
     **{name: "tenant-uuids" for name in (
         "image_url null + A's backend key", "input_image null + A's backend key",
-        "text part with image_url null + A's key", "image_pil null + A's backend key",
+        "text part with image_url null + A's key", "image_pil null + A's backend key", "video_url null + A's backend key",
         "text part with image_pil null + A's key")},
     "image_url + video_url keys + uuid": "one-medium-per-part",
     "text part with image_url, no uuid": "media-keys-on-text",
@@ -250,7 +255,8 @@ async def corpus_run(
                 values = {"secret": secret, "origin": allowed, "png": png_url, "victim_key": victim_key,
                           "content_key": gw.gateway.keys.content_uuid("tenant-b", "0" * 64),
                           "secret_decimal": secret.replace("127.0.0.1", "2130706433"),
-                          "missing": allowed.replace("/img/ok.png", "/status/404"), "undecodable": UNDECODABLE}
+                          "missing": allowed.replace("/img/ok.png", "/status/404"), "undecodable": UNDECODABLE,
+                          "video": VIDEO}
                 outcomes = await run_corpus(gateway_url=gw.url, model=model, recorder=rec, values=values,
                                             key_b="key-b")
                 hits = origin.hits["/img/secret.png"]

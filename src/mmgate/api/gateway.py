@@ -41,8 +41,10 @@ from mmgate.reuse import (
     known_by_uuid,
     plan_slots,
     reply_headers,
+    routed_images,
 )
-from mmgate.routing import RoutedImage, Router, image_weight
+from mmgate.reuse.videos import VIDEO_HELD_BYTES, VideoURLs, send_healing_videos, video_refs
+from mmgate.routing import RoutedImage, Router
 from mmgate.serving import lower_thread_priority
 from mmgate.store import LoadedImage
 
@@ -55,19 +57,6 @@ def is_header_text(value: str) -> bool:
     """True for a header value that is printable text: aiohttp hands undecodable bytes over as
     lone surrogates (not printable), which nothing downstream can encode."""
     return value.isprintable()
-
-
-def routed_images(store: UUIDStore, plans: list[SlotPlan]) -> list[RoutedImage]:
-    """Each slot's backend key and weight, for the router: its image tokens (a cache-only reference
-    weighs what its bytes in the local UUID store do, one the gateway does not hold a default)."""
-    routed = []
-    for plan in plans:
-        image = plan.image if plan.image is not None else store.peek(plan.key)
-        if image is None:
-            routed.append(RoutedImage(plan.key, image_weight(None, None, None)))
-        else:
-            routed.append(RoutedImage(plan.key, image_weight(image.width, image.height, image.num_bytes)))
-    return routed
 
 
 @dataclass(slots=True)
@@ -121,6 +110,7 @@ class Gateway:
         # One record of what each backend holds: the router weighs it, the sender strips by it.
         self.reuse = ReuseSender(store, router.holdings, metrics, auto=settings.reuse == "auto",
                                  tenants_on=lambda: self.tenants is not None)
+        self.video_urls = VideoURLs()  # each video key's checked URL: strips and heals (reuse.videos)
         # Compressed request bodies (--max-inflation-ratio) are inflated here, at the lowest CPU
         # priority: what one client's gzip costs comes out of what the other requests leave.
         self.inflate_pool = ThreadPoolExecutor(max_workers=INFLATE_THREADS, thread_name_prefix="mmgate-inflate",
@@ -222,7 +212,9 @@ class Gateway:
         if tenant is not None:  # vLLM's prefix cache, partitioned per tenant (reuse.namespace)
             request.body["cache_salt"] = keys.cache_salt(tenant, salt)
         for p in request.passthrough:  # audio/video URLs the backend fetches: policed first
-            p.part[p.kind]["url"] = await self.loader.check_passthrough(p.url, param=p.param, kind=p.kind)
+            if p.url is not None:
+                p.part[p.kind]["url"] = await self.loader.check_passthrough(p.url, param=p.param, kind=p.kind)
+        request.videos = video_refs(request.passthrough, keys, tenant, self.video_urls)
         plans, routed = await self._plan_images(request.slots, session_id, keys, tenant) if request.slots else ([], [])
         # The router's order of preference, by the images' keys: the first is its pick, the second
         # the failover.
@@ -261,8 +253,11 @@ class Gateway:
         router = self.router
         router.begin(backend, routed)
         try:
-            sending = self.reuse.send(backend, request.body, plans, stream=request.stream, path=path,
-                                      body_bytes=request.raw_bytes)
+            sending = send_healing_videos(
+                lambda: self.reuse.send(backend, request.body, plans, stream=request.stream, path=path,
+                                        body_bytes=request.raw_bytes),
+                request.videos, self.video_urls, self.router.holdings, backend.name, with_uuid=backend.kind == "vllm",
+                strip=self.reuse.auto, on_heal=self.metrics.reuse_heals.inc)
             if tracing:
                 with span("send", {"mmgate.backend": backend.name}):  # its traceparent reaches the backend
                     reply, counts = await sending
@@ -278,6 +273,8 @@ class Gateway:
         router.report_success(backend)
         # Recorded once the backend answered: a failover or a failed send records nothing.
         router.record_answered(backend, routed, session_id)
+        if request.videos and backend.kind == "vllm":
+            router.holdings.hold(backend.name, [(v.key, VIDEO_HELD_BYTES) for v in request.videos])
         note_reuse(counts)
         headers = reply_headers(backend.name, counts)
         return ChatOutcome(reply=reply, backend=backend, headers=headers, on_finish=lambda: router.end(backend))

@@ -18,6 +18,7 @@ from mmgate.api.parts import ImageSpec, PassthroughSpec, parse_part
 from mmgate.errors import InvalidRequestError
 from mmgate.jsonbody import loads_body
 from mmgate.reuse import ImageSlot
+from mmgate.reuse.videos import VideoRef
 
 # Deepest JSON nesting accepted by default (``--max-json-depth``; orjson writes at most 254
 # levels, real requests use < 10).
@@ -32,6 +33,8 @@ class ChatRequest:
     stream: bool
     slots: list[ImageSlot]
     passthrough: list[PassthroughSlot] = field(default_factory=list)
+    # The video parts with a uuid, once the gateway checked their URLs (``mmgate.reuse.videos``).
+    videos: list[VideoRef] = field(default_factory=list)
     # The size of the JSON it was parsed from (None: built, not parsed from the client's bytes).
     raw_bytes: int | None = None
 
@@ -39,12 +42,14 @@ class ChatRequest:
 @dataclass(slots=True)
 class PassthroughSlot:
     """An ``audio_url``/``video_url`` part the backend fetches: its URL must pass the URL policy
-    first (``mmgate.media.passthrough``); ``part[kind]["url"]`` is then set to the checked URL."""
+    first (``mmgate.media.passthrough``); ``part[kind]["url"]`` is then set to the checked URL. A
+    video's ``uuid`` (namespaced before sending); without a ``url``, a cache-only reference."""
 
     param: str
     kind: str
-    url: str
+    url: str | None
     part: dict[str, Any]
+    uuid: str | None = None
 
 
 def parse_chat_request(
@@ -142,9 +147,9 @@ def parse_chat_body(
                         f"too many images: at most {max_images} per request", param=param
                     )
             elif isinstance(spec, PassthroughSpec):
-                canonical = {"type": spec.kind, spec.kind: {"url": spec.url}}
+                canonical = {"type": spec.kind, spec.kind: {"url": spec.url} if spec.url is not None else None}
                 content[j] = canonical
-                passthrough.append(PassthroughSlot(param=param, kind=spec.kind, url=spec.url, part=canonical))
+                passthrough.append(PassthroughSlot(param, spec.kind, spec.url, canonical, spec.uuid))
             else:
                 content[j] = spec.part
     return ChatRequest(body=body, model=model, stream=stream, slots=slots, passthrough=passthrough)

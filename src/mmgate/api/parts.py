@@ -19,7 +19,9 @@ mmgate never forwards a media part as it came. Each one is, here:
 * an image (``image_url`` by type or key, ``input_image``): an ``ImageSpec`` (url?, uuid?) that the
   gateway loads through the URL policy and re-sends as ``{"type": "image_url", …, "uuid": K}``;
 * ``audio_url`` / ``video_url``: a ``PassthroughSpec`` whose URL the gateway checks with the URL
-  policy (the backend fetches it), rebuilt as ``{"type": kind, kind: {"url": checked}}``; a uuid → 400;
+  policy (the backend fetches it), rebuilt as ``{"type": kind, kind: {"url": checked}}``; a
+  ``video_url``'s uuid is namespaced like an image's (``mmgate.reuse.videos``), and with it the URL
+  may be left out (a cache-only reference); a uuid on an ``audio_url`` → 400;
 * ``input_audio``: rebuilt as ``{"type": "input_audio", "input_audio": {"data", "format"}}``; a uuid
   → 400;
 * ``image_pil``, every ``*_embeds``: refused (400) — they cannot be policed or namespaced.
@@ -68,10 +70,13 @@ class ImageSpec:
 
 @dataclass(frozen=True, slots=True)
 class PassthroughSpec:
-    """An ``audio_url``/``video_url`` part: the backend fetches ``url`` once the gateway checked it."""
+    """An ``audio_url``/``video_url`` part: the backend fetches ``url`` once the gateway checked it.
+    A ``video_url`` may carry a ``uuid`` (vLLM caches the processed video under it), and then need
+    no URL: a uuid-only reference (``url`` None)."""
 
     kind: str
-    url: str
+    url: str | None
+    uuid: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,8 +165,10 @@ def parse_part(part: Any, *, max_uuid_length: int, require_detail: bool = True) 
         if typed:
             _check_typed_shape(part, kind, require_detail=require_detail)
         return image
+    if kind == "video_url" and part.get("uuid") is not None:
+        return _video(part, max_uuid_length)
     if part.get("uuid") is not None:
-        raise InvalidRequestError(f"'uuid' on a {kind} part: UUID reuse is for images only")
+        raise InvalidRequestError(f"'uuid' on a {kind} part: UUID reuse is for images and videos only")
     if kind == "input_audio":
         return KeptPart({"type": "input_audio", "input_audio": _input_audio(part.get("input_audio"))})
     url = _passthrough_url(part.get(kind), kind)
@@ -232,6 +239,19 @@ def _image(part: dict[str, Any], kind: str, max_uuid_length: int) -> ImageSpec:
             "image part has neither 'image_url.url' nor a 'uuid' (a cache-only reference needs a uuid)"
         )
     return ImageSpec(url=url, uuid=uuid, detail=detail)
+
+
+def _video(part: dict[str, Any], max_uuid_length: int) -> PassthroughSpec:
+    """A ``video_url`` part with a uuid (read by its key, as vLLM reads it): a labelled video, or a
+    uuid-only reference when it has no URL (``null``, ``{}``, ``{"url": ""}``)."""
+    uuid = check_uuid(part["uuid"], max_uuid_length, "'uuid'")
+    value = part.get("video_url")
+    url = value.get("url") if isinstance(value, dict) else value
+    if url is not None and not isinstance(url, str):
+        raise InvalidRequestError("'video_url.url' must be a string")
+    if value is not None and not isinstance(value, dict | str):
+        raise InvalidRequestError("'video_url' must be an object with a 'url', a URL string, or null")
+    return PassthroughSpec(kind="video_url", url=url or None, uuid=uuid)
 
 
 def _passthrough_url(value: Any, kind: str) -> str:

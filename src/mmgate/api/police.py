@@ -122,6 +122,11 @@ async def police(body: Any, check_url: CheckURL, *, max_uuid_length: int, max_de
                 image["detail"] = spec.detail
             container[key] = {"type": "image_url", "image_url": image}
         elif isinstance(spec, PassthroughSpec):
+            if spec.url is None:
+                raise InvalidRequestError(
+                    f"a cache-only {spec.kind} reference (a uuid without a url) is not accepted on this endpoint: "
+                    "send the video's url", param=param)
+            # A video's uuid is dropped, as an image's: these endpoints carry no reuse.
             container[key] = {"type": spec.kind, spec.kind: {"url": await check_url(spec.url, param, spec.kind)}}
         elif isinstance(spec, KeptPart):
             container[key] = spec.part

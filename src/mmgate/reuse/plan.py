@@ -20,6 +20,7 @@ from typing import Any
 
 from mmgate.reuse.namespace import KeySpace
 from mmgate.reuse.store import UUIDStore
+from mmgate.routing import RoutedImage, image_weight
 from mmgate.store import LoadedImage
 
 
@@ -151,3 +152,16 @@ def _chat_image_url(part: dict[str, Any], image: LoadedImage) -> dict[str, Any]:
     if isinstance(original, dict) and "detail" in original:
         image_url["detail"] = original["detail"]
     return image_url
+
+
+def routed_images(store: UUIDStore, plans: list[SlotPlan]) -> list[RoutedImage]:
+    """Each slot's backend key and weight, for the router: its image tokens (a cache-only reference
+    weighs what its bytes in the local UUID store do, one the gateway does not hold a default)."""
+    routed = []
+    for plan in plans:
+        image = plan.image if plan.image is not None else store.peek(plan.key)
+        if image is None:
+            routed.append(RoutedImage(plan.key, image_weight(None, None, None)))
+        else:
+            routed.append(RoutedImage(plan.key, image_weight(image.width, image.height, image.num_bytes)))
+    return routed

@@ -1,0 +1,169 @@
+"""Video reuse: a ``video_url`` part's uuid namespaced like an image's, repeats and uuid-only
+references sent to vLLM as references, and a backend's miss healed with the URL again.
+
+vLLM 0.32 keeps a processed video in its processor cache under the part's ``uuid`` and serves a
+later ``{"type": "video_url", "video_url": null, "uuid": K}`` from it
+(``MultiModalContentParser.parse_video``: ``tracker.add("video", (None, uuid))``); a reference it
+does not hold is its 400 "Cache miss for video at index N but data is not provided.".
+
+The gateway does not load videos (the backend fetches the URL the gateway checked), so what it
+keeps per backend key is that checked URL (``VideoURLs``), not bytes:
+
+* a part with a URL and a uuid goes with the URL the first time; a repeat (same key, same URL) to a
+  backend the router's record says holds the key goes as a reference (a *strip*, ``--reuse auto``);
+* a uuid-only reference goes as a reference;
+* on vLLM's video cache miss every reference is re-sent with the URL last checked for its key, or,
+  when the gateway never saw one, the client gets a 400 naming the part (``UnknownUUIDError``).
+
+Keys are ``KeySpace.backend_uuid``'s, so a tenant can only ever name its own videos. Pure logic:
+no I/O.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from mmgate.errors import BackendStatusError, UnknownUUIDError
+from mmgate.reuse.namespace import KeySpace
+from mmgate.routing import BackendHoldings
+from mmgate.vllm_protocol import CACHE_MISS_MARKER, CACHE_MISS_STATUS, error_message
+
+Reply = TypeVar("Reply")
+
+# What a backend's processor cache is assumed to spend on one video, for the router's record of what
+# each backend holds (its eviction order): the gateway never sees a video's frames.
+VIDEO_HELD_BYTES = 8 << 20
+# Characters of checked URLs (``data:`` URLs included) the gateway keeps for healing.
+VIDEO_URL_CHARS = 256 << 20
+
+
+class VideoPart(Protocol):
+    """A parsed video part (``mmgate.api.parse.PassthroughSlot``)."""
+
+    param: str
+    kind: str
+    uuid: str | None
+    part: dict[str, Any]
+
+    @property
+    def url(self) -> str | None: ...
+
+
+@dataclass(slots=True)
+class VideoRef:
+    """A video part with a uuid: its backend key and the checked URL the client sent now (None: a
+    uuid-only reference)."""
+
+    param: str
+    kind: str
+    part: dict[str, Any]
+    key: str
+    uuid: str
+    url: str | None
+
+
+class VideoURLs:
+    """Backend key → the checked URL last sent with it; least recently used out first, past
+    ``max_chars`` characters of URLs."""
+
+    def __init__(self, max_chars: int = VIDEO_URL_CHARS) -> None:
+        self._urls: OrderedDict[str, str] = OrderedDict()
+        self._chars = 0
+        self.max_chars = max_chars
+
+    def remember(self, key: str, url: str) -> None:
+        if len(url) > self.max_chars:
+            return
+        old = self._urls.pop(key, None)
+        if old is not None:
+            self._chars -= len(old)
+        self._urls[key] = url
+        self._chars += len(url)
+        while self._chars > self.max_chars:
+            _, evicted = self._urls.popitem(last=False)
+            self._chars -= len(evicted)
+
+    def get(self, key: str) -> str | None:
+        url = self._urls.get(key)
+        if url is not None:
+            self._urls.move_to_end(key)
+        return url
+
+    def __len__(self) -> int:
+        return len(self._urls)
+
+
+def video_refs(parts: Iterable[VideoPart], keys: KeySpace, tenant: str | None, urls: VideoURLs) -> list[VideoRef]:
+    """The parts with a uuid, their keys set on the parts (``uuid``: the backend key), the URL
+    each one sent now remembered for its key (call once their URLs are checked)."""
+    refs = []
+    for p in parts:
+        if p.uuid is None:
+            continue
+        key = keys.backend_uuid(tenant, p.uuid)
+        url = p.part[p.kind]["url"] if p.url is not None else None
+        p.part["uuid"] = key
+        if url is not None:
+            urls.remember(key, url)
+        refs.append(VideoRef(p.param, p.kind, p.part, key, p.uuid, url))
+    return refs
+
+
+def render_videos(refs: list[VideoRef], urls: VideoURLs, holds: Callable[[str], bool], *, strip: bool,
+                  force_data: bool = False, with_uuid: bool = True) -> int:
+    """Set each part's ``video_url`` for one send; returns how many repeats went as references.
+
+    A client reference goes as a reference, or with its remembered URL under ``force_data`` (a heal;
+    ``UnknownUUIDError`` naming it when the gateway has none). A part with a URL goes as a reference
+    when ``strip`` and the backend ``holds`` its key, sent with this very URL; else with its URL.
+    ``with_uuid``: the part carries its key (a backend that reads none gets none)."""
+    stripped = 0
+    for ref in refs:
+        if with_uuid:
+            ref.part["uuid"] = ref.key
+        else:
+            ref.part.pop("uuid", None)
+        if ref.url is None:
+            url = urls.get(ref.key) if force_data else None
+            if force_data and url is None:
+                raise UnknownUUIDError(
+                    f"unknown video uuid {ref.uuid!r}: neither the backend nor the gateway holds it (expired, "
+                    "evicted or never sent): send the video again with its url and uuid", param=ref.param)
+            ref.part[ref.kind] = {"url": url} if url is not None else None
+        elif strip and not force_data and holds(ref.key) and urls.get(ref.key) == ref.url:
+            ref.part[ref.kind] = None
+            stripped += 1
+        else:
+            ref.part[ref.kind] = {"url": ref.url}
+    return stripped
+
+
+def is_video_cache_miss(exc: BackendStatusError) -> bool:
+    """True for vLLM's answer to a video reference it does not hold."""
+    body = exc.body if isinstance(exc.body, dict) else None
+    if exc.backend_status != CACHE_MISS_STATUS or body is None:
+        return False
+    message = error_message(body, "")
+    return "Cache miss for video" in message and CACHE_MISS_MARKER in message
+
+
+async def send_healing_videos(
+    send: Callable[[], Awaitable[Reply]], refs: list[VideoRef], urls: VideoURLs, holdings: BackendHoldings,
+    backend: str, *, with_uuid: bool, strip: bool, on_heal: Callable[[], None],
+) -> Reply:
+    """``send`` with the video parts rendered for ``backend`` (``with_uuid``: a vLLM backend, which
+    reads references; any other gets every URL); vLLM's video cache miss healed once with the URLs."""
+    render_videos(refs, urls, lambda key: holdings.holds(backend, key), strip=strip and with_uuid,
+                  force_data=not with_uuid, with_uuid=with_uuid)
+    try:
+        return await send()
+    except BackendStatusError as exc:
+        if not refs or not is_video_cache_miss(exc):
+            raise
+    holdings.forget(backend, [v.key for v in refs])
+    render_videos(refs, urls, lambda key: False, strip=False, force_data=True)
+    on_heal()
+    return await send()
