@@ -54,7 +54,6 @@ from typing import Any
 import aiohttp
 from PIL import Image
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _procs import MMGATE, free_port, stop
 from _table import Column, pct, print_table
 
@@ -351,7 +350,6 @@ def main() -> None:
     backend_counts = [int(x) for x in args.backends.split(",")]
     replicas: list[Any] = []
     if args.engine == "vllm":
-        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
         from tests.support.vllm import SERVED_MODEL, VllmSetup, start_replicas
 
         args.model = SERVED_MODEL
