@@ -25,10 +25,10 @@ BASE_TIMEOUT_S = 900
 @pytest.fixture(scope="session")
 def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The image's tag; removed afterwards (the base image stays cached). Only tests marked with
-    the modules' docker skip ask for it. MMGATE_TEST_IMAGE names an image built already (``make
+    the modules' docker skip ask for it. TEST_IMAGE names an image built already (``make
     image-offline``) to run instead, kept."""
-    if os.environ.get("MMGATE_TEST_IMAGE"):
-        yield os.environ["MMGATE_TEST_IMAGE"]
+    if os.environ.get("TEST_IMAGE"):
+        yield os.environ["TEST_IMAGE"]
         return
     build_base_image(BASE_TIMEOUT_S)
     context = clean_checkout(tmp_path_factory.mktemp("image") / "checkout")

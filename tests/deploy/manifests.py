@@ -20,8 +20,9 @@ BASE = KUBE / "base"
 COMPONENTS = KUBE / "components"
 OVERLAYS = sorted(p.parent for p in (KUBE / "overlays").glob("*/kustomization.yaml"))
 KUSTOMIZATIONS = [BASE, *OVERLAYS]
-# The Kubernetes version the manifests are checked against (kubernetes-validate's bundled schemas).
-K8S_VERSION = "1.32.0"
+# The Kubernetes versions the manifests are checked against (kubernetes-validate's bundled schemas):
+# the oldest one supported upstream when the manifests were written, and the newest bundled.
+K8S_VERSIONS = ("1.32.0", "1.37.0")
 RENDER_TIMEOUT_S = 60
 
 Resource = dict[str, Any]

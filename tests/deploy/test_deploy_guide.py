@@ -12,7 +12,19 @@ import pytest
 
 from mmgate.config import GatewaySettings
 from mmgate.serve.start import CUT_GRACE_S
-from tests.deploy.manifests import BASE, KUBE, ROOT, kubectl, named, render_overlay, secret_values
+from tests.deploy.manifests import (
+    BASE,
+    KUBE,
+    ROOT,
+    container,
+    kubectl,
+    named,
+    one,
+    render,
+    render_overlay,
+    secret_values,
+)
+from tests.deploy.memory_load import GatewayPod, quantity_bytes
 from tests.deploy.test_manifests import schema_errors
 
 GUIDE = ROOT / "docs" / "DEPLOY.md"
@@ -110,3 +122,26 @@ def test_the_guide_says_what_the_code_does() -> None:
     assert "MMGATE_BACKEND_DNS_START_TIMEOUT" in text
     assert "gateway-secret.yaml" not in text  # the Secrets are generated
     assert "backend list to match" not in text  # the gateways discover vLLM: nothing to match
+
+
+def test_the_resources_it_states_are_the_deployments() -> None:
+    """§3's "Resources" states the gateway's memory request, limit and the settings that bound its
+    memory as the rendered Deployment has them (MiB and GiB spelt as the guide spells them)."""
+    if kubectl() is None:
+        pytest.skip("kubectl is not on PATH: the Deployment is not rendered")
+    resources = render(KUBE / "overlays" / "production")
+    pod = GatewayPod.from_rendered(resources)
+    deployment = one(resources, "Deployment", "mmgate-gateway")
+    requests = container(deployment, "gateway")["resources"]["requests"]
+    text = guide()
+    bullet = text[text.index("* **Resources**"):][:1200]
+
+    def spelt(num_bytes: int) -> str:
+        return f"{num_bytes / (1 << 30):g} GiB" if num_bytes >= 1 << 30 else f"{num_bytes >> 20} MiB"
+
+    assert f"{spelt(quantity_bytes(requests['memory']))} requested" in bullet
+    assert f"{spelt(pod.memory_limit)} memory limit" in bullet
+    for name in ("MMGATE_LOCAL_CACHE_BYTES", "MMGATE_UUID_STORE_BYTES", "MMGATE_MAX_BODY_BYTES"):
+        assert f"`{name}`, {spelt(int(pod.env[name]))}" in bullet, name
+    pixels = int(pod.env["MMGATE_MAX_DECODE_QUEUE_PIXELS"])
+    assert f"`MMGATE_MAX_DECODE_QUEUE_PIXELS`, {pixels // 1_000_000} megapixels" in bullet

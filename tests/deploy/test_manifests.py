@@ -23,7 +23,7 @@ from mmgate.serve.cli import add_arguments
 from mmgate.serve.start import CUT_GRACE_S
 from tests.deploy.manifests import (
     BASE,
-    K8S_VERSION,
+    K8S_VERSIONS,
     KUSTOMIZATIONS,
     Resource,
     arg_value,
@@ -47,11 +47,12 @@ needs_kubectl = pytest.mark.skipif(kubectl() is None, reason="kubectl is not on 
 def schema_errors(resources: list[Resource]) -> list[str]:
     errors = []
     for res in resources:
-        try:
-            kubernetes_validate.validate(res, K8S_VERSION, strict=True)
-        except kubernetes_validate.ValidationError as exc:
-            path = "/".join(str(p) for p in exc.path)
-            errors.append(f"{res['kind']}/{res['metadata'].get('name')}: {path}: {exc.message}")
+        for version in K8S_VERSIONS:
+            try:
+                kubernetes_validate.validate(res, version, strict=True)
+            except kubernetes_validate.ValidationError as exc:
+                path = "/".join(str(p) for p in exc.path)
+                errors.append(f"{res['kind']}/{res['metadata'].get('name')} ({version}): {path}: {exc.message}")
     return errors
 
 
@@ -84,15 +85,16 @@ def test_rendered_kustomization_is_valid(rendered: list[Resource]) -> None:
 
 
 def test_validator_refuses_a_broken_manifest() -> None:
-    """The check can fail: a misspelt field and a wrongly typed one are each an error."""
+    """The check can fail: a misspelt field and a wrongly typed one are each an error (in the
+    schemas of every version checked)."""
     deployment = one(load_file(BASE / "gateway-deployment.yaml"), "Deployment", "mmgate-gateway")
     typo = copy.deepcopy(deployment)
     gateway = container(typo, "gateway")
     gateway["readinesProbe"] = gateway.pop("readinessProbe")
     wrong_type = copy.deepcopy(deployment)
     wrong_type["spec"]["replicas"] = "three"
-    assert len(schema_errors([typo])) == 1
-    assert len(schema_errors([wrong_type])) == 1
+    assert len(schema_errors([typo])) == len(K8S_VERSIONS)
+    assert len(schema_errors([wrong_type])) == len(K8S_VERSIONS)
 
 
 def test_gateway_probes_drain_and_resources() -> None:
