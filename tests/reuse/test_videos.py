@@ -108,3 +108,12 @@ async def test_a_video_miss_is_healed_once_with_the_url() -> None:
                                      on_heal=lambda: healed.append(1)) == "ok"
     assert [p["video_url"] for p in sent] == [None, {"url": URL}] and healed == [1]
     assert not holdings.holds("b0", "clip")
+
+
+def test_a_checked_data_video_without_a_uuid_is_keyed_by_its_content() -> None:
+    keys, urls = KeySpace(b"s" * 32), VideoURLs()
+    request = parsed({"type": "video_url", "video_url": {"url": URL}}, {"type": "video_url", "video_url": {"url": URL}})
+    request.passthrough[0].digest = "ab" * 32  # set by the container check (mmgate.media.video)
+    [ref] = video_refs(request.passthrough, keys, "a", urls)
+    assert ref.key == keys.content_uuid("a", "ab" * 32) and ref.part["uuid"] == ref.key
+    assert "uuid" not in request.passthrough[1].part  # no uuid, no digest: no key, nothing to reuse

@@ -115,6 +115,7 @@ POLICY_REFUSALS: dict[str, str] = {
         "text part with image_pil null + A's key")},
     "image_url + video_url keys + uuid": "one-medium-per-part",
     "text part with image_url, no uuid": "media-keys-on-text",
+    "video_url data: + uuid": "video-container-check",
 }
 
 

@@ -20,6 +20,8 @@ from typing import Any
 import pytest
 
 from tests.conftest import VLLM_TEST_TIMEOUT_S
+from tests.support.gateway import gateway_settings, running_gateway, vllm_specs
+from tests.support.recorder import recording_proxy
 from tests.support.vllm import GatewayProcess, VllmReplica, VllmSetup, running_gateway_process
 from tests.vllm.conftest import GATEWAY_FLAGS
 from tests.vllm.helpers import body, chat
@@ -32,7 +34,7 @@ pytestmark = pytest.mark.timeout(VLLM_TEST_TIMEOUT_S)
 _MAKE_CLIP = """
 import sys, cv2, numpy as np
 w = cv2.VideoWriter(sys.argv[1], cv2.VideoWriter_fourcc(*"mp4v"), 4, (64, 64))
-rng = np.random.default_rng(7)
+rng = np.random.default_rng(int(sys.argv[2]))
 for _ in range(8):
     w.write(rng.integers(0, 255, (64, 64, 3), dtype=np.uint8))
 w.release()
@@ -59,11 +61,15 @@ def video_gateway(video_replica: VllmReplica, tmp_path_factory: pytest.TempPathF
         yield gw
 
 
+def make_clip(replica: VllmReplica, directory: Path, seed: int) -> str:
+    path = directory / f"clip-{seed}.mp4"
+    subprocess.run([str(replica.setup.python), "-c", _MAKE_CLIP, str(path), str(seed)], check=True, timeout=60)
+    return "data:video/mp4;base64," + base64.b64encode(path.read_bytes()).decode()
+
+
 @pytest.fixture(scope="module")
 def clip(video_replica: VllmReplica, tmp_path_factory: pytest.TempPathFactory) -> str:
-    path = tmp_path_factory.mktemp("clip") / "clip.mp4"
-    subprocess.run([str(video_replica.setup.python), "-c", _MAKE_CLIP, str(path)], check=True, timeout=60)
-    return "data:video/mp4;base64," + base64.b64encode(Path(path).read_bytes()).decode()
+    return make_clip(video_replica, tmp_path_factory.mktemp("clip"), 7)
 
 
 def video(url: str | None, uuid: str) -> dict[str, Any]:
@@ -96,3 +102,24 @@ async def test_a_video_is_processed_once_per_replica_and_its_misses_heal(
     unknown = await chat(video_gateway.url, body(video(None, "never-sent"), text="What happens?"), headers)
     assert unknown.status == 400, unknown.json
     assert "never-sent" in unknown.message and unknown.json["error"]["param"] == "messages[0].content[1]"
+
+
+async def test_a_data_video_sent_without_a_uuid_is_reused_by_its_content(
+    video_replica: VllmReplica, tmp_path: Path,
+) -> None:
+    """The gateway keys a checked data: video by its content, as it keys an image: the repeat goes to
+    vLLM as a reference (seen by a recording proxy in front of it), a processor-cache hit."""
+    url = make_clip(video_replica, tmp_path, 11)
+    unlabelled = {"type": "video_url", "video_url": {"url": url}}
+    headers = {"x-session-id": "s-video-content"}
+    async with recording_proxy(video_replica.url) as rec, \
+            running_gateway(gateway_settings(backends=vllm_specs([rec]))) as gw:
+        first = await chat(gw.url, body(unlabelled, text="What happens?"), headers)
+        assert first.status == 200, first.json
+        queries, hits = video_replica.cache_counters()
+        again = await chat(gw.url, body(unlabelled, text="What happens?"), headers)
+        assert again.status == 200, again.json
+        assert video_replica.cache_counters() == (queries + 1, hits + 1)
+    sent = [b["messages"][0]["content"][1] for b in rec.bodies]
+    assert sent[0]["video_url"] == {"url": url} and sent[0]["uuid"].startswith("~sha256:")
+    assert sent[1] == {"type": "video_url", "video_url": None, "uuid": sent[0]["uuid"]}

@@ -27,7 +27,9 @@ from mmgate.errors import (
     InvalidRequestError,
 )
 from mmgate.media import MediaLoader
+from mmgate.media.dataurl import is_data_url
 from mmgate.media.decode import PixelBudget
+from mmgate.media.video import check_video
 from mmgate.metrics import GatewayMetrics
 from mmgate.observe import note_chat, note_reuse, span, traced
 from mmgate.reuse import (
@@ -43,7 +45,7 @@ from mmgate.reuse import (
     reply_headers,
     routed_images,
 )
-from mmgate.reuse.videos import VIDEO_HELD_BYTES, VideoURLs, send_healing_videos, video_refs
+from mmgate.reuse.videos import VIDEO_HELD_BYTES, VIDEO_WEIGHT, VideoURLs, send_healing_videos, video_refs
 from mmgate.routing import RoutedImage, Router
 from mmgate.serving import lower_thread_priority
 from mmgate.store import LoadedImage
@@ -214,8 +216,11 @@ class Gateway:
         for p in request.passthrough:  # audio/video URLs the backend fetches: policed first
             if p.url is not None:
                 p.part[p.kind]["url"] = await self.loader.check_passthrough(p.url, param=p.param, kind=p.kind)
+            if p.kind == "video_url" and p.url is not None and is_data_url(p.url):
+                p.digest = (await check_video(p.url, max_bytes=self.settings.max_body_bytes, param=p.param)).digest
         request.videos = video_refs(request.passthrough, keys, tenant, self.video_urls)
         plans, routed = await self._plan_images(request.slots, session_id, keys, tenant) if request.slots else ([], [])
+        routed += [RoutedImage(v.key, VIDEO_WEIGHT) for v in request.videos]  # routed by video affinity too
         # The router's order of preference, by the images' keys: the first is its pick, the second
         # the failover.
         if tracing:

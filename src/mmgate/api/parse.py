@@ -50,6 +50,7 @@ class PassthroughSlot:
     url: str | None
     part: dict[str, Any]
     uuid: str | None = None
+    digest: str | None = None  # a data: video's SHA-256 (its content key), once checked
 
 
 def parse_chat_request(

@@ -9,9 +9,12 @@ does not hold is its 400 "Cache miss for video at index N but data is not provid
 The gateway does not load videos (the backend fetches the URL the gateway checked), so what it
 keeps per backend key is that checked URL (``VideoURLs``), not bytes:
 
-* a part with a URL and a uuid goes with the URL the first time; a repeat (same key, same URL) to a
+* a ``data:`` video sent without a uuid is keyed by its content (``KeySpace.content_uuid`` of its
+  SHA-256, taken by the container check, ``mmgate.media.video``), as an image is;
+* a part with a URL and a key goes with the URL the first time; a repeat (same key, same URL) to a
   backend the router's record says holds the key goes as a reference (a *strip*, ``--reuse auto``);
 * a uuid-only reference goes as a reference;
+* the router weighs a video key as it weighs an image's (affinity to the backend that holds it);
 * on vLLM's video cache miss every reference is re-sent with the URL last checked for its key, or,
   when the gateway never saw one, the client gets a 400 naming the part (``UnknownUUIDError``).
 
@@ -28,7 +31,7 @@ from typing import Any, Protocol, TypeVar
 
 from mmgate.errors import BackendStatusError, UnknownUUIDError
 from mmgate.reuse.namespace import KeySpace
-from mmgate.routing import BackendHoldings
+from mmgate.routing import BackendHoldings, image_weight
 from mmgate.vllm_protocol import CACHE_MISS_MARKER, CACHE_MISS_STATUS, error_message
 
 Reply = TypeVar("Reply")
@@ -36,6 +39,9 @@ Reply = TypeVar("Reply")
 # What a backend's processor cache is assumed to spend on one video, for the router's record of what
 # each backend holds (its eviction order): the gateway never sees a video's frames.
 VIDEO_HELD_BYTES = 8 << 20
+# A video's weight for the router (its load and affinity), in image tokens: what the gateway cannot
+# count (it never sees the frames), taken as eight images' worth.
+VIDEO_WEIGHT = 8 * image_weight(None, None, None)
 # Characters of checked URLs (``data:`` URLs included) the gateway keeps for healing.
 VIDEO_URL_CHARS = 256 << 20
 
@@ -50,6 +56,9 @@ class VideoPart(Protocol):
 
     @property
     def url(self) -> str | None: ...
+
+    @property
+    def digest(self) -> str | None: ...
 
 
 @dataclass(slots=True)
@@ -97,18 +106,22 @@ class VideoURLs:
 
 
 def video_refs(parts: Iterable[VideoPart], keys: KeySpace, tenant: str | None, urls: VideoURLs) -> list[VideoRef]:
-    """The parts with a uuid, their keys set on the parts (``uuid``: the backend key), the URL
-    each one sent now remembered for its key (call once their URLs are checked)."""
+    """The parts with a uuid — or, for a checked ``data:`` video sent without one, its content key —
+    their keys set on the parts (``uuid``: the backend key), the URL each one sent now remembered for
+    its key (call once their URLs are checked)."""
     refs = []
     for p in parts:
-        if p.uuid is None:
+        if p.uuid is not None:
+            key, label = keys.backend_uuid(tenant, p.uuid), p.uuid
+        elif p.digest is not None:
+            key, label = keys.content_uuid(tenant, p.digest), "(content)"
+        else:
             continue
-        key = keys.backend_uuid(tenant, p.uuid)
         url = p.part[p.kind]["url"] if p.url is not None else None
         p.part["uuid"] = key
         if url is not None:
             urls.remember(key, url)
-        refs.append(VideoRef(p.param, p.kind, p.part, key, p.uuid, url))
+        refs.append(VideoRef(p.param, p.kind, p.part, key, label, url))
     return refs
 
 
