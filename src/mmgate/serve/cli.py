@@ -26,6 +26,7 @@ from mmgate._settings import (
     values_from_file,
 )
 from mmgate.config import GatewaySettings
+from mmgate.heap import keep_request_buffers
 from mmgate.serve.first_backend import add_start_timeout_argument, start_timeout_s, wait_for_first_backend
 from mmgate.serving import install_uvloop, serve_forever
 from mmgate.sim import SimSettings
@@ -117,6 +118,7 @@ def run(args: argparse.Namespace) -> int:
     wait_s = start_timeout_s(args)
     sim_settings = sim_settings_from_args(args) if not settings.backends else None
     install_uvloop()
+    keep_request_buffers()
     try:
         # Discovered backends only: alive and not ready until a name answers (mmgate.serve.first_backend).
         if settings.backend_dns and not settings.backends and not asyncio.run(
