@@ -15,7 +15,8 @@ media part ``type``, wherever it is nested, and ``police`` classifies each with 
   A client ``uuid`` is dropped — a backend uuid is the gateway's, namespaced by tenant, and an
   unnamespaced one could reach another tenant's image — and a uuid without a URL (a cache-only
   reference) is refused: these endpoints carry no reuse;
-* ``audio_url``/``video_url``: the URL passes the policy, the part is rebuilt;
+* ``audio_url``/``video_url``: the URL passes the policy, the part is rebuilt; a ``data:`` video's
+  container is checked first (``mmgate.media.video``);
 * ``input_audio``: rebuilt from its checked fields;
 * ``image_pil``, ``*_embeds``, ``prompt_embeds``, a part vLLM could not read: refused (400 naming
   the field);
@@ -40,6 +41,8 @@ from mmgate.api.parts import (
     parse_part,
 )
 from mmgate.errors import InvalidRequestError
+from mmgate.media.dataurl import is_data_url
+from mmgate.media.video import check_video
 
 # Byte strings one of which any JSON that names a media key or part type holds (an escaped key,
 # ``\\u0069mage_url``, holds a backslash-u: scanned too).
@@ -128,6 +131,8 @@ async def police(body: Any, check_url: CheckURL, *, max_uuid_length: int, max_de
                     "send the video's url", param=param)
             # A video's uuid is dropped, as an image's: these endpoints carry no reuse.
             container[key] = {"type": spec.kind, spec.kind: {"url": await check_url(spec.url, param, spec.kind)}}
+            if spec.kind == "video_url" and is_data_url(spec.url):  # its container, as on chat (media.video)
+                await check_video(spec.url, max_bytes=len(spec.url), param=param)
         elif isinstance(spec, KeptPart):
             container[key] = spec.part
         changed = True
