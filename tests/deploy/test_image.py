@@ -30,7 +30,9 @@ REASON = unusable_reason()
 needs_docker = pytest.mark.skipif(REASON is not None, reason=f"image test: {REASON}")
 builds_image = pytest.mark.timeout(1800)
 
-MAX_IMAGE_BYTES = 300 * 1000 * 1000
+# The image's size budget: 386 MB with PyAV (its FFmpeg libraries are 104 MB of it) on the 123 MB
+# Debian base (docs/DEPLOY.md, section 1); a new dependency that crosses it is a decision to state.
+MAX_IMAGE_BYTES = 400 * 1000 * 1000
 DRAIN_S = 5
 REQUEST_TIMEOUT_S = 30
 # What the gateway pod's securityContext imposes (deploy/kubernetes/base/gateway-deployment.yaml).

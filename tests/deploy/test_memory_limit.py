@@ -5,7 +5,8 @@ references resolved from the rendered Secret), its Secret files mounted where th
 its emptyDir as a tmpfs of its size limit, its user, read-only root and dropped capabilities — and
 driven with image load until both caches are full, then harder (new images, uuid-only references,
 24-megapixel JPEGs through the large decode lane, bodies near the body cap) while the cgroup's
-memory is sampled. It holds when no process of the container was OOM-killed, it never restarted,
+memory is sampled. Docker restarts the gateway if it dies (``--restart on-failure``, as the kubelet
+would). It holds when no process of the container was OOM-killed, it never restarted,
 it answered every request with 200 or the 429 of a full decode queue, and its peak stayed under the
 limit with HEADROOM to spare.
 
@@ -15,7 +16,7 @@ are healed from the uuid store), the Redis Cluster is a real 3-master cluster on
 image origin a loopback server of this test, all on the host's network (the manifest's DNS
 discovery is replaced by the sim's static address, and loopback is opened to image URLs).
 
-Skipped, with the reason, where docker cannot run (see tests/deploy/image.py).
+Skipped, with the reason, where docker cannot run (see tests/deploy/image.py) or kubectl is missing.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from tests.deploy.memory_load import (
     chat_body,
     data_url_png,
     image_part,
+    noise_png,
     post_chat,
 )
 from tests.support.redis_servers import RedisClusterServers
@@ -121,7 +123,8 @@ def test_gateway_holds_its_memory_limit_with_full_caches(
                 docker("logs", gateway).stderr[-3000:]
             with CgroupMemory(gateway) as memory:
                 baseline = memory.usage()
-                footprint = 7_340_000  # ~ bytes + data URL of one PNG_SIDE noise PNG
+                png_bytes = len(noise_png(0, PNG_SIDE, PNG_SIDE))
+                footprint = png_bytes + 4 * ((png_bytes + 2) // 3)  # what a cache counts: bytes + data URL
 
                 # 1. The uuid store: images sent with uuids, half again its budget.
                 uuids = [f"memory-{i}" for i in range(fill_count(uuid_store, footprint))]
