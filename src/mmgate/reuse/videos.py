@@ -42,8 +42,10 @@ VIDEO_HELD_BYTES = 8 << 20
 # A video's weight for the router (its load and affinity), in image tokens: what the gateway cannot
 # count (it never sees the frames), taken as eight images' worth.
 VIDEO_WEIGHT = 8 * image_weight(None, None, None)
-# Characters of checked URLs (``data:`` URLs included) the gateway keeps for healing.
-VIDEO_URL_CHARS = 256 << 20
+# Characters of checked URLs (``data:`` URLs included: the memory they hold) the gateway keeps to
+# strip repeats and heal misses; past it the least recently used go (their repeats are sent whole,
+# a reference the backend misses then is the client's 400).
+VIDEO_URL_CHARS = 64 << 20
 
 
 class VideoPart(Protocol):
