@@ -146,8 +146,8 @@ COLUMNS = [
     Column("api", 10, lambda r: r["api"], left=True), Column("mode", 13, lambda r: r["mode"], left=True),
     Column("gateway", 8, lambda r: r["gateway"], left=True), Column("turns", 7, lambda r: str(r["turns"])),
     Column("gw CPU ms/turn (rounds)", 32, lambda r: r["gateway_ms_per_turn"]),
-    Column("turn p50 ms", 12, lambda r: f"{r['p50_ms']:.1f}"), Column("p90 ms", 8, lambda r: f"{r['p90_ms']:.1f}"),
-    Column("load / others s", 30, lambda r: r["load"]),
+    Column("turn p50 ms", 12, lambda r: f"{r['p50_ms']:.1f}"), Column("p90 ms", 9, lambda r: f"{r['p90_ms']:.1f}"),
+    Column("  load / others s", 48, lambda r: "  " + r["load"], left=True),
 ]
 
 
