@@ -11,8 +11,8 @@ it answered every request with 200 or the 429 of a full decode queue, and its pe
 limit with HEADROOM to spare.
 
 What stands in for the cluster: the vLLM replicas are one ``mmgate sim`` container (a vLLM
-stand-in, with a processor cache smaller than the 4 GB the gateway assumes, so repeats miss and
-are healed from the uuid store), the Redis Cluster is a real 3-master cluster on loopback, the
+stand-in, with a processor cache smaller than the 4 GB the gateway assumes, so that a repeat may
+miss and be healed from the uuid store), the Redis Cluster is a real 3-master cluster on loopback, the
 image origin a loopback server of this test, all on the host's network (the manifest's DNS
 discovery is replaced by the sim's static address, and loopback is opened to image URLs).
 
