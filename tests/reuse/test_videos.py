@@ -36,13 +36,15 @@ def test_keys_are_the_tenants_and_the_url_is_remembered() -> None:
 
 def test_a_repeat_is_a_reference_only_where_held_with_the_same_url() -> None:
     keys, urls = KeySpace(), VideoURLs()
+    [first] = video_refs(parsed(video(URL, "clip")).passthrough, keys, None, urls)
+    assert render_videos([first], urls, lambda key: True, strip=True) == 0  # first time: sent with its URL
     [ref] = video_refs(parsed(video(URL, "clip")).passthrough, keys, None, urls)
     assert render_videos([ref], urls, lambda key: False, strip=True) == 0 and ref.part["video_url"] == {"url": URL}
     assert render_videos([ref], urls, lambda key: True, strip=True) == 1 and ref.part["video_url"] is None
     assert render_videos([ref], urls, lambda key: True, strip=False) == 0 and ref.part["video_url"] == {"url": URL}
     [other] = video_refs(parsed(video(URL + "BBBB", "clip")).passthrough, keys, None, urls)
-    assert render_videos([ref], urls, lambda key: True, strip=True) == 0  # the key now stands for another URL
-    assert ref.part["uuid"] == other.part["uuid"] == "clip"
+    assert render_videos([other], urls, lambda key: True, strip=True) == 0  # the key sent with another URL
+    assert other.part["video_url"] == {"url": URL + "BBBB"} and other.part["uuid"] == "clip"
 
 
 def test_a_reference_heals_from_the_remembered_url_or_names_the_part() -> None:

@@ -74,6 +74,7 @@ class VideoRef:
     key: str
     uuid: str
     url: str | None
+    repeat: bool = False  # the key was last sent with this very URL
 
 
 class VideoURLs:
@@ -121,9 +122,10 @@ def video_refs(parts: Iterable[VideoPart], keys: KeySpace, tenant: str | None, u
             continue
         url = p.part[p.kind]["url"] if p.url is not None else None
         p.part["uuid"] = key
+        repeat = url is not None and urls.get(key) == url
         if url is not None:
             urls.remember(key, url)
-        refs.append(VideoRef(p.param, p.kind, p.part, key, label, url))
+        refs.append(VideoRef(p.param, p.kind, p.part, key, label, url, repeat))
     return refs
 
 
@@ -148,7 +150,7 @@ def render_videos(refs: list[VideoRef], urls: VideoURLs, holds: Callable[[str], 
                     f"unknown video uuid {ref.uuid!r}: neither the backend nor the gateway holds it (expired, "
                     "evicted or never sent): send the video again with its url and uuid", param=ref.param)
             ref.part[ref.kind] = {"url": url} if url is not None else None
-        elif strip and not force_data and holds(ref.key) and urls.get(ref.key) == ref.url:
+        elif strip and not force_data and ref.repeat and holds(ref.key):
             ref.part[ref.kind] = None
             stripped += 1
         else:
