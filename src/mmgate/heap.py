@@ -2,14 +2,17 @@
 
 Every agent turn allocates and frees a few buffers of 150 KB to 1 MB (the body, its screenshots' base64
 text, their bytes, the forwarded body). glibc serves blocks that size with fresh ``mmap`` pages or
-trims the heap top back to the kernel on free, so each turn faults the same memory in again: ~140
-page faults a turn in the gateway, ~2.5 µs each. Raising glibc's mmap and trim thresholds keeps
-such blocks in the heap, reused without a fault (a loop of 200 KB and 800 KB buffers: 359 → 2 faults
-and 876 → 67 µs an iteration, ``tests/test_heap.py``).
+trims the heap top back to the kernel on free, so each turn faults the same memory in again.
+Raising glibc's mmap and trim thresholds keeps such blocks in the heap, reused without a fault (a
+loop of 200 KB and 800 KB buffers: 359 → 2 faults and 876 → 67 µs an iteration,
+``tests/test_heap.py``; the gateway on an agent's turns: 146-221 → ~100 faults a turn, the rest
+being the image caches filling).
 
 What stays is bounded: at most ``TRIM_BYTES`` of free memory at the top of each of at most
-``ARENAS`` heaps (the event loop's and the worker threads'), 64 MiB in all; blocks from
+``ARENAS`` heaps (the event loop's and the worker threads'), 32 MiB in all; blocks from
 ``MMAP_BYTES`` up are still mapped and unmapped on their own. Elsewhere (musl, macOS) nothing changes.
+The image's environment (``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_ARENA_MAX``: the Dockerfile) sets
+glibc's defaults for every process in it; ``mmgate serve`` then sets its own at start.
 """
 
 from __future__ import annotations
@@ -18,9 +21,9 @@ import ctypes
 import ctypes.util
 import sys
 
-MMAP_BYTES = 4 << 20
+MMAP_BYTES = 1 << 20  # as the image sets it for every process (its memory-limit test)
 TRIM_BYTES = 16 << 20
-ARENAS = 4
+ARENAS = 2
 # mallopt(3) parameters (glibc's malloc.h).
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
