@@ -9,6 +9,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 import mmgate.media.loader as loader_module
+from mmgate.errors import ImageTooLargeError
 from mmgate.media.dataurl import DataURL
 from tests.media.conftest import LoaderFactory
 from tests.support.images import data_url, make_image
@@ -92,3 +93,15 @@ async def test_the_index_is_bounded(make_loader: LoaderFactory, monkeypatch: pyt
     for seed in range(8):
         await loader.load(data_url(make_image("PNG", 16, 16, seed=seed)))
     assert len(loader._repeats) == 3
+
+
+async def test_a_repeat_over_a_lowered_byte_limit_is_refused(make_loader: LoaderFactory) -> None:
+    """The size check a parse makes still holds for a repeat found by its fingerprint (a reload
+    can lower ``max_image_bytes``)."""
+    loader = make_loader()
+    raw = make_image("PNG", 120, 80, seed=5)
+    url = data_url(raw)
+    await loader.load(url)
+    loader._media = loader._media.model_copy(update={"max_image_bytes": len(raw) - 1})
+    with pytest.raises(ImageTooLargeError):
+        await loader.load(url)

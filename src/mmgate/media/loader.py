@@ -42,7 +42,7 @@ from mmgate.media.metrics import MediaMetrics, Outcome
 from mmgate.media.origin import OriginFetcher
 from mmgate.media.passthrough import check_passthrough_url
 from mmgate.media.policy import UrlPolicy
-from mmgate.media.repeats import RepeatIndex, fingerprint, forwards_text
+from mmgate.media.repeats import RepeatIndex, fingerprint, forwards
 from mmgate.media.validate import ImageInfo, probe_image, validate_image
 from mmgate.store import ByteLRU, LoadedImage, SharedTier
 
@@ -185,18 +185,18 @@ class MediaLoader:
     async def _load_data_url(
         self, url: str, session_id: str | None, ticket: _Ticket | None, tenant_tag: str | None
     ) -> tuple[LoadedImage, Outcome]:
+        mark = fingerprint(url)
+        known = self._repeats.key(mark)
+        if known is not None:  # a repeat, if the image held under it forwards this very URL
+            tier_key = scope_key(known, session_scoping=self._cache.session_scoping, session_id=session_id,
+                                 tenant_tag=tenant_tag)
+            hit = None if tier_key is None else self.local.get(tier_key)
+            if hit is not None and hit.num_bytes <= self._media.max_image_bytes and forwards(hit, url):
+                return hit, "local_hit"
         if len(url) >= _INLINE_PARSE_BYTES:
             parsed = await self._in_pool(functools.partial(parse_data_url, max_bytes=self._media.max_image_bytes), url)
         else:
             parsed = parse_data_url(url, max_bytes=self._media.max_image_bytes)
-        mark = fingerprint(parsed)
-        known = self._repeats.key(mark)
-        if known is not None:  # a repeat, if the image held under it forwards this very text
-            tier_key = scope_key(known, session_scoping=self._cache.session_scoping, session_id=session_id,
-                                 tenant_tag=tenant_tag)
-            hit = None if tier_key is None else self.local.get(tier_key)
-            if hit is not None and forwards_text(hit, parsed):
-                return hit, "local_hit"
         if parsed.num_bytes >= _INLINE_HASH_BYTES:
             key = data_url_key(await self._in_pool(payload_digest, parsed))
         else:

@@ -2,13 +2,14 @@
 
 An agent resends its screenshots every turn. The cache key of a ``data:`` URL is the SHA-256 of its
 base64 text (``mmgate.media.keys``): ~100 µs for a 150 KB screenshot, three times a turn, on the
-event loop. Here a repeat is found by XXH3-128 of a sample of the same text (its ends and one
-character in 509: ~3 µs, no copy of the text) instead, and **confirmed by comparing the text
-itself** with the one the held image forwards (a memory compare): a sample may collide, a
-confirmed match cannot — equal base64 text decodes to equal bytes. Anything
-not confirmed (a first sighting, an evicted image, another tenant's or session's entry, a client
-whose base64 is not the canonical encoding the gateway forwards) takes the SHA-256 path as before,
-so keys, tiers and what a tenant can reach are unchanged.
+event loop. Here a repeat is found before the URL is even parsed, by XXH3-128 of a sample of its
+text (its ends and one character in 509: ~1.4 µs, no copy), and **confirmed by comparing the
+whole URL** with the one the held image forwards (a memory compare): a sample may collide, a
+confirmed match cannot — equal base64 text decodes to equal bytes. Anything not confirmed (a first
+sighting, an evicted image, another tenant's or session's entry, a client whose URL is not the
+canonical one the gateway forwards: another spelling of the type, base64 that is not canonical)
+takes the parse and SHA-256 path as before, so keys, tiers and what a tenant can reach are
+unchanged.
 
 The index maps a fingerprint to the SHA-256 key it was last seen with; it is bounded by entries
 and by the cache's TTL, and a stale entry costs only a failed confirmation.
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import xxhash
 
-from mmgate.media.dataurl import DataURL
 from mmgate.store import ByteLRU, LoadedImage
 
 # The fingerprint's sample: the text's two ends and one character in every _STRIDE between (two
@@ -49,20 +49,17 @@ class RepeatIndex:
             self._keys.put(fingerprint, key)
 
 
-def fingerprint(data_url: DataURL) -> bytes | None:
-    """XXH3-128 of the base64 text's length, its first and last ``_EDGE`` characters and one in
-    every ``_STRIDE`` between: a filter, not an identity (``forwards_text`` is), read without
-    copying the whole text; None for non-ASCII text (which the SHA-256 path refuses)."""
-    text = data_url.payload
-    if not text.isascii():
+def fingerprint(url: str) -> bytes | None:
+    """XXH3-128 of the data: URL's length, its first and last ``_EDGE`` characters and one in
+    every ``_STRIDE`` between: a filter, not an identity (``forwards``), read without copying the
+    text; None for non-ASCII text (which the SHA-256 path refuses)."""
+    if not url.isascii():
         return None
-    sample = f"{len(text)}:{text[:_EDGE]}{text[_EDGE:-_EDGE:_STRIDE]}{text[-_EDGE:]}"
+    sample = f"{len(url)}:{url[:_EDGE]}{url[_EDGE:-_EDGE:_STRIDE]}{url[-_EDGE:]}"
     return xxhash.xxh3_128_digest(sample.encode("ascii"))
 
 
-def forwards_text(image: LoadedImage, data_url: DataURL) -> bool:
-    """Whether ``image`` forwards exactly ``data_url``'s base64 text, so the text decodes to the
-    image's bytes: the confirmation of a fingerprint match."""
-    held = image.data_url()
-    payload = data_url.payload
-    return held.endswith(payload) and held[len(held) - len(payload) - 1] == ","
+def forwards(image: LoadedImage, url: str) -> bool:
+    """Whether ``image`` forwards exactly the data: URL ``url`` (its type and base64 text), so
+    the text decodes to the image's bytes: the confirmation of a fingerprint match."""
+    return image.data_url() == url
