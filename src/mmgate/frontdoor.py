@@ -3,8 +3,10 @@ are complete, then hands each one, with the bytes read so far, to the gateway pr
 
 Why a process: a flood of slow clients (slowloris) costs whoever holds them an accept, a close and
 a few reads per connection; in the gateway's event loop those batches would sit between every step
-of a normal request (docs/PERFORMANCE.md, "HTTP edge under hostile load"). Held here, they cost the gateway nothing: it sees a connection only once
-the connection has sent a whole request head. What the front door does:
+of a normal request, whether aiohttp holds them until its header deadline or a cap displaces them
+(aiohttp has no way of its own to bound them; docs/benchmarks/http-stacks.md, "The slow-client
+flood"). Held here, they cost the gateway nothing: it sees a connection only once the connection
+has sent a whole request head. What the front door does:
 
 * accepts on the gateway's listening socket (inherited: ``--listen-fd``), at most ``ACCEPT_BATCH``
   a turn, so reads and hand-overs are never queued behind a burst of accepts;
