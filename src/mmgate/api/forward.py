@@ -38,7 +38,6 @@ import weakref
 from collections.abc import AsyncIterator, Callable, Mapping
 
 from aiohttp import web
-from aiohttp.web_protocol import RequestPayloadError
 
 from mmgate.api.edge import body_encoding
 from mmgate.api.gateway import ChatOutcome, Gateway
@@ -96,7 +95,7 @@ class Upload:
         except TimeoutError as exc:
             raise BodyTimeoutError(f"request body not received within {self._timeout_s:g}s "
                                    f"({self.received} bytes arrived)") from exc
-        except RequestPayloadError as exc:
+        except web.RequestPayloadError as exc:
             raise InvalidRequestError(f"request body could not be read: {str(exc).strip()}") from exc
         self.received += len(chunk)
         if self.received > self._max_bytes:
