@@ -35,9 +35,9 @@ class Recorder:
 async def recording_proxy(upstream: str) -> AsyncIterator[Recorder]:
     """Start the proxy in front of ``upstream``; yields the Recorder (``.url`` is the proxy)."""
     recorder = Recorder()
-    # Idle connections dropped before vLLM closes them (its keep-alive is 5 s): reusing one it is
-    # closing gets a reset, which made the corpus table show a 502 once.
-    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(keepalive_timeout=2.0))
+    # A connection per request: reusing one that vLLM (uvicorn, keep-alive 5 s) is closing gets a
+    # reset, which made the corpus table show a 502 (twice, once with a 2 s keep-alive here too).
+    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True))
 
     async def forward(request: web.Request) -> web.StreamResponse:
         raw = await request.read()
