@@ -39,7 +39,6 @@ from typing import Any
 
 import aiohttp
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _procs import ROOT, cpu_seconds, free_port, stop
 from _table import Column, render
 from asgi_relay import BACKEND_ENV

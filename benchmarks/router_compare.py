@@ -45,7 +45,6 @@ from typing import Any
 
 import aiohttp
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _procs import CLK_TCK, MMGATE, ROOT, free_port, stop
 from _table import Column, render
 from gateway_overhead import one_mib_jpeg
