@@ -41,7 +41,7 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[test]'
-	@# tests.support and tests.fleet for the benchmarks: the repository root on the venv's path (a .pth)
+	@# the benchmarks package, tests.support and tests.fleet: the repository root on the venv's path (a .pth)
 	$(BIN)/python -c "import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()['purelib'], 'mmgate-dev.pth').write_text('$(CURDIR)\n')"
 	touch $(VENV)/.installed $@
 

@@ -1,7 +1,7 @@
 """The faults a fleet must ride out, each run while a ``SessionWorkload`` keeps going, each returning
 what the clients saw in its window: requests, failures (and why), healed cache misses, latency, and
 for the DNS changes the sessions that moved. Shared by ``tests/fleet/test_fleet_faults.py`` (quick,
-sim engines) and ``benchmarks/fleet_faults.py``.
+sim engines) and ``benchmarks/regression/fleet_faults.py``.
 
 The Service is emulated as Kubernetes runs it: a gateway leaves the endpoints before it gets
 SIGTERM (``preStop``) and rejoins once ``/health`` answers; a SIGKILLed gateway leaves the endpoints

@@ -2,7 +2,7 @@
 DNS server, a real 3-master Redis Cluster, a steady multi-session image workload with uuid references
 spread over the gateways as a Service would, while (a) each gateway in turn gets SIGTERM and is
 restarted, (b) one gets SIGKILL, (c) a replica is added and one removed through DNS, (d) a Redis node
-is killed and restarted. ``benchmarks/fleet_faults.py`` runs the same phases longer and reports them."""
+is killed and restarted. ``benchmarks/regression/fleet_faults.py`` runs the same phases longer and reports them."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``benchmarks/image_affinity.py``, the routing's regression benchmark, on a tiny workload, so that
+"""``benchmarks/regression/image_affinity.py``, the routing's regression benchmark, on a tiny workload, so that
 ``make test`` keeps it running: every profile it names starts by ``--routing`` (``lru-history``
 included), and no request fails. Run as a process, as a user runs it (no test imports a
 benchmark); nothing is timed: docs/ROUTING.md holds its figures."""
@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "image_affinity.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "regression" / "image_affinity.py"
 
 
 def test_the_routing_benchmark_runs_each_profile_by_name(tmp_path: Path) -> None:

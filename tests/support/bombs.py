@@ -1,6 +1,6 @@
 """Decode bombs, real files: a progressive JPEG whose last scan is repeated (Pillow decodes every
 copy) and a PNG of empty ancillary chunks with valid CRCs (Pillow walks every one). For the
-structure checks' tests and ``benchmarks/decode_bombs.py``."""
+structure checks' tests and ``benchmarks/regression/decode_bombs.py``."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ and whether sent bytes are decoded before the cache lookup.
 one is referenced by the next) and returns one ``Outcome`` per case. Each case uses uuids and
 images of its own run (``tag``), so a corpus can run twice against the same engine.
 ``tests/vllm/test_sim_fidelity.py`` asserts sim == vLLM case by case;
-``benchmarks/sim_fidelity.py`` prints them side by side.
+``benchmarks/regression/sim_fidelity.py`` prints them side by side.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """One benchmark run end to end: origin, image preparation, warm-up, measured phase, results.
 
 ``run_benchmark`` is what ``mmgate bench run`` calls inside ``asyncio.run``; tests and
-``benchmarks/bench_fidelity.py`` call it directly.
+``benchmarks/regression/bench_fidelity.py`` call it directly.
 """
 
 from __future__ import annotations

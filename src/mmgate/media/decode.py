@@ -44,7 +44,7 @@ DECODE_TIME_LIMIT_S = 20.0
 SLOW_DECODE_S = 0.5
 # A decode may use this much CPU per pixel of its image, plus the floor, before it is abandoned and
 # the image refused (415): over 10 times the costliest ordinary image (lossy WEBP of noise; the
-# per-format costs are measured by benchmarks/decode_bombs.py, PERFORMANCE.md "Decode bombs"). The
+# per-format costs are measured by benchmarks/regression/decode_bombs.py, PERFORMANCE.md "Decode bombs"). The
 # floor covers a worker's fixed costs and the CPU clock's 10 ms ticks, so no small image nears it.
 DECODE_CPU_PER_PIXEL_S = 600e-9
 DECODE_CPU_FLOOR_S = 0.25

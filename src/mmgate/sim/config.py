@@ -7,7 +7,7 @@ image costs ``(h/28)*(w/28)`` prompt tokens, plus its ``<|vision_start|>``/``<|v
 
 ``--profile`` picks a named set of defaults (flags given beside it still win): ``default`` keeps
 the sim's generic timing; ``tiny-qwen2vl-cpu`` is fitted to real vLLM's CPU build serving the tiny
-Qwen2-VL of ``tools/tiny_qwen2vl.py`` on this machine (``benchmarks/sim_fidelity.py --fit``):
+Qwen2-VL of ``tools/tiny_qwen2vl.py`` on this machine (``benchmarks/regression/sim_fidelity.py --fit``):
 same served name, context length, image limit and byte-level token counts, and its measured
 timing.
 """
@@ -20,7 +20,7 @@ from pydantic import Field, model_validator
 
 from mmgate._settings import Frozen, GiB, MiB, setting
 
-# Fitted by `benchmarks/sim_fidelity.py --fit` against vLLM 0.32 (CPU) + tiny Qwen2-VL (hidden 256,
+# Fitted by `benchmarks/regression/sim_fidelity.py --fit` against vLLM 0.32 (CPU) + tiny Qwen2-VL (hidden 256,
 # 2 layers, vision 2x64), 2 shared cores; see docs/PERFORMANCE.md, "Sim fidelity".
 PROFILES: dict[str, dict[str, Any]] = {
     "default": {},
@@ -30,7 +30,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         "max_images_per_request": 8,
         "text_tokens": "bytes",
         "serial_prefill": True,
-        # `benchmarks/sim_fidelity.py --repeats 7 --fit`, 2026-12-01 11:44 UTC, vLLM in float32,
+        # `benchmarks/regression/sim_fidelity.py --repeats 7 --fit`, 2026-12-01 11:44 UTC, vLLM in float32,
         # quiet machine (nothing else running).
         "request_overhead_ms": 0.0,
         "prefill_us_per_text_token": 158.29,

@@ -87,7 +87,7 @@ def _error(engine: SimEngine, exc: SimError) -> web.Response:
 async def _chat(request: web.Request) -> web.StreamResponse:
     engine = request.app[ENGINE_KEY]
     # The modelled times run from the request's arrival: the sim's own real work (reading, decoding,
-    # processing) is part of them, as vLLM's is of its measured times (see benchmarks/sim_fidelity.py).
+    # processing) is part of them, as vLLM's is of its measured times (see benchmarks/regression/sim_fidelity.py).
     arrived = asyncio.get_running_loop().time()
     try:
         raw = await request.read()

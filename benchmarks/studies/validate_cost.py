@@ -1,0 +1,95 @@
+"""What validating one image costs (the media loader's thread-pool job), per format and size.
+
+For ~1 MiB images (a "photo-like" gradient with moderate noise, and pure noise): the Pillow
+validation (header + full decode) with and without JPEG ``draft()`` (1/8-scale decode), the
+SHA-256 digest, the per-request cost of a repeated ``data:`` URL (the local-hit path: one hash
+of the base64 text, no decode) and, for comparison, base64-decoding then hashing the bytes. Median of N runs, one thread.
+
+    .venv/bin/python benchmarks/studies/validate_cost.py --runs 15
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import functools
+import hashlib
+import json
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+from tests.support.images import image_of_about  # noqa: E402
+
+from mmgate.media.dataurl import decode_payload, parse_data_url, payload_digest  # noqa: E402
+from mmgate.media.validate import validate_image  # noqa: E402
+
+FORMATS = ("JPEG", "PNG", "WEBP")
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def median_ms(fn: Callable[[], object], runs: int) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument("--bytes", type=int, default=1024 * 1024)
+    parser.add_argument("--out", default="results/validate_cost.json")
+    args = parser.parse_args()
+
+    rows = []
+    for noise in (0.15, 1.0):
+        for fmt in FORMATS:
+            data = image_of_about(fmt, args.bytes, noise=noise)
+            url = f"data:image/{fmt.lower()};base64," + base64.b64encode(data).decode()
+
+            def validate(draft: bool, data: bytes = data) -> object:
+                return validate_image(data, allowed_formats=FORMATS, max_pixels=10**9, use_draft=draft)
+
+            def repeat_key(url: str = url) -> object:  # what a local hit costs
+                return payload_digest(parse_data_url(url, max_bytes=1 << 30))
+
+            def decode_hash(url: str = url) -> object:  # keying by the decoded bytes instead
+                return hashlib.sha256(decode_payload(parse_data_url(url, max_bytes=1 << 30))).hexdigest()
+
+            info = validate(False)
+            row = {
+                "format": fmt,
+                "noise": noise,
+                "bytes": len(data),
+                "pixels": f"{info.width}x{info.height}",  # type: ignore[attr-defined]
+                "validate_ms": median_ms(lambda: validate(False), args.runs),
+                "validate_draft_ms": median_ms(lambda: validate(True), args.runs) if fmt == "JPEG" else None,
+                "sha256_ms": median_ms(functools.partial(sha256_hex, data), args.runs),
+                "data_url_repeat_ms": median_ms(repeat_key, args.runs),
+                "b64_decode_and_hash_ms": median_ms(decode_hash, args.runs),
+            }
+            rows.append(row)
+
+    head = f"{'format':6} {'noise':>5} {'bytes':>9} {'pixels':>11} {'validate':>9} {'+draft':>8} {'sha256':>7} {'data:rep':>8} {'dec+hash':>8}"
+    print(head + "   (ms, median)")
+    for r in rows:
+        draft = f"{r['validate_draft_ms']:8.2f}" if r["validate_draft_ms"] is not None else f"{'-':>8}"
+        print(f"{r['format']:6} {r['noise']:5.2f} {r['bytes']:9d} {r['pixels']:>11} {r['validate_ms']:9.2f} "
+              f"{draft} {r['sha256_ms']:7.2f} {r['data_url_repeat_ms']:8.2f} {r['b64_decode_and_hash_ms']:8.2f}")
+    out = ROOT / args.out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"runs": args.runs, "rows": rows}, indent=2))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
