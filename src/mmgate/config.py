@@ -214,15 +214,6 @@ class GatewaySettings(Frozen):
         0, flag="--max-inflation-ratio", advanced=True, group="http edge", ge=0, le=1000,
         help="accept gzip/deflate request bodies that inflate to at most this many times their size "
              "(and --max-body-bytes); 0 refuses compressed bodies (415)")
-    max_connections: int = setting(
-        8192, flag="--max-connections", group="http edge", ge=1,
-        help="most open client connections before their first request head (held by the front door) "
-        "and, apart, after it; at the cap a new one displaces the oldest connection not inside a "
-        "request, else gets 503 (lowered to what ulimit -n allows)")
-    front_door: bool = setting(
-        True, flag="--no-front-door", advanced=True, group="http edge",
-        help="hold connections in this process until their first request head is complete, instead of "
-        "in a front-door process of their own (the default: slow clients never cost the gateway's loop)")
     drain_timeout_s: float = setting(30.0, flag="--drain-timeout", group="http edge", ge=0,
                                      help="seconds requests in flight may finish at shutdown before "
                                      "they are cut (a cut stream ends with an SSE error frame)")

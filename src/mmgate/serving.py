@@ -101,11 +101,12 @@ async def start_app(app: web.Application, host: str, port: int) -> tuple[web.App
     await runner.setup()
     site = web.TCPSite(runner, host, port, reuse_address=True, backlog=1024)
     await site.start()
-    bound = port
-    sockets = getattr(site._server, "sockets", None)
-    if sockets:
-        bound = int(sockets[0].getsockname()[1])
-    return runner, bound
+    return runner, bound_port(runner)
+
+
+def bound_port(runner: web.BaseRunner) -> int:
+    """The port ``runner``'s first site listens on (the one the kernel picked for port 0)."""
+    return int(runner.addresses[0][1])
 
 
 async def serve_forever(start: Callable[[], Awaitable[Callable[[], Awaitable[None]]]]) -> None:

@@ -1,20 +1,18 @@
 """The HTTP edge of a real ``mmgate serve`` process, driven over raw loopback sockets the way a
 hostile or broken client would: unauthenticated big bodies, lying Content-Length, slow headers and
-bodies, a flood of connections, clients that leave, and a shutdown with streams in flight."""
+bodies, many slow connections, clients that leave, and a shutdown with streams in flight."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import time
 from pathlib import Path
 
 import aiohttp
 import orjson
-import pytest
 
-from tests.support.serve_process import GatewayProcess, metric_value, serve_process
+from tests.support.serve_process import metric_value, serve_process
 
 CHAT = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
 BODY = orjson.dumps({"model": "mmgate-sim-vl", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]})
@@ -79,97 +77,21 @@ async def test_slow_headers_and_slow_bodies_are_timed_out(tmp_path: Path) -> Non
         assert status == 408 and orjson.loads(body)["error"]["code"] == "request_timeout"
 
 
-async def displaced(gw: GatewayProcess, at_least: float, timeout: float = 5.0) -> float:
-    """``mmgate_edge_connections_total{event="displaced"}`` once it reaches ``at_least`` (the front
-    door reports its counts every 0.1 s), else its value at ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = metric_value(gw.metrics(), "mmgate_edge_connections_total", event="displaced")
-        if value >= at_least or time.monotonic() > deadline:
-            return value
-        await asyncio.sleep(0.05)
-
-
-async def flushed(writers: list[asyncio.StreamWriter]) -> None:
-    """Drain each writer. The gateway resets the connections it displaces, and one it reset
-    before its drain ran raises there: that is the behaviour under test, not a failure (it
-    failed CI once, the 30 silent connections racing the front door's displacement)."""
-    async def one(w: asyncio.StreamWriter) -> None:
-        try:
-            await w.drain()
-        except ConnectionError:
-            pass
-    await asyncio.gather(*(one(w) for w in writers))
-
-
-def gateway_fds(gw: GatewayProcess) -> int:
-    return len(os.listdir(f"/proc/{gw.proc.pid}/fd"))
-
-
-@pytest.mark.parametrize("door", [[], ["--no-front-door"]], ids=["front-door", "in-process"])
-async def test_a_flood_of_slow_connections_does_not_shut_out_a_normal_client(tmp_path: Path, door: list[str]) -> None:
-    with serve_process(tmp_path, "--max-connections", "40", "--header-timeout", "30", "--drain-timeout", "1", *door) as gw:
-        fds_before = gateway_fds(gw)
+async def test_slow_connections_are_closed_at_the_header_deadline_and_a_normal_client_is_served(
+        tmp_path: Path) -> None:
+    with serve_process(tmp_path, "--header-timeout", "2") as gw:
         slow = []
-        for _ in range(120):  # three times the cap, each stuck in its headers
-            _, writer = await asyncio.open_connection("127.0.0.1", gw.port)
+        for _ in range(200):  # each stuck in its headers
+            reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
             writer.write(b"GET /health HTTP/1.1\r\nHost: x\r\n")
-            slow.append(writer)
-        await flushed(slow)
+            slow.append((reader, writer))
+        await asyncio.gather(*(w.drain() for _, w in slow))
         assert await chat_ok(gw.url) < 5
-        assert await displaced(gw, 80) >= 80
-        # With the front door the slow connections are held in its process, not the gateway's.
-        if not door:
-            assert gateway_fds(gw) < fds_before + 10
-        else:
-            assert gateway_fds(gw) >= fds_before + 35
-        # Connections that are inside a request are never displaced: past the cap, a clear 503.
-        busy = []
-        for _ in range(45):
-            _, writer = await asyncio.open_connection("127.0.0.1", gw.port)
-            writer.write(CHAT + b"Content-Length: 100\r\n\r\n{")  # in a request, body pending
-            busy.append(writer)
-            # Let the gateway read the head first: until it has, the connection has sent nothing
-            # it knows of and is as displaceable as a slow client (that race flaked this test).
-            await writer.drain()
-            await asyncio.sleep(0.02)
-        await flushed(busy)
-        await asyncio.sleep(0.5)
-        status, headers, body = await exchange(gw.port, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
-        assert status == 503 and headers["retry-after"] == "1" and b"connection limit" in body
-        for w in slow + busy:
-            w.close()
-
-
-@pytest.mark.parametrize("door", [[], ["--no-front-door"]], ids=["front-door", "in-process"])
-async def test_at_the_cap_a_silent_connection_goes_before_an_idle_keep_alive_client(
-        tmp_path: Path, door: list[str]) -> None:
-    with serve_process(tmp_path, "--max-connections", "10", "--header-timeout", "30", *door) as gw:
-        reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
-        health = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
-
-        async def ask() -> bytes:
-            writer.write(health)
-            await writer.drain()
-            async with asyncio.timeout(5):
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = next(int(line.split(b": ")[1]) for line in head.split(b"\r\n")
-                              if line.lower().startswith(b"content-length: "))
-                await reader.readexactly(length)
-            return head
-
-        assert b" 200 " in (await ask())  # a client that sent a request, now idle on keep-alive
-        silent = []
-        for _ in range(30):  # three times the cap, none ever sends a whole request
-            _, w = await asyncio.open_connection("127.0.0.1", gw.port)
-            w.write(b"GET /health HTTP/1.1\r\nHost: x\r\n")
-            silent.append(w)
-        await flushed(silent)
-        assert await displaced(gw, 20) >= 20
-        # The oldest connection of all is the keep-alive one: it was not the one displaced.
-        assert b" 200 " in (await ask())
-        writer.close()
-        for w in silent:
+        started = time.perf_counter()
+        ends = await asyncio.wait_for(asyncio.gather(*(r.read() for r, _ in slow)), 10)
+        assert ends == [b""] * len(slow)  # every one closed by the gateway, none answered
+        assert time.perf_counter() - started < 4
+        for _, w in slow:
             w.close()
 
 

@@ -152,6 +152,6 @@ def test_a_sync_without_a_usable_redis_is_refused_at_start_naming_the_flag(
     flags: tuple[str, ...], named: bytes, said: bytes,
 ) -> None:
     out = subprocess.run([sys.executable, "-m", "mmgate", "serve", "--backend", "vllm=http://127.0.0.1:9",
-                          "--no-front-door", *flags], capture_output=True, timeout=30)
+                          *flags], capture_output=True, timeout=30)
     assert out.returncode == 2, out.stderr
     assert named in out.stderr and said in out.stderr

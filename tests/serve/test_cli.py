@@ -55,7 +55,7 @@ def test_serve_help_lists_what_an_operator_decides_and_help_all_the_rest() -> No
     listed = {line.split()[0].rstrip(",") for line in short.splitlines() if line.startswith("  --")}
     every = {line.split()[0].rstrip(",") for line in everything.splitlines() if line.startswith("  --")}
     assert {"--backend", "--port", "--api-keys-file", "--redis-url", "--config", "--help-all"} <= listed
-    assert {"--decode-workers", "--health-timeout", "--stream-stall-timeout", "--front-door"} <= every - listed
+    assert {"--decode-workers", "--health-timeout", "--stream-stall-timeout", "--max-inflation-ratio"} <= every - listed
     assert "--help-all lists them" in short
     assert len(listed - {"--help-all"}) <= 45, sorted(listed)  # what an operator decides stays short
     # A flag left out of --help still works, with its variable.

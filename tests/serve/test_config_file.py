@@ -28,10 +28,10 @@ def settings(argv: list[str]) -> GatewaySettings:
 def test_layers_flag_over_env_over_file_over_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     config = tmp_path / "mmgate.toml"
     config.write_text(
-        'port = 9100\nmax-images-per-request = 7\nallowed-private = ["127.0.0.1"]\nno-front-door = true\n'
+        'port = 9100\nmax-images-per-request = 7\nallowed-private = ["127.0.0.1"]\nsession-scoping = true\n'
         'max-image-bytes = 1000\n\n[media]\ndecode_workers = 3\n\n[cache]\nfill_wait_s = 0.25\n')
     s = settings(["--config", str(config)])
-    assert (s.port, s.max_images_per_request, s.front_door) == (9100, 7, False)
+    assert (s.port, s.max_images_per_request, s.cache.session_scoping) == (9100, 7, True)
     assert s.media.allowed_private == ("127.0.0.1",) and s.media.max_image_bytes == 1000
     assert (s.media.decode_workers, s.cache.fill_wait_s) == (3, 0.25)  # fields without a flag
     assert s.max_body_bytes == GatewaySettings().max_body_bytes  # untouched: the default

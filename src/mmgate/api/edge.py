@@ -11,14 +11,12 @@
 * Header deadline: aiohttp's keep-alive timer also runs from the moment a connection opens until
   its first request's headers are complete (and again between requests), and closes the connection
   if they are not; ``header_timeout_s`` is that timer.
-* ``ConnectionGuard``: at most ``max_connections`` open client connections. At the cap, a new
-  connection first displaces the oldest connection that has never sent a complete request (a slow
-  or silent client), else the oldest idle keep-alive connection; only when every connection is
-  busy with a request is
-  the new one answered ``503`` with ``Retry-After`` and closed. A flood of slow connections thus
-  never shuts out a client that sends a request promptly.
-* ``raise_fd_limit``: the process's soft open-files limit raised towards its hard limit, so the cap
-  is reached before ``accept()`` fails (which would stall every client).
+* ``raise_fd_limit``: the process's soft open-files limit raised to its hard limit.
+
+The edge holds no connection cap of its own: a cap on aiohttp's public API can only pause
+accepting, and one that displaces slow clients must read aiohttp's private connection table.
+Where slow-client floods are a threat, a maintained proxy in front bounds them
+(``deploy/nginx/mmgate.conf``, docs/DEPLOY.md).
 """
 
 from __future__ import annotations
@@ -29,19 +27,15 @@ import functools
 import logging
 import resource
 import zlib
-from collections.abc import Callable
 from concurrent.futures import Executor
-from typing import cast
 
-import orjson
 from aiohttp import web
-from aiohttp.web_protocol import RequestHandler
 
 from mmgate.errors import BodyTimeoutError, BodyTooLargeError, InvalidRequestError, UnsupportedEncodingError
 
 log = logging.getLogger(__name__)
-# File descriptors kept for everything but client connections (backends, origins, Redis, logs).
-FD_RESERVE = 2048
+# The open-files soft limit wanted (client and backend connections, origins, Redis, logs).
+FD_LIMIT = 1 << 20
 _JOIN_IN_THREAD_BYTES = 1 << 20
 
 
@@ -144,138 +138,12 @@ async def _read_raw(request: web.Request, *, max_bytes: int, timeout_s: float) -
     return b"".join(chunks)
 
 
-def _busy_response() -> bytes:
-    body = orjson.dumps({"error": {
-        "message": "the gateway is at its connection limit: retry shortly",
-        "type": "rate_limit_error", "param": None, "code": "too_many_connections"}})
-    return (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
-            b"Connection: close\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
-
-
-class _Refuse(asyncio.Protocol):
-    """Answers 503 at once and ends the connection: it is never handed to aiohttp.
-
-    The answer is followed by a half-close, and what the client sends meanwhile is read and dropped
-    for a moment before the close: closing with unread data would send a reset, and the client
-    could lose the answer before reading it.
-    """
-
-    LINGER_S = 0.5
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass asyncio's
-        transport.write(_busy_response())
-        if transport.can_write_eof():
-            transport.write_eof()
-        asyncio.get_running_loop().call_later(self.LINGER_S, transport.close)
-
-    def data_received(self, data: bytes) -> None:
-        pass  # dropped: the answer is already out
-
-    def eof_received(self) -> bool:
-        return False  # the client is done: close now
-
-
-def _is_idle(handler: RequestHandler) -> bool:
-    """True when ``handler``'s connection is not inside a request: no complete request received
-    (slow headers) or waiting for the next one (``_waiter``). A request taken off the queue whose
-    handler task has not run yet (on Python 3.11 tasks do not start eagerly) is inside one. Reads
-    aiohttp's ``RequestHandler`` internals (aiohttp is pinned for them: tests/test_aiohttp_pin.py;
-    the edge tests pin the behaviour)."""
-    return (not handler._request_in_progress and not handler._messages and not handler._force_close
-            and (handler._request_count == 0 or handler._waiter is not None))
-
-
-class ConnectionGuard:
-    """A protocol factory in front of aiohttp's ``web.Server`` that caps open connections.
-
-    Its cost per new connection at the cap does not grow with the cap: connections it displaced
-    and that are still closing are tracked apart (they leave aiohttp's table a moment later), so
-    the open count is the table's size less those; a full scan of the table is left for the rare
-    case where no connection can be displaced. (A scan per new connection made a flood of
-    reconnecting slow clients cost the event loop two thirds of its time at 8192 connections.)
-    """
-
-    def __init__(self, server: web.Server, max_connections: int,
-                 on_event: Callable[[str], None] | None = None) -> None:
-        self._server = server
-        self.max_connections = max_connections
-        self._on_event = on_event or (lambda _event: None)
-        self._closing: list[RequestHandler] = []  # displaced, not yet out of the server's table
-
-    def open_connections(self) -> int:
-        """Open connections: the server's table less those being closed (a full scan)."""
-        return sum(1 for h in self._server._connections if not h._force_close)
-
-    def __call__(self) -> asyncio.Protocol:
-        conns = self._server._connections  # insertion order: oldest first
-        if len(conns) >= self.max_connections:
-            self._closing = [h for h in self._closing if h in conns]
-            if len(conns) - len(self._closing) >= self.max_connections and not self._displace() \
-                    and self.open_connections() >= self.max_connections:
-                self._on_event("refused")
-                return _Refuse()
-        return self._server()
-
-    def _displace(self) -> bool:
-        """Close one connection to make room (False: none could be): oldest first among those that
-        never sent a whole request (slow or silent clients), then among idle keep-alive
-        connections: a client that did send requests goes last."""
-        conns = self._server._connections
-        victim = next((h for h in conns if h._request_count == 0 and _is_idle(h)), None)
-        if victim is None:
-            victim = next((h for h in conns if _is_idle(h)), None)
-        if victim is None:
-            return False
-        victim.force_close()
-        self._closing.append(victim)
-        self._on_event("displaced")
-        return True
-
-
-class GuardedSite(web.BaseSite):
-    """An aiohttp site listening on ``host:port`` with ``ConnectionGuard`` as the protocol factory
-    (aiohttp's ``TCPSite`` would hand connections to the bare server)."""
-
-    def __init__(self, runner: web.BaseRunner, host: str, port: int, *, max_connections: int,
-                 on_event: Callable[[str], None] | None = None, backlog: int = 1024) -> None:
-        super().__init__(runner, backlog=backlog)
-        self._app_runner = runner
-        self._host = host
-        self._port = port
-        self._listen_backlog = backlog
-        self._max_connections = max_connections
-        self._on_event = on_event
-        self._listening: asyncio.Server | None = None
-        self.guard: ConnectionGuard | None = None
-
-    @property
-    def name(self) -> str:
-        return f"http://{self._host}:{self.bound_port}"
-
-    @property
-    def bound_port(self) -> int:
-        sockets = self._listening.sockets if self._listening is not None else ()
-        return int(sockets[0].getsockname()[1]) if sockets else self._port
-
-    async def start(self) -> None:
-        await super().start()  # registers the site with its runner
-        server = self._app_runner.server
-        assert server is not None  # the runner is set up
-        self.guard = ConnectionGuard(server, self._max_connections, self._on_event)
-        self._listening = await asyncio.get_running_loop().create_server(
-            self.guard, self._host, self._port, backlog=self._listen_backlog, reuse_address=True)
-
-    async def stop(self) -> None:
-        if self._listening is not None:
-            self._listening.close()
-        await super().stop()
-
-
-def raise_fd_limit(wanted: int) -> int:
-    """Raise the soft RLIMIT_NOFILE to ``wanted`` (capped by the hard limit); return the soft limit."""
+def raise_fd_limit() -> int:
+    """Raise the soft RLIMIT_NOFILE to the hard limit (at most ``FD_LIMIT``), so that a flood of
+    connections meets aiohttp's header deadline rather than a failing ``accept()``, which would
+    stall every client; return the soft limit."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    target = FD_LIMIT if hard == resource.RLIM_INFINITY else min(FD_LIMIT, hard)
     if target > soft:
         try:
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
@@ -283,14 +151,3 @@ def raise_fd_limit(wanted: int) -> int:
         except (ValueError, OSError) as exc:  # not allowed here: keep the limit we have
             log.warning("cannot raise the open-files limit to %d: %s", target, exc)
     return soft
-
-
-def connection_cap(max_connections: int) -> int:
-    """``max_connections`` within what the open-files limit allows (logged when lowered)."""
-    soft = raise_fd_limit(max_connections + FD_RESERVE)
-    allowed = max(64, soft - FD_RESERVE)
-    if allowed < max_connections:
-        log.warning("--max-connections %d lowered to %d: the open-files limit is %d (ulimit -n)",
-                    max_connections, allowed, soft)
-        return allowed
-    return max_connections

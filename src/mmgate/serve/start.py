@@ -16,8 +16,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from mmgate.api import Gateway, build_app
-from mmgate.api.edge import GuardedSite, connection_cap
-from mmgate.api.frontsite import FrontDoorSite, front_door_supported
+from mmgate.api.edge import raise_fd_limit
 from mmgate.backends import Backend, HTTPBackend
 from mmgate.backends.discovery import (
     BackendDiscovery,
@@ -36,7 +35,7 @@ from mmgate.reuse import KeySpace, UUIDStore
 from mmgate.routing import build_router
 from mmgate.serve.engines import embedded_defaults, start_embedded_engines
 from mmgate.serve.secrets import read_admin_key, read_backend_keys, read_tenant_keys
-from mmgate.serving import server_logger
+from mmgate.serving import bound_port, server_logger
 from mmgate.sim import SimSettings
 from mmgate.store import build_shared_tier
 
@@ -45,6 +44,9 @@ log = logging.getLogger(__name__)
 CUT_GRACE_S = 2.0
 # Seconds start-up waits for a --backend-dns name to resolve (replicas may start with the gateway).
 DISCOVERY_START_S = 30.0
+# Connections the kernel queues for accept() (aiohttp's default is 128: a burst of new clients
+# would meet SYN retries of a second or more).
+LISTEN_BACKLOG = 1024
 
 
 @dataclass
@@ -178,7 +180,7 @@ def backend_factory(settings: GatewaySettings, backend_keys: dict[str, str]) -> 
 
 
 async def _serve(gateway: Gateway, settings: GatewaySettings, admin_key: str | None) -> tuple[web.AppRunner, int]:
-    """Serve ``gateway`` behind the HTTP edge: header deadline, connection cap, drain time."""
+    """Serve ``gateway`` on aiohttp's server: header deadline, drain time, open-files limit."""
     # handler_cancellation: a client that goes away cancels its handler, so the gateway closes the
     # backend stream and an engine stops generating for nobody (aiohttp's default is off).
     # keepalive_timeout also bounds the wait for a new connection's first request headers.
@@ -193,19 +195,11 @@ async def _serve(gateway: Gateway, settings: GatewaySettings, admin_key: str | N
         shutdown_timeout=CUT_GRACE_S, keepalive_timeout=settings.header_timeout_s, logger=server_logger(),
     )
     await runner.setup()
-    events = gateway.metrics.edge_connections
-    cap = connection_cap(settings.max_connections)
-    site: GuardedSite | FrontDoorSite
-    if settings.front_door and front_door_supported():
-        site = FrontDoorSite(runner, settings.host, settings.port, max_connections=cap,
-                             header_timeout_s=settings.header_timeout_s,
-                             on_event=lambda event, count: events.labels(event).inc(count))
-    else:
-        site = GuardedSite(runner, settings.host, settings.port, max_connections=cap,
-                           on_event=lambda event: events.labels(event).inc())
+    raise_fd_limit()
+    site = web.TCPSite(runner, settings.host, settings.port, backlog=LISTEN_BACKLOG, reuse_address=True)
     try:
         await site.start()
     except BaseException:
         await runner.cleanup()
         raise
-    return runner, site.bound_port
+    return runner, bound_port(runner)
