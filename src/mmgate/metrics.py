@@ -115,14 +115,6 @@ class GatewayMetrics:
             "backend's processor cache while other tenants use it too",
             registry=registry,
         )
-        self.edge_connections = Counter(
-            "mmgate_edge_connections",
-            "Client connections the edge closed: displaced (at the connection cap, an idle or slow "
-            "connection closed for a new one), refused (503, every connection busy), timed_out (its "
-            "first request head not complete within --header-timeout; counted by the front door) or "
-            "busy (503 from the front door: the gateway did not take the connection within 2 s)",
-            ["event"], registry=registry,
-        )
         # Per-tenant counts: plain integers on the request path, turned into metric families
         # only when /metrics is scraped (``_TenantCollector``).
         self._tenants: dict[str, TenantCounters] = {}

@@ -1,7 +1,7 @@
 """The Grafana dashboard (deploy/grafana/mmgate.json) against what operators scrape and alert on:
 its job variables are read from the scrape (a fixed job name matches only one scrape setup), every
 query filters by them, every alert of docs/OPERATIONS.md has a panel drawing its metrics, the fleet's
-moving parts (discovery, ejections, routing sync, shared cache, reloads, edge) each have one, and
+moving parts (discovery, ejections, routing sync, shared cache, reloads) each have one, and
 every ``mmgate_`` name a panel reads is one the code declares. Whether a real gateway exports them is
 tests/observe/test_dashboard.py's question."""
 
@@ -24,7 +24,6 @@ FLEET_PARTS = {
     "routing sync": "mmgate_routing_sync_messages_total",
     "shared cache": "mmgate_shared_cache_get_seconds_count",
     "reloads": "mmgate_reloads_total",
-    "edge": "mmgate_edge_connections_total",
 }
 
 
