@@ -21,7 +21,7 @@ REPLICAS ?= 2
 export MMGATE_VLLM_VENV := $(abspath $(VLLM_VENV))
 export MMGATE_VLLM_MODEL := $(abspath $(VLLM_MODEL))
 
-.PHONY: run test install install-test redis chromium lint typecheck pytest bench clean vllm run-vllm image image-offline
+.PHONY: run test install install-test redis nginx chromium lint typecheck pytest bench clean vllm run-vllm image image-offline
 
 # Debian's own python3 needs python3-venv for `-m venv`: installed when missing and we are root.
 $(BIN)/python:
@@ -47,7 +47,7 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 
 install: $(VENV)/.installed
 
-install-test: $(VENV)/.installed-test
+install-test: $(VENV)/.installed-test nginx
 
 # vLLM's CPU build, pinned (tools/vllm-requirements.txt), plus the torchvision workaround; once
 # (the stamp), again only when the pins or the workaround change.
@@ -101,6 +101,17 @@ redis:
 	    echo "redis-server is missing: install it (Debian: 'sudo apt-get install redis-server') and rerun 'make test'" >&2; exit 1; \
 	  fi; }
 	@redis-server --version
+
+## nginx: Debian's nginx for the nginx-in-front test and benchmark (installed when missing and we are
+## root; else the test is skipped, saying so)
+nginx:
+	@command -v nginx >/dev/null 2>&1 || test -x /usr/sbin/nginx || { \
+	  if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing nginx from Debian's packages (tests/deploy/test_nginx_front.py)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light >/dev/null; \
+	  else \
+	    echo "nginx is missing: tests/deploy/test_nginx_front.py will be skipped (Debian: 'sudo apt-get install nginx-light')"; \
+	  fi; }
 
 ## chromium: headless Chromium for the bench report tests (Debian's package when missing and we are root)
 chromium:
