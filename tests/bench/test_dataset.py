@@ -77,7 +77,7 @@ def test_multi_turn_groups_turns_and_hoists_system_prompt(tmp_path: Path) -> Non
         ({"text": "a", "delay": 1, "timestamp": 2}, "delay", "cannot be set together"),
         ({"text": "a", "output_length": 0}, "output_length", "integer > 0"),
         ({"text": "a", "audio": "x.wav"}, "audio", "not supported"),
-        ({"session_id": "s"}, "text", "at least one text or image"),
+        ({"session_id": "s"}, "text", "at least one text, image or video"),
         ({"text": "a", "image": DATA_URL, "image_uuids": ["u"]}, "image_uuids", "singular"),
         ({"text": "a", "images": ["data:image/png,xyz"]}, "images[0]", "base64"),
     ],

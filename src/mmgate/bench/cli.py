@@ -106,10 +106,16 @@ def _add_sliding_window(p: argparse.ArgumentParser) -> None:
     p.add_argument("--image-size", type=int, default=e("--image-size", "image_size"),
                    help="side in pixels (default %(default)s)")
     p.add_argument("--image-format", choices=("jpeg", "png"), default=e("--image-format", "image_format"))
+    p.add_argument("--media", choices=("image", "video"), default=e("--media", "media"),
+                   help="what each turn shows: screenshots, or short MP4 clips (video_url parts; --image-size "
+                        "is then the clips' side)")
+    p.add_argument("--clip-frames", type=int, default=e("--clip-frames", "clip_frames"),
+                   help="frames per clip (default %(default)s)")
+    p.add_argument("--clip-fps", type=int, default=e("--clip-fps", "clip_fps"), help="(default %(default)s)")
     p.add_argument("--dataset-type", choices=DATASET_TYPES, default=e("--dataset-type", "dataset_type"))
     p.add_argument("--output-length", type=_opt_int, default=e("--output-length", "output_length"))
     p.add_argument("--delay", type=_opt_float, default=e("--delay", "delay_ms"), help="ms between turns")
-    p.add_argument("--image-uuids", action="store_true", help="author image_uuids in the dataset")
+    p.add_argument("--image-uuids", action="store_true", help="author image_uuids (video_uuids) in the dataset")
     p.add_argument("--seed", type=int, default=e("--seed", "seed"), help="(default %(default)s)")
     p.add_argument("--out", required=True, help="output folder")
 
@@ -178,13 +184,17 @@ def _dataset(args: argparse.Namespace) -> int:
         sessions=args.sessions, turns=args.turns, window=args.window, image_size=args.image_size,
         image_format=args.image_format, new_per_turn=args.new_per_turn, dataset_type=args.dataset_type,
         output_length=args.output_length, delay_ms=args.delay, author_uuids=args.image_uuids, seed=args.seed,
+        media=args.media, clip_frames=args.clip_frames, clip_fps=args.clip_fps,
     )
     try:
         made = generate_sliding_window(spec, args.out)
     except ValueError as exc:
         raise BenchError(str(exc)) from exc
+    noun = "clips" if made.media == "video" else "images"
+    each = made.make_seconds / made.images * 1e3 if made.images else 0.0
     print(f"wrote {made.path} ({made.dataset_type}): {made.sessions} sessions, {made.requests} requests, "
-          f"{made.images} images ({made.image_bytes / MiB:.1f} MiB)")
+          f"{made.images} {noun} ({made.image_bytes / MiB:.1f} MiB, made in {made.make_seconds:.2f} s, "
+          f"{each:.1f} ms each)")
     return 0
 
 

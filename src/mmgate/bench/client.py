@@ -95,6 +95,7 @@ class ChatClient:
         )
         self._max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
+        self.model_owners: dict[str, str] = {}  # model id → owned_by, from the last list_models
 
     async def __aenter__(self) -> ChatClient:
         connector = aiohttp.TCPConnector(
@@ -133,7 +134,9 @@ class ChatClient:
             raise BenchError(f"cannot reach {self.models_url}: {exc or type(exc).__name__}") from exc
         try:
             data = orjson.loads(raw).get("data") or []
-            return [str(m["id"]) for m in data if isinstance(m, dict) and "id" in m]
+            cards = [m for m in data if isinstance(m, dict) and "id" in m]
+            self.model_owners = {str(m["id"]): str(m.get("owned_by") or "") for m in cards}
+            return [str(m["id"]) for m in cards]
         except (orjson.JSONDecodeError, AttributeError, TypeError) as exc:
             raise BenchError(f"GET {self.models_url} did not return a model list; give --model") from exc
 

@@ -1,4 +1,4 @@
-"""Turn dataset image entries into what goes on the wire, once per image, in a bounded cache.
+"""Turn dataset image (and video) entries into what goes on the wire, once per image, in a bounded cache.
 
 Two modes (``--image-mode``):
 
@@ -29,6 +29,7 @@ from typing import Literal
 from mmgate.bench.dataset import ImageEntry
 from mmgate.bench.errors import BenchError
 from mmgate.bench.planner import TurnImage
+from mmgate.bench.videos import sniff_video_type
 
 ImageMode = Literal["data", "origin"]
 IMAGE_MODES: tuple[ImageMode, ...] = ("data", "origin")
@@ -43,13 +44,14 @@ _MAGIC: tuple[tuple[bytes, str, str], ...] = (
 
 
 def sniff_image_type(data: bytes) -> tuple[str, str]:
-    """(mime, extension) from the first bytes; ``application/octet-stream`` when unknown."""
+    """(mime, extension) of an image (or a video: ``mmgate.bench.videos``) from the first bytes;
+    ``application/octet-stream`` when unknown."""
     if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
         return "image/webp", ".webp"
     for magic, mime, ext in _MAGIC:
         if data.startswith(magic):
             return mime, ext
-    return "application/octet-stream", ".bin"
+    return sniff_video_type(data) or ("application/octet-stream", ".bin")
 
 
 def content_uuid(data: bytes) -> str:
@@ -96,9 +98,9 @@ class DatasetImages:
     async def slot(self, entry: ImageEntry) -> TurnImage:
         """The plannable form of a dataset image."""
         if entry.source is None:
-            return TurnImage(None, entry.uuid, None)
+            return TurnImage(None, entry.uuid, None, entry.kind)
         prepared = await self.prepare(entry.source)
-        return TurnImage(prepared.url, entry.uuid, prepared.content_uuid)
+        return TurnImage(prepared.url, entry.uuid, prepared.content_uuid, entry.kind)
 
     async def prepare(self, source: str) -> PreparedImage:
         """The wire form of ``source``; concurrent calls for one source share one preparation.

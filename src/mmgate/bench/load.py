@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from mmgate.bench.client import ChatClient, ResponseResult
 from mmgate.bench.dataset import Session, Turn
+from mmgate.bench.engine_metrics import EngineCounters, EngineMetrics
 from mmgate.bench.images import DatasetImages
 from mmgate.bench.payload import BodyOptions, Exchange, build_request
 from mmgate.bench.planner import StripPlanner
@@ -53,13 +54,18 @@ class LoadEngine:
         resolver: DatasetImages,
         options: BodyOptions,
         on_record: Callable[[RequestRecord], None] | None = None,
+        engine_probe: EngineMetrics | None = None,
     ) -> None:
+        """``engine_probe``: read the engines' counters after each request (one request at a time only:
+        with more, a request's share cannot be told apart)."""
         self._settings = settings
         self._sessions = sessions
         self._client = client
         self._resolver = resolver
         self._options = options
         self._on_record = on_record
+        self._probe = engine_probe
+        self._engine_last = EngineCounters()
         self._stopping = False
         self._stop_event = asyncio.Event()
         self._gate: RateGate | None = None
@@ -86,6 +92,8 @@ class LoadEngine:
         self._source = SessionSource(self._sessions, cycle=cycle, prefix=prefix)
         self._gate = RateGate(s.request_rate, s.arrival, s.seed) if s.request_rate else None
         workers = s.concurrency if s.concurrency is not None else s.max_active_sessions
+        if self._probe is not None:
+            self._engine_last = await self._probe.read()
         self._phase_start_ns = time.perf_counter_ns()
         loop = asyncio.get_running_loop()
         tasks = [loop.create_task(self._worker()) for _ in range(workers)]
@@ -191,6 +199,7 @@ class LoadEngine:
                 raise
             finally:
                 self.in_flight -= 1
+            engine_cache = await self._engine_delta()
             previous_end = time.perf_counter_ns()
             if result.ok:
                 planner.commit(built.plan)
@@ -200,6 +209,14 @@ class LoadEngine:
                 history.append((turn, result.text if result.ok else None))
             if self._on_record is not None:
                 self._on_record(
-                    RequestRecord(wire_id, index, intended, result, built.counts, len(built.body))
+                    RequestRecord(wire_id, index, intended, result, built.counts, len(built.body), engine_cache)
                 )
+
+    async def _engine_delta(self) -> tuple[int, int] | None:
+        """The engines' processor-cache (queries, hits) since the last read; None without a probe."""
+        if self._probe is None:
+            return None
+        now = await self._probe.read()
+        delta, self._engine_last = now - self._engine_last, now
+        return delta.cache_queries, delta.cache_hits
 

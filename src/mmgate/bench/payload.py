@@ -44,10 +44,12 @@ class BuiltRequest:
 
 
 def image_part(image: PlannedImage) -> dict[str, Any]:
-    """vLLM's image part: with data, or a cache-only reference (``image_url`` null + uuid)."""
+    """vLLM's image (or video) part: with data, or a cache-only reference (``image_url`` /
+    ``video_url`` null + uuid)."""
+    kind = "video_url" if image.kind == "video" else "image_url"
     if image.url is None:
-        return {"type": "image_url", "image_url": None, "uuid": image.uuid}
-    part: dict[str, Any] = {"type": "image_url", "image_url": {"url": image.url}}
+        return {"type": kind, kind: None, "uuid": image.uuid}
+    part: dict[str, Any] = {"type": kind, kind: {"url": image.url}}
     if image.uuid is not None:
         part["uuid"] = image.uuid
     return part

@@ -16,7 +16,9 @@ in the same request would miss.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from mmgate.bench.turn import MediaKind
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +32,7 @@ class TurnImage:
     url: str | None
     authored_uuid: str | None
     content_uuid: str | None
+    kind: MediaKind = "image"
 
     @property
     def is_cache_only(self) -> bool:
@@ -38,11 +41,19 @@ class TurnImage:
 
 @dataclass(frozen=True, slots=True)
 class PlannedImage:
-    """One image part of the request as it will be sent. ``url`` None: cache-only reference."""
+    """One image (or video) part of the request as it will be sent. ``url`` None: cache-only reference.
+
+    ``content`` and ``size``: the part's content uuid and the length of the URL it has (or would
+    have, when stripped); None and 0 for a dataset-authored cache-only reference. Accounting only:
+    two plans are equal when they send the same parts.
+    """
 
     url: str | None
     uuid: str | None
     stripped: bool = False
+    kind: MediaKind = "image"
+    content: str | None = field(default=None, compare=False)
+    size: int = field(default=0, compare=False)
 
     @property
     def is_cache_only(self) -> bool:
@@ -51,13 +62,19 @@ class PlannedImage:
 
 @dataclass(frozen=True, slots=True)
 class PlanCounts:
-    """What a plan sends. A cache-only reference is still a logical image."""
+    """What a plan sends. A cache-only reference is still a logical image. Images and videos are
+    counted apart; ``cache_only_refs`` and ``stripped_refs`` count both. ``videos``: (content uuid,
+    URL length) of each video with a known content, for the run's unique video bytes."""
 
     logical_images: int
     images_with_data: int
     cache_only_refs: int
     stripped_refs: int
     image_bytes_sent: int
+    logical_videos: int = 0
+    videos_with_data: int = 0
+    video_bytes_sent: int = 0
+    videos: tuple[tuple[str, int], ...] = ()
 
 
 class StripPlanner:
@@ -86,16 +103,17 @@ class StripPlanner:
         out: list[PlannedImage] = []
         for slot in slots:
             if slot.url is None:
-                out.append(PlannedImage(None, slot.authored_uuid))
+                out.append(PlannedImage(None, slot.authored_uuid, kind=slot.kind))
                 continue
+            size = len(slot.url)
             if not self._enabled:
-                out.append(PlannedImage(slot.url, slot.authored_uuid))
+                out.append(PlannedImage(slot.url, slot.authored_uuid, False, slot.kind, slot.content_uuid, size))
                 continue
             uuid = slot.authored_uuid or slot.content_uuid
             if uuid is not None and uuid in self._sent:
-                out.append(PlannedImage(None, uuid, stripped=True))
+                out.append(PlannedImage(None, uuid, True, slot.kind, slot.content_uuid, size))
             else:
-                out.append(PlannedImage(slot.url, uuid))
+                out.append(PlannedImage(slot.url, uuid, False, slot.kind, slot.content_uuid, size))
         return out
 
     def commit(self, plan: Sequence[PlannedImage]) -> None:
@@ -112,14 +130,21 @@ class StripPlanner:
 
 
 def count_plan(plan: Sequence[PlannedImage]) -> PlanCounts:
-    """Counts of a plan; ``image_bytes_sent`` is the length of the URLs (data: URLs included)."""
-    with_data = 0
+    """Counts of a plan; ``*_bytes_sent`` is the length of the URLs (data: URLs included)."""
+    with_data = [0, 0]  # images, videos
+    nbytes = [0, 0]
+    logical = [0, 0]
     stripped = 0
-    nbytes = 0
+    videos = []
     for image in plan:
+        k = image.kind == "video"
+        logical[k] += 1
         if image.url is not None:
-            with_data += 1
-            nbytes += len(image.url)
+            with_data[k] += 1
+            nbytes[k] += len(image.url)
         elif image.stripped:
             stripped += 1
-    return PlanCounts(len(plan), with_data, len(plan) - with_data, stripped, nbytes)
+        if k and image.content is not None:
+            videos.append((image.content, image.size))
+    return PlanCounts(logical[0], with_data[0], len(plan) - with_data[0] - with_data[1], stripped, nbytes[0],
+                      logical[1], with_data[1], nbytes[1], tuple(videos))

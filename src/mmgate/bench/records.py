@@ -28,10 +28,14 @@ from mmgate.bench.stats import inter_token_latency_ns
 MAX_DISTINCT_ERRORS = 200
 _INT_COLUMNS = ("start_ns", "send_lag_ns", "ttft_ns", "latency_ns", "output_tokens", "status",
                 "turn_index", "logical_images", "images_with_data", "cache_only_refs",
-                "stripped_refs", "image_bytes_sent", "body_bytes")
+                "stripped_refs", "image_bytes_sent", "body_bytes", "logical_videos", "videos_with_data",
+                "video_bytes_sent", "engine_cache_queries", "engine_cache_hits")
 CSV_FIELDS = ("index", "session_id", "turn", "start_s", "send_lag_ms", "ttft_ms", "latency_ms",
               "itl_ms", "output_tokens", "status", "error", "logical_images", "images_with_data",
-              "cache_only_refs", "stripped_refs", "image_bytes_sent", "body_bytes")
+              "cache_only_refs", "stripped_refs", "image_bytes_sent", "body_bytes", "logical_videos",
+              "videos_with_data", "video_bytes_sent", "engine_cache_queries", "engine_cache_hits")
+# Distinct videos remembered for the run's unique video bytes (the dataset's clips, at most).
+MAX_UNIQUE_VIDEOS = 1_000_000
 
 
 @dataclass(slots=True)
@@ -44,6 +48,9 @@ class RequestRecord:
     result: ResponseResult
     counts: PlanCounts
     body_bytes: int
+    # The engine's processor-cache (queries, hits) during this request (``--engine-metrics`` with one
+    # request at a time); None when not measured.
+    engine_cache: tuple[int, int] | None = None
 
     @property
     def latency_ns(self) -> int:
@@ -73,6 +80,11 @@ class Totals:
     stripped_refs: int = 0
     image_bytes_sent: int = 0
     body_bytes: int = 0
+    logical_videos: int = 0
+    videos_with_data: int = 0
+    video_bytes_sent: int = 0
+    unique_videos: int = 0
+    unique_video_bytes: int = 0
     first_start_ns: int = 0
     last_end_ns: int = 0
 
@@ -87,6 +99,7 @@ class RecordStore:
         self.errors: dict[str, int] = {}
         self._cols: dict[str, array[int]] = {name: array("q") for name in _INT_COLUMNS}
         self._rng = random.Random(seed)
+        self._videos: set[str] = set()
 
     def __len__(self) -> int:
         return len(self._cols["start_ns"])
@@ -105,6 +118,14 @@ class RecordStore:
         t.stripped_refs += c.stripped_refs
         t.image_bytes_sent += c.image_bytes_sent
         t.body_bytes += record.body_bytes
+        t.logical_videos += c.logical_videos
+        t.videos_with_data += c.videos_with_data
+        t.video_bytes_sent += c.video_bytes_sent
+        for content, size in c.videos:
+            if content not in self._videos and len(self._videos) < MAX_UNIQUE_VIDEOS:
+                self._videos.add(content)
+                t.unique_videos += 1
+                t.unique_video_bytes += size
         if r.error is not None:
             t.errors += 1
             t.cache_misses += r.cache_miss
@@ -114,7 +135,8 @@ class RecordStore:
         row = (r.start_ns - self.base_ns, record.send_lag_ns, record.ttft_ns, record.latency_ns,
                r.output_tokens, r.status if r.error is None else -max(r.status, 1), record.turn_index,
                c.logical_images, c.images_with_data, c.cache_only_refs, c.stripped_refs,
-               c.image_bytes_sent, record.body_bytes)
+               c.image_bytes_sent, record.body_bytes, c.logical_videos, c.videos_with_data, c.video_bytes_sent,
+               *(record.engine_cache or (-1, -1)))
         if len(self) < self.max_records:
             for name, value in zip(_INT_COLUMNS, row, strict=True):
                 self._cols[name].append(value)
@@ -174,6 +196,10 @@ def record_row(index: int, record: RequestRecord, base_ns: int) -> dict[str, Any
         "logical_images": c.logical_images, "images_with_data": c.images_with_data,
         "cache_only_refs": c.cache_only_refs, "stripped_refs": c.stripped_refs,
         "image_bytes_sent": c.image_bytes_sent, "body_bytes": record.body_bytes,
+        "logical_videos": c.logical_videos, "videos_with_data": c.videos_with_data,
+        "video_bytes_sent": c.video_bytes_sent,
+        "engine_cache_queries": None if record.engine_cache is None else record.engine_cache[0],
+        "engine_cache_hits": None if record.engine_cache is None else record.engine_cache[1],
     }
 
 

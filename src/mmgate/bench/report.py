@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from mmgate.bench.engine_metrics import EngineCounters
 from mmgate.bench.overhead import ClientOverhead
 from mmgate.bench.records import RecordStore
 from mmgate.bench.stats import STAT_NAMES, Distribution, distribution, rate
@@ -49,7 +50,59 @@ TOTAL_LABELS: tuple[tuple[str, str], ...] = (
     ("stripped_refs", "  of which stripped by --uuid-and-strip"),
     ("image_bytes_sent", "Image bytes sent"),
     ("request_bytes_sent", "Request bytes sent"),
+    ("logical_videos", "Logical videos"),
+    ("videos_with_data", "Videos sent with data"),
+    ("video_bytes_sent", "Video bytes sent"),
+    ("unique_video_bytes", "Unique video bytes"),
+    ("video_bytes_per_unique", "Video bytes sent ÷ unique"),
 )
+VIDEO_TOTALS = frozenset({"logical_videos", "videos_with_data", "video_bytes_sent", "unique_video_bytes",
+                          "video_bytes_per_unique"})
+ENGINE_LABELS: tuple[tuple[str, str], ...] = (
+    ("cache_queries", "Engine processor-cache queries"),
+    ("cache_hits", "Engine processor-cache hits"),
+    ("request_bytes", "Engine request bytes received"),
+    ("request_bytes_per_unique_video", "  ÷ unique video bytes"),
+    ("video_bytes_est", "Engine video bytes (estimate)"),
+    ("video_bytes_est_per_unique", "  ÷ unique video bytes"),
+)
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return a / b if b else None
+
+
+def engine_summary(counters: EngineCounters, store: RecordStore) -> dict[str, Any]:
+    """What the engines counted during the measured phase (``--engine-metrics``).
+
+    ``video_bytes_est`` (runs without images only): the engines' request bytes less what the client's
+    requests carried besides videos — exact against an engine directly; through a gateway off by the
+    gateway's own rewrites (its uuid keys, a reference's envelope: tens of bytes a part).
+    ``by_turn``: per turn index, from the reads around each request (``--concurrency 1`` only).
+    """
+    t = store.totals
+    out: dict[str, Any] = {
+        "cache_queries": counters.cache_queries,
+        "cache_hits": counters.cache_hits,
+        "request_bytes": counters.request_bytes,
+        "request_bytes_per_unique_video": _ratio(counters.request_bytes, t.unique_video_bytes),
+        "video_bytes_est": None,
+        "video_bytes_est_per_unique": None,
+    }
+    if t.logical_videos and not t.logical_images:
+        est = counters.request_bytes - (t.body_bytes - t.video_bytes_sent)
+        out["video_bytes_est"] = est
+        out["video_bytes_est_per_unique"] = _ratio(est, t.unique_video_bytes)
+    queries, hits, turns = store.column("engine_cache_queries"), store.column("engine_cache_hits"), \
+        store.column("turn_index")
+    by_turn = []
+    measured = queries >= 0
+    for turn in sorted({int(x) for x in turns[measured]}):
+        rows = measured & (turns == turn)
+        by_turn.append({"turn": turn, "requests": int(rows.sum()), "cache_queries": int(queries[rows].sum()),
+                        "cache_hits": int(hits[rows].sum())})
+    out["by_turn"] = by_turn
+    return out
 
 
 def _dist(d: Distribution | None) -> dict[str, float] | None:
@@ -85,6 +138,9 @@ def build_summary(
         "image_bytes_sent_per_request": per_request("image_bytes_sent"),
         "request_bytes_per_request": per_request("body_bytes"),
     }
+    if t.logical_videos:
+        metrics["videos_with_data_per_request"] = per_request("videos_with_data")
+        metrics["video_bytes_sent_per_request"] = per_request("video_bytes_sent")
     totals = {
         "requests": t.requests,
         "successful": successful,
@@ -101,6 +157,12 @@ def build_summary(
         "stripped_refs": t.stripped_refs,
         "image_bytes_sent": t.image_bytes_sent,
         "request_bytes_sent": t.body_bytes,
+        "logical_videos": t.logical_videos,
+        "videos_with_data": t.videos_with_data,
+        "video_bytes_sent": t.video_bytes_sent,
+        "unique_videos": t.unique_videos,
+        "unique_video_bytes": t.unique_video_bytes,
+        "video_bytes_per_unique": _ratio(t.video_bytes_sent, t.unique_video_bytes),
     }
     return {
         "format": SUMMARY_FORMAT,
@@ -139,7 +201,10 @@ def write_summary(summary: Mapping[str, Any], directory: Path) -> list[Path]:
             for stat in STAT_NAMES:
                 writer.writerow(("metrics", name, stat, "" if dist is None else dist[stat]))
         for name, value in summary["totals"].items():
-            writer.writerow(("totals", name, "value", value))
+            writer.writerow(("totals", name, "value", "" if value is None else value))
+        for name, value in (summary.get("engine") or {}).items():
+            if name != "by_turn":
+                writer.writerow(("engine", name, "value", "" if value is None else value))
         client = summary["client"]
         writer.writerow(("client", "cpu_percent", "value", client["cpu_percent"]))
         for name in ("loop_lag_ms", "send_lag_ms"):
@@ -174,9 +239,18 @@ def print_summary(summary: Mapping[str, Any], console: Console) -> None:
     totals = Table(show_header=False, box=None, padding=(0, 2))
     totals.add_column("name")
     totals.add_column("value", justify="right")
+    videos = bool(summary["totals"].get("logical_videos"))
     for key, label in TOTAL_LABELS:
+        if key in VIDEO_TOTALS and not videos:
+            continue
         value = summary["totals"][key]
         totals.add_row(label, f"{value:.2%}" if key == "error_rate" else _fmt(value))
+    engine: Mapping[str, Any] = summary.get("engine") or {}
+    for key, label in ENGINE_LABELS if engine else ():
+        totals.add_row(label, _fmt(engine[key]))
+    for row in engine.get("by_turn", ()):
+        totals.add_row(f"  turn {row['turn']}: engine cache hits / queries",
+                       f"{row['cache_hits']:,} / {row['cache_queries']:,}")
     client = summary["client"]
     lag = client["loop_lag_ms"]
     totals.add_row("Client CPU (% of one core)", _fmt(client["cpu_percent"]))

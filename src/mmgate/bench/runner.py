@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,7 @@ from rich.console import Console
 
 from mmgate.bench.client import ChatClient
 from mmgate.bench.dataset import Session
+from mmgate.bench.engine_metrics import EngineMetrics
 from mmgate.bench.errors import BenchError
 from mmgate.bench.html import run_report
 from mmgate.bench.image_server import ImageOrigin
@@ -25,7 +27,7 @@ from mmgate.bench.overhead import ClientOverhead, LoopLagMonitor, client_warning
 from mmgate.bench.payload import BodyOptions
 from mmgate.bench.progress import LiveProgress
 from mmgate.bench.records import RecordStore, RequestLog, RequestRecord
-from mmgate.bench.report import build_summary, print_summary, write_summary
+from mmgate.bench.report import build_summary, engine_summary, print_summary, write_summary
 from mmgate.bench.settings import BenchSettings
 from mmgate.bench.stats import distribution
 
@@ -48,6 +50,31 @@ async def _pick_model(client: ChatClient, settings: BenchSettings) -> str:
     return models[0]
 
 
+# The sim's model card (``mmgate sim``), relayed by a gateway in front of it.
+SIM_OWNER = "mmgate-sim"
+
+
+def refuse_unsupported_videos(settings: BenchSettings, sessions: list[Session]) -> bool:
+    """Whether the dataset has videos; ``BenchError`` when ``--api`` cannot carry them."""
+    if not any(s.has_videos for s in sessions):
+        return False
+    if settings.api != "chat":
+        raise BenchError(f"--api {settings.api} cannot carry the dataset's videos: vLLM's Responses and "
+                         "Anthropic Messages endpoints take no video parts; use --api chat", param="--api")
+    return True
+
+
+async def _refuse_sim(client: ChatClient, model: str) -> None:
+    """The sim takes no video parts: refuse before the run rather than count a 400 per request."""
+    if not client.model_owners:
+        with contextlib.suppress(BenchError):  # an endpoint that lists no models: let the run say
+            await client.list_models()
+    if client.model_owners.get(model) == SIM_OWNER:
+        raise BenchError(f"{client.models_url} serves {model!r} from mmgate's sim engine, which takes no video "
+                         "parts (it models image processing only): point --url at vLLM, or at a gateway in "
+                         "front of vLLM, started with video allowed (--limit-mm-per-prompt)", param="--url")
+
+
 async def run_benchmark(
     settings: BenchSettings,
     sessions: list[Session],
@@ -61,6 +88,7 @@ async def run_benchmark(
     """Run the warm-up then the measured phase; write results when ``output_dir`` is given.
     ``name`` names the run in its summary, plots and report (default: the output folder's name)."""
     console = console or Console()
+    has_videos = refuse_unsupported_videos(settings, sessions)
     uses_files = any(e.is_local_file for s in sessions for t in s.turns for e in t.images)
     origin: ImageOrigin | None = None
     resolver: DatasetImages
@@ -82,6 +110,8 @@ async def run_benchmark(
             chat_path=settings.chat_path, api=settings.api,
         ) as client:
             model = await _pick_model(client, settings)
+            if has_videos:
+                await _refuse_sim(client, model)
             options = BodyOptions(model, settings.stream, settings.output_length, settings.extra_body,
                                   settings.api)
             if settings.warmup_requests:
@@ -121,23 +151,16 @@ async def _measure(
         if log is not None:
             log.add(record)
 
-    engine = LoadEngine(settings, sessions, client, resolver, options, on_record)
-    live = LiveProgress(show_progress)
     origin_before = (origin.stats.requests, origin.stats.bytes_served) if origin else (0, 0)
-    loop_monitor.start()
-    total = settings.request_count
-    if total is None and settings.duration_s is None:
-        total = sum(len(s.turns) for s in sessions)  # one pass over the dataset
-    await live.run(lambda: (store.totals.requests, store.totals.errors, engine.in_flight),
-                   total, settings.duration_s)
-    try:
-        await engine.run(request_count=settings.request_count, duration_s=settings.duration_s,
-                         cycle=settings.cycles_dataset, prefix=settings.session_prefix)
-    finally:
-        await live.stop()
-        await loop_monitor.stop()
-        if log is not None:
-            await log.close()
+    async with contextlib.AsyncExitStack() as stack:
+        probe = None
+        if settings.engine_metrics:
+            probe = await stack.enter_async_context(EngineMetrics(settings.engine_metrics))
+        sequential = settings.concurrency == 1 and settings.request_rate is None
+        engine = LoadEngine(settings, sessions, client, resolver, options, on_record, probe if sequential else None)
+        before = await probe.read() if probe is not None else None
+        await _play(settings, sessions, engine, store, log, loop_monitor, show_progress)
+        engine_totals = await probe.read() - before if probe is not None and before is not None else None
     send = distribution(store.ms("send_lag_ns", ok_only=False))
     overhead = ClientOverhead(loop_monitor.cpu_percent, loop_monitor.cpu_s, loop_monitor.wall_s,
                               loop_monitor.lag_ms(), send)
@@ -150,6 +173,8 @@ async def _measure(
         prepared_images=prepared,
     )
     summary["name"] = name
+    if engine_totals is not None:
+        summary["engine"] = engine_summary(engine_totals, store)
     summary["client"]["warnings"] = client_warnings(
         overhead, settings.request_rate, summary["totals"]["request_throughput"]
     )
@@ -173,3 +198,23 @@ async def _measure(
         files.append(report)
     print_summary(summary, console)
     return RunOutput(summary, files, store)
+
+
+async def _play(settings: BenchSettings, sessions: list[Session], engine: LoadEngine, store: RecordStore,
+                log: RequestLog | None, loop_monitor: LoopLagMonitor, show_progress: bool) -> None:
+    """The measured phase itself, with its progress bar and loop-lag monitor."""
+    live = LiveProgress(show_progress)
+    loop_monitor.start()
+    total = settings.request_count
+    if total is None and settings.duration_s is None:
+        total = sum(len(s.turns) for s in sessions)  # one pass over the dataset
+    await live.run(lambda: (store.totals.requests, store.totals.errors, engine.in_flight),
+                   total, settings.duration_s)
+    try:
+        await engine.run(request_count=settings.request_count, duration_s=settings.duration_s,
+                         cycle=settings.cycles_dataset, prefix=settings.session_prefix)
+    finally:
+        await live.stop()
+        await loop_monitor.stop()
+        if log is not None:
+            await log.close()

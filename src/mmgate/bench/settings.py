@@ -43,6 +43,10 @@ class BenchSettings(Frozen):
     api_key: str | None = setting(None, flag="--api-key", group=ENDPOINT, help="sent as Authorization: Bearer KEY")
     headers: tuple[tuple[str, str], ...] = setting((), flag="--header", group=ENDPOINT, metavar="NAME:VALUE",
                                                    help="extra request header (repeatable)")
+    engine_metrics: tuple[str, ...] = setting(
+        (), flag="--engine-metrics", group=ENDPOINT, metavar="URL",
+        help="an engine's base URL (repeatable): its Prometheus /metrics is read before and after the run "
+             "(and around each request at --concurrency 1) for processor-cache hits and bytes received")
     session_header: str | None = setting("x-session-id", flag="--session-header", group=ENDPOINT, metavar="NAME",
                                          help="header carrying each session's id ('' to send none)")
 

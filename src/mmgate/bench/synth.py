@@ -1,16 +1,20 @@
-"""Synthetic sliding-window sessions: N sessions x T turns, each turn showing the last W images.
+"""Synthetic sliding-window sessions: N sessions x T turns, each turn showing the last W images
+(or, with ``media="video"``, the last W short clips).
 
 This is how a computer-use agent talks to a VLM: every turn resends the latest W screenshots, of
 which only ``new_per_turn`` are new. ``single_turn`` output (the default) writes one self-contained
 line per turn — exactly W images each — with a shared ``session_id``; ``multi_turn`` output writes
 one conversation per session whose first turn carries W images and every later turn its new ones
 (the conversation history then keeps them all). Images are distinct, deterministic (seeded)
-"screenshots" written as JPEG or PNG files next to the JSONL, referenced by relative paths.
+"screenshots" written as JPEG or PNG files next to the JSONL, referenced by relative paths; clips
+are MP4 files (``mmgate.bench.videos.make_clip``, a few milliseconds each), made here, before
+anything is timed, and named in ``videos`` / ``video_uuids``.
 """
 
 from __future__ import annotations
 
 import random
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -18,7 +22,8 @@ from typing import Literal
 import orjson
 from PIL import Image, ImageDraw
 
-from mmgate.bench.dataset import DatasetType
+from mmgate.bench.dataset import DatasetType, MediaKind
+from mmgate.bench.videos import make_clip
 
 ImageFormat = Literal["jpeg", "png"]
 
@@ -39,6 +44,9 @@ class SlidingWindowSpec:
     author_uuids: bool = False
     seed: int = 0
     jpeg_quality: int = 85
+    media: MediaKind = "image"
+    clip_frames: int = 8
+    clip_fps: int = 4
 
     def validate(self) -> None:
         for name in ("sessions", "turns", "window", "image_size", "new_per_turn"):
@@ -48,6 +56,11 @@ class SlidingWindowSpec:
             raise ValueError("--new-per-turn cannot exceed --window")
         if self.image_size > 8192:
             raise ValueError("--image-size must be at most 8192")
+        if self.media == "video":
+            if self.image_size % 2 or self.image_size < 16 or self.image_size > 1024:
+                raise ValueError("--image-size of a clip must be even, from 16 to 1024")
+            if not 1 <= self.clip_frames <= 256 or not 1 <= self.clip_fps <= 60:
+                raise ValueError("--clip-frames must be 1..256 and --clip-fps 1..60")
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +73,8 @@ class GeneratedDataset:
     requests: int
     images: int
     image_bytes: int
+    media: MediaKind = "image"
+    make_seconds: float = 0.0  # spent making the images or clips
 
 
 def images_per_session(spec: SlidingWindowSpec) -> int:
@@ -96,25 +111,39 @@ def draw_screenshot(size: int, session: int, index: int, seed: int) -> Image.Ima
     return image
 
 
-def generate_sliding_window(spec: SlidingWindowSpec, out_dir: Path | str) -> GeneratedDataset:
-    """Write ``images/`` and ``sliding_window[_multi_turn].jsonl`` under ``out_dir``."""
-    spec.validate()
-    out = Path(out_dir)
-    image_dir = out / "images"
-    image_dir.mkdir(parents=True, exist_ok=True)
-    ext = "jpg" if spec.image_format == "jpeg" else "png"
+def _write_media(spec: SlidingWindowSpec, out: Path) -> tuple[dict[tuple[int, int], str], int]:
+    """Every session's images or clips, written once: their relative names and total bytes."""
+    video = spec.media == "video"
+    folder = "videos" if video else "images"
+    (out / folder).mkdir(parents=True, exist_ok=True)
+    ext = "mp4" if video else "jpg" if spec.image_format == "jpeg" else "png"
     total_bytes = 0
     names: dict[tuple[int, int], str] = {}
     for s in range(spec.sessions):
         for i in range(images_per_session(spec)):
-            name = f"images/s{s:04d}_{i:04d}.{ext}"
-            picture = draw_screenshot(spec.image_size, s, i, spec.seed)
-            if spec.image_format == "jpeg":
-                picture.save(out / name, "JPEG", quality=spec.jpeg_quality)
+            name = f"{folder}/s{s:04d}_{i:04d}.{ext}"
+            if video:
+                (out / name).write_bytes(make_clip(spec.image_size, spec.clip_frames, spec.clip_fps,
+                                                   f"{spec.seed}/{s}/{i}"))
             else:
-                picture.save(out / name, "PNG", optimize=False)
+                picture = draw_screenshot(spec.image_size, s, i, spec.seed)
+                if spec.image_format == "jpeg":
+                    picture.save(out / name, "JPEG", quality=spec.jpeg_quality)
+                else:
+                    picture.save(out / name, "PNG", optimize=False)
             total_bytes += (out / name).stat().st_size
             names[s, i] = name
+    return names, total_bytes
+
+
+def generate_sliding_window(spec: SlidingWindowSpec, out_dir: Path | str) -> GeneratedDataset:
+    """Write ``images/`` (or ``videos/``) and ``sliding_window[_multi_turn].jsonl`` under ``out_dir``."""
+    spec.validate()
+    out = Path(out_dir)
+    started = time.perf_counter()
+    names, total_bytes = _write_media(spec, out)
+    make_seconds = time.perf_counter() - started
+    field, noun, tag = ("videos", "clip", "vid") if spec.media == "video" else ("images", "screenshot", "img")
     suffix = "" if spec.dataset_type == "single_turn" else "_multi_turn"
     path = out / f"sliding_window{suffix}.jsonl"
     lines: list[bytes] = []
@@ -124,11 +153,11 @@ def generate_sliding_window(spec: SlidingWindowSpec, out_dir: Path | str) -> Gen
         for t in range(spec.turns):
             shown = window_at(spec, t) if spec.dataset_type == "single_turn" else new_at(spec, t)
             row: dict[str, object] = {
-                "text": f"Turn {t + 1} of {spec.turns}: what changed in the newest screenshot?",
-                "images": [names[s, i] for i in shown],
+                "text": f"Turn {t + 1} of {spec.turns}: what changed in the newest {noun}?",
+                field: [names[s, i] for i in shown],
             }
             if spec.author_uuids:
-                row["image_uuids"] = [f"{sid}-img-{i:04d}" for i in shown]
+                row[f"{spec.media}_uuids"] = [f"{sid}-{tag}-{i:04d}" for i in shown]
             if spec.output_length is not None:
                 row["output_length"] = spec.output_length
             if spec.delay_ms is not None and t > 0:
@@ -140,6 +169,5 @@ def generate_sliding_window(spec: SlidingWindowSpec, out_dir: Path | str) -> Gen
         if spec.dataset_type == "multi_turn":
             lines.append(orjson.dumps({"session_id": sid, "turns": turns}))
     path.write_bytes(b"\n".join(lines) + b"\n")
-    return GeneratedDataset(
-        path, spec.dataset_type, spec.sessions, spec.sessions * spec.turns, len(names), total_bytes
-    )
+    return GeneratedDataset(path, spec.dataset_type, spec.sessions, spec.sessions * spec.turns, len(names),
+                            total_bytes, spec.media, make_seconds)
