@@ -6,17 +6,20 @@ sent at a steady rate and its latency recorded, in these phases, side by side in
 
 * ``unloaded``   — nothing else going on;
 * ``slowloris``  — N slow connections (default 20,000, from two helper processes of their own) that
-                   trickle header bytes and reconnect the moment the gateway closes them; measured
-                   only once the gateway holds its ``--max-connections`` (its open fds, from
-                   /proc/PID/fd, sampled through the window and reported: min and median);
+                   trickle header bytes and reconnect the moment the edge closes them; measured
+                   only once the edge holds all of them, or its cap (the open fds of the process
+                   holding the client connections, from /proc/PID/fd, sampled through the window
+                   and reported: min and median);
 * ``giants``     — 4 clients in a loop, each sending requests of 8 giant-pixel PNGs (6300x6300,
                    ~115 KB each: cheap to send, 40 M pixels to decode);
 
 Each phase runs against one gateway per way of holding connections (``--doors``), side by side,
-their order rotating each round: ``front-door`` (the default), ``in-process`` (``--no-front-door``:
-the gateway's own connection cap) and ``aiohttp-alone`` (``--no-front-door`` with a cap no flood
-here reaches: aiohttp's server bounded only by the header deadline). Each phase's row carries the
-machine's load average at its end.
+their order rotating each round: ``aiohttp-alone`` (the gateway exposed directly: aiohttp's server
+bounded by its header deadline only), ``nginx`` (a real nginx in front, run from the shipped
+``deploy/nginx/`` configuration) and ``NAME=SRC`` (the gateway of another source tree, e.g. a
+worktree of an older commit, with its default flags). Each phase's row carries the machine's load
+average at its end, and the CPU the gateway and the process in front of it (nginx, or an older
+tree's front door) spent per normal request.
 
 And, last, a ``soak``: 256k distinct tiny images (16 a request, each with a uuid) through a gateway
 with small cache budgets, reporting its RSS against base + the configured budgets.
@@ -39,14 +42,19 @@ import multiprocessing
 import os
 import resource
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import orjson
 from PIL import Image
+from tests.support.nginx import nginx_in_front
 
 from benchmarks._procs import cpu_seconds, free_port, start, stop
 
@@ -210,7 +218,7 @@ def log(message: str) -> None:
 
 
 def children(pid: int) -> list[int]:
-    """``pid``'s child processes (the gateway's front door)."""
+    """``pid``'s child processes (nginx's workers; an older gateway's front door)."""
     out: list[int] = []
     for task in os.listdir(f"/proc/{pid}/task"):
         with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{task}/children") as f:
@@ -219,7 +227,8 @@ def children(pid: int) -> list[int]:
 
 
 def open_fds(pid: int) -> int:
-    """Open fds of ``pid`` and its children: the client connections a front door holds count too.
+    """Open fds of ``pid`` and its children: the client connections nginx's workers or a front door
+    hold count too.
 
     Linux 6.2+ gives the count as the size of ``/proc/PID/fd`` (0.07 ms at 8,192 fds); listing the
     directory instead takes ~37 ms there, and done every 0.25 s on this process's event loop it
@@ -232,13 +241,14 @@ def open_fds(pid: int) -> int:
 
 
 async def with_slow_connections(
-    url: str, port: int, total: int, seconds: float, rate: float, gateway_pid: int, cap: int,
+    door: Door, total: int, seconds: float, rate: float, cap: int,
     helpers: int = 2, nice: int = 0, ramp_s: float = 120.0,
 ) -> dict[str, Any]:
-    """Normal traffic while ``total`` slow clients (in ``helpers`` processes) hold the gateway at
-    its connection cap: measured only once the gateway's open fds have reached the cap, and its
-    open fds sampled every 0.25 s through the window."""
-    base_fds = open_fds(gateway_pid)  # listener, epoll, backend pool, logs: everything but clients
+    """Normal traffic while ``total`` slow clients (in ``helpers`` processes) hold ``door`` at
+    ``cap`` client connections: measured only once the open fds of the process holding them have
+    reached it, and those fds sampled every 0.25 s through the window."""
+    url, port, holder = door.url, door.port, door.holder_pid
+    base_fds = open_fds(holder)  # listener, epoll, backend pool, logs: everything but clients
     ctx = multiprocessing.get_context("spawn")
     stats = ctx.Queue()
     stop = ctx.Event()
@@ -252,35 +262,27 @@ async def with_slow_connections(
         # The gateway holds at most ``cap`` client connections (one more while a displaced one closes).
         result["cap_reached"] = False
         while time.monotonic() - ramp_started < ramp_s:
-            if open_fds(gateway_pid) - base_fds >= 0.99 * cap:
+            if open_fds(holder) - base_fds >= 0.99 * cap:
                 result["cap_reached"] = True
                 break
             await asyncio.sleep(0.25)
         result["ramp_s"] = round(time.monotonic() - ramp_started, 1)
-        log(f"slowloris: {open_fds(gateway_pid) - base_fds} client connections after {result['ramp_s']} s")
-        before = edge_events(url)
+        log(f"slowloris: {open_fds(holder) - base_fds} client connections after {result['ramp_s']} s")
         samples: list[int] = []
 
         async def count_fds() -> None:
             while True:
-                samples.append(open_fds(gateway_pid) - base_fds)
+                samples.append(open_fds(holder) - base_fds)
                 await asyncio.sleep(0.25)
 
         counter = asyncio.create_task(count_fds())
-        doors = children(gateway_pid)
         worker_pids = [p.pid for p in workers if p.pid is not None]  # all started above
-        cpu_before = [cpu_seconds(pid) for pid in (gateway_pid, *worker_pids)]
-        door_before = sum(cpu_seconds(pid) for pid in doors)
+        helpers_before = sum(cpu_seconds(pid) for pid in worker_pids)
         window_started = time.perf_counter()
-        result.update(await normal_traffic(url, seconds, rate, 10_000))
+        result.update(await door.measured(normal_traffic(url, seconds, rate, 10_000)))
         window = time.perf_counter() - window_started
-        cpu = [cpu_seconds(pid) - b for pid, b in zip((gateway_pid, *worker_pids), cpu_before, strict=True)]
         counter.cancel()
-        result["gateway_cpu_cores"] = round(cpu[0] / window, 2)  # cores busy on average
-        result["front_door_cpu_cores"] = round((sum(cpu_seconds(pid) for pid in doors) - door_before) / window, 2)
-        result["helpers_cpu_cores"] = round(sum(cpu[1:]) / window, 2)
-        after = edge_events(url)
-        result["edge_events_during"] = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+        result["helpers_cpu_cores"] = round((sum(cpu_seconds(pid) for pid in worker_pids) - helpers_before) / window, 2)
         result["client_conns_min"] = min(samples)
         result["client_conns_median"] = statistics.median(samples)
         result["client_conns_samples"] = len(samples)
@@ -302,24 +304,6 @@ async def with_slow_connections(
     result["slow_connections"] = total
     result["cap"] = cap
     return result
-
-
-def edge_events(url: str) -> dict[str, float]:
-    """The gateway's mmgate_edge_connections_total by event (displaced, refused); a scrape that gets
-    no answer in 5 s (a new connection waiting behind a flood) is counted as ``scrape_failed``."""
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(url + "/metrics", timeout=5) as resp:
-            text = resp.read().decode()
-    except OSError:  # timed out or reset: the flood kept the scrape's new connection out
-        return {"scrape_failed": 1.0}
-    out = {}
-    for line in text.splitlines():
-        if line.startswith("mmgate_edge_connections_total{"):
-            event = line.split('event="', 1)[1].split('"', 1)[0]
-            out[event] = float(line.rsplit(" ", 1)[1])
-    return out
 
 
 # -- giant images ----------------------------------------------------------------------------
@@ -352,7 +336,7 @@ async def with_giants(url: str, seconds: float, rate: float, round_: int = 0) ->
 # -- RSS soak ----------------------------------------------------------------------------------
 
 def rss_bytes(pid: int) -> int:
-    """Resident memory of ``pid`` and its children (the front door's counts too)."""
+    """Resident memory of ``pid`` and its children (decode workers, an older tree's front door)."""
     total = 0
     for p in (pid, *children(pid)):
         with contextlib.suppress(OSError):
@@ -419,17 +403,62 @@ def bounded_entry_bytes() -> tuple[int, int]:
     return out[0], out[1]
 
 
-# --doors: the edge's ways to hold connections. ``aiohttp-alone``: no front door and a cap above any
-# flood this machine can open (it is lowered to ulimit -n less a reserve): aiohttp's server with only
-# its own bounds (the header deadline, the listen backlog), no connection displaced or refused.
-UNCAPPED = 1_000_000
-DOORS = {"front-door": [], "in-process": ["--no-front-door"],
-         "aiohttp-alone": ["--no-front-door", "--max-connections", str(UNCAPPED)]}
+@dataclass
+class Door:
+    """One way of holding client connections, in front of one gateway: ``url``/``port`` is where
+    clients connect, ``holder_pid`` the process (with its children) holding their connections,
+    ``front_pids`` the processes in front of the gateway (nginx's, an older tree's front door)."""
+
+    name: str
+    gateway: subprocess.Popen[bytes]
+    url: str
+    port: int
+    holder_pid: int
+    front_pids: Callable[[], list[int]] = field(default=list)
+
+    async def measured(self, traffic: Awaitable[dict[str, Any]]) -> dict[str, Any]:
+        """``traffic``'s result with the CPU the gateway and the front spent on average (cores) and
+        per answered request (ms) during it."""
+        pids = self.front_pids()
+        before = cpu_seconds(self.gateway.pid), sum(cpu_seconds(p) for p in pids)
+        started = time.perf_counter()
+        result = await traffic
+        window = time.perf_counter() - started
+        spent = cpu_seconds(self.gateway.pid) - before[0], sum(cpu_seconds(p) for p in pids) - before[1]
+        ok = max(result["ok"], 1)
+        result["gateway_cpu_cores"] = round(spent[0] / window, 2)
+        result["front_cpu_cores"] = round(spent[1] / window, 2)
+        result["gateway_cpu_ms_per_request"] = round(spent[0] * 1000 / ok, 2)
+        result["front_cpu_ms_per_request"] = round(spent[1] * 1000 / ok, 2)
+        return result
 
 
-def door_cap(door: str, cap: int, slow: int) -> int:
-    """The client connections ``door``'s gateway holds under ``slow`` slow clients."""
-    return slow if door == "aiohttp-alone" else cap
+def door_cap(door: str, src: str, cap: int, slow: int) -> int:
+    """The client connections ``door`` holds under ``slow`` slow clients: an older tree's capped
+    gateway holds ``cap``; aiohttp alone and nginx hold every one until its header deadline."""
+    return min(cap, slow) if src else slow
+
+
+def open_door(name: str, src: str, sim_port: int, cap: int, stack: contextlib.ExitStack, scratch: Path) -> Door:
+    """Start ``name``'s gateway (and nginx in front for ``nginx``); stopped when ``stack`` closes."""
+    port = free_port()
+    # NAME=SRC: the gateway of another source tree, with its default flags and the cap given.
+    extra = ["--max-connections", str(cap)] if src else []
+    env = {**os.environ, "PYTHONPATH": src} if src else None  # made absolute in main()
+    gateway = start(gateway_args(port, sim_port, extra), port, env=env)
+    stack.callback(stop, gateway)
+    url = f"http://127.0.0.1:{port}"
+    if src:
+        return Door(name, gateway, url, port, gateway.pid, lambda: children(gateway.pid))
+    if name == "nginx":
+        directory = scratch / "nginx"
+        directory.mkdir()
+        nginx, front_port = stack.enter_context(nginx_in_front(directory, port))
+        return Door(name, gateway, f"http://127.0.0.1:{front_port}", front_port, nginx.pid,
+                    lambda: [nginx.pid, *children(nginx.pid)])
+    if name != "aiohttp-alone":
+        raise SystemExit(f"--doors: unknown door {name!r} (aiohttp-alone, nginx or NAME=SRC)")
+    return Door(name, gateway, url, port, gateway.pid)
 
 
 def gateway_args(port: int, backend_port: int, extra: list[str]) -> list[str]:
@@ -444,42 +473,34 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"ulimit_n": nofile, "phases": {}}
     try:
         specs = [spec.partition("=") for spec in args.doors.split(",")]
-        doors = [name for name, _, _ in specs]
-        gateways: dict[str, tuple[Any, str, int]] = {}
-        try:
-            for door, _, src in specs:
-                port = free_port()
-                # NAME=SRC: the gateway of another source tree (a candidate edge), with its default flags.
-                extra = ["--max-connections", str(args.max_connections), *([] if src else DOORS[door])]
-                env = {**os.environ, "PYTHONPATH": src} if src else None  # made absolute in main()
-                gateways[door] = (start(gateway_args(port, sim_port, extra), port, env=env),
-                                  f"http://127.0.0.1:{port}", port)
+        names = [name for name, _, _ in specs]
+        with contextlib.ExitStack() as stack:
+            scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="edge-load-")))
+            doors = {name: open_door(name, src, sim_port, args.max_connections, stack, scratch)
+                     for name, _, src in specs}
+            caps = {name: door_cap(name, src, args.max_connections, args.slow) for name, _, src in specs}
             rounds: dict[str, list[dict[str, Any]]] = {}
-            for _, url, _ in gateways.values():
-                await normal_traffic(url, 3, args.rate, 900_000)  # warm-up: pools, first connections
+            for door in doors.values():
+                await normal_traffic(door.url, 3, args.rate, 900_000)  # warm-up: pools, first connections
             for r in range(args.rounds):  # phases alternate, so a noisy machine hits them all alike
                 log(f"round {r + 1} of {args.rounds}")
-                for door in doors[r % len(doors):] + doors[:r % len(doors)]:  # the doors' order rotates
-                    gw, url, port = gateways[door]
-                    prefix = "" if len(doors) == 1 else f"{door}:"
-                    rounds.setdefault(prefix + "unloaded", []).append(loaded(
-                        await normal_traffic(url, args.seconds, args.rate, r * 100_000 + 50_000 * doors.index(door))))
+                for name in names[r % len(names):] + names[:r % len(names)]:  # the doors' order rotates
+                    door = doors[name]
+                    prefix = "" if len(names) == 1 else f"{name}:"
+                    rounds.setdefault(prefix + "unloaded", []).append(loaded(await door.measured(
+                        normal_traffic(door.url, args.seconds, args.rate, r * 100_000 + 50_000 * names.index(name)))))
                     if args.slow:
                         rounds.setdefault(prefix + "slowloris", []).append(loaded(
-                            await with_slow_connections(url, port, args.slow, args.seconds, args.rate, gw.pid,
-                                                       door_cap(door, args.max_connections, args.slow),
+                            await with_slow_connections(door, args.slow, args.seconds, args.rate, caps[name],
                                                        args.helpers, args.helper_nice)))
                         await asyncio.sleep(2)
                     if args.giants:
                         rounds.setdefault(prefix + "giants", []).append(
-                            loaded(await with_giants(url, args.seconds, args.rate, r)))
+                            loaded(await door.measured(with_giants(door.url, args.seconds, args.rate, r))))
                 if args.out:  # the rounds so far, should a later one not finish
                     write_json(args.out.with_suffix(".partial.json"), {"rounds": rounds})
             out["rounds"] = rounds
             out["phases"] = {name: summary(results) for name, results in rounds.items()}
-        finally:
-            for gw, _, _ in gateways.values():
-                stop(gw)
         if args.soak:
             budgets = {"--local-cache-bytes": 64 * MiB, "--uuid-store-bytes": 32 * MiB, "--reuse-tracked-uuids": 65536}
             port = free_port()
@@ -529,9 +550,9 @@ def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
            "max_ms": max(r["max_ms"] or 0 for r in results)}
     out["new_connections"] = sum(r["new_connections"] for r in results)
     out["connect_ms_max"] = max((r["connect_ms_max"] or 0) for r in results)
-    for key in ("load_1m", "giant_answers", "edge_events_during", "slow_clients", "client_conns_min", "client_conns_median",
-                "at_cap_share", "cap_reached", "ramp_s", "gateway_cpu_cores", "front_door_cpu_cores",
-                "helpers_cpu_cores"):
+    for key in ("load_1m", "giant_answers", "slow_clients", "client_conns_min", "client_conns_median",
+                "at_cap_share", "cap_reached", "ramp_s", "gateway_cpu_cores", "front_cpu_cores",
+                "gateway_cpu_ms_per_request", "front_cpu_ms_per_request", "helpers_cpu_cores"):
         if key in results[0]:
             out[key] = [r[key] for r in results]
     for key in ("slow_connections", "cap"):
@@ -561,14 +582,16 @@ def report(out: dict[str, Any]) -> None:
     for name, sl in phases.items():
         if not name.endswith("slowloris"):
             continue
-        print(f"{name}: {sl['slow_connections']} slow clients against --max-connections {sl['cap']}; per round: "
-              f"cap reached {sl['cap_reached']} after {sl['ramp_s']} s; client connections held (open fds of the "
-              f"gateway and its front door, less their own) min {sl['client_conns_min']}, median "
+        print(f"{name}: {sl['slow_connections']} slow clients, {sl['cap']} held at most; per round: "
+              f"reached {sl['cap_reached']} after {sl['ramp_s']} s; client connections held (open fds of the "
+              f"process holding them and its children, less their own) min {sl['client_conns_min']}, median "
               f"{sl['client_conns_median']}, share of samples at the cap {sl['at_cap_share']}")
-        print("  edge events in the window:", sl["edge_events_during"], "; CPU cores busy: gateway",
-              sl["gateway_cpu_cores"], "front door", sl.get("front_door_cpu_cores"), "slow-client processes",
-              sl["helpers_cpu_cores"])
+        print("  CPU cores busy: gateway", sl["gateway_cpu_cores"], "in front", sl["front_cpu_cores"],
+              "slow-client processes", sl["helpers_cpu_cores"])
         print("  slow clients (whole phase):", sl["slow_clients"])
+    print("CPU per normal request, ms (gateway + in front), per round:")
+    for name, r in phases.items():
+        print(f"  {name:22s} {r['gateway_cpu_ms_per_request']} + {r['front_cpu_ms_per_request']}")
     if "soak" in out:
         s = out["soak"]
         print(f"soak: {s['images']} images in {s['seconds']} s, statuses {s['statuses']}; RSS base {s['base_rss_mib']} MiB, "
@@ -585,13 +608,15 @@ def main() -> None:
     parser.add_argument("--helpers", type=int, default=2, help="processes the slow connections come from")
     parser.add_argument("--helper-nice", type=int, default=0,
                         help="niceness of the slow-connection processes (19: they get only spare CPU)")
-    parser.add_argument("--max-connections", type=int, default=8192, help="the gateway's --max-connections")
+    parser.add_argument("--max-connections", type=int, default=8192,
+                        help="--max-connections of the gateways of other trees (NAME=SRC doors): the connections "
+                        "they hold at most")
     parser.add_argument("--giants", type=int, default=1, help="1: run the giant-image phase, 0: skip")
-    parser.add_argument("--doors", default="front-door,in-process",
-                        help="comma-separated: front-door (the default gateway), in-process (--no-front-door) and/or "
-                        "aiohttp-alone (--no-front-door, no cap reached: keep --slow under ulimit -n less 2048), "
-                        "or NAME=SRC (the gateway of the source tree SRC, default flags); "
-                        "each its own gateway, side by side in every round")
+    parser.add_argument("--doors", default="aiohttp-alone,nginx",
+                        help="comma-separated: aiohttp-alone (the gateway exposed directly: keep --slow under "
+                        "ulimit -n), nginx (a real nginx in front, deploy/nginx/) and/or NAME=SRC (the gateway "
+                        "of the source tree SRC, e.g. a worktree of an older commit, its default flags and "
+                        "--max-connections); each its own gateway, side by side in every round")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of the alternating phases")
     parser.add_argument("--soak", type=int, default=256 * 1024, help="tiny images in the RSS soak (0: skip)")
     parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
