@@ -27,7 +27,7 @@ from aiohttp import web
 from mmgate.api.edge import read_body
 from mmgate.api.forward import FORWARDER_KEY, deliver
 from mmgate.api.gateway import Gateway
-from mmgate.api.relay import tracked_handler
+from mmgate.api.lifecycle import tracked_handler
 from mmgate.backends import Backend, BackendReply
 from mmgate.errors import ForbiddenError, InvalidRequestError, MmgateError
 from mmgate.metrics import OPERATOR_ROUTE

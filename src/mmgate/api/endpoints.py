@@ -31,8 +31,8 @@ from aiohttp import web
 from mmgate.api.edge import read_body
 from mmgate.api.forward import FORWARDER_KEY, Upload, deliver
 from mmgate.api.gateway import Gateway
+from mmgate.api.lifecycle import request_tenant, tracked_handler
 from mmgate.api.police import REFUSED_KEYS, may_carry_media, police, refused_key
-from mmgate.api.relay import request_tenant, tracked_handler
 from mmgate.errors import InvalidRequestError
 from mmgate.reuse import client_cache_salt
 

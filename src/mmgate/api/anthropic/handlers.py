@@ -32,8 +32,8 @@ from mmgate.api.edge import read_body
 from mmgate.api.forward import Forwarder
 from mmgate.api.forward import deliver as forward_deliver
 from mmgate.api.gateway import Gateway
+from mmgate.api.lifecycle import deliver, request_tenant, tracked
 from mmgate.api.parse import check_depth, parse_chat_body
-from mmgate.api.relay import deliver, request_tenant, tracked
 from mmgate.errors import BackendProtocolError, InvalidRequestError, MmgateError
 from mmgate.jsonbody import dumps_body, loads_body
 from mmgate.serving import json_response

@@ -27,9 +27,9 @@ from mmgate.api.edge import read_body
 from mmgate.api.forward import Forwarder
 from mmgate.api.forward import deliver as forward_deliver
 from mmgate.api.gateway import Gateway
+from mmgate.api.lifecycle import deliver, request_tenant, tracked
 from mmgate.api.openai_responses.homes import ResponseHomes
 from mmgate.api.openai_responses.parse import parse_responses_body
-from mmgate.api.relay import deliver, request_tenant, tracked
 from mmgate.api.responses import error_frame
 from mmgate.backends import Backend
 from mmgate.errors import InvalidRequestError, ResponseNotFoundError, UpstreamError
