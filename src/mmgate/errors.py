@@ -1,7 +1,7 @@
 """The one exception tree of mmgate.
 
 Every error knows the HTTP status and the OpenAI error ``type``/``code`` it maps to, so the API
-layer turns any of them into a response in one place (``mmgate.api.responses.error_response``).
+layer turns any of them into a response in one place (``mmgate.api.error_responses.error_response``).
 Third-party exceptions (aiohttp, redis, Pillow) are translated at the module that calls them and
 never escape it.
 

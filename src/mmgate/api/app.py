@@ -27,10 +27,10 @@ from mmgate.api import agents
 from mmgate.api.admin import ADMIN_HEADER, ADMIN_KEY, add_operator_endpoints, is_admin
 from mmgate.api.edge import read_body
 from mmgate.api.endpoints import add_client_endpoints
+from mmgate.api.error_responses import error_response, http_error_response
 from mmgate.api.forward import FORWARDER_KEY, GATEWAY_KEY, Forwarder, deliver
 from mmgate.api.gateway import Gateway
 from mmgate.api.lifecycle import CLIENT_CLOSED, admitted, request_tenant, tracked_handler
-from mmgate.api.responses import error_response, http_error_response
 from mmgate.api.tenant_slots import TenantSlots
 from mmgate.backends import Backend, BackendReply
 from mmgate.errors import EndpointNotFoundError, ForbiddenError, MmgateError

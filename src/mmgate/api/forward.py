@@ -40,8 +40,8 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from aiohttp import web
 
 from mmgate.api.edge import body_encoding
+from mmgate.api.error_responses import error_frame
 from mmgate.api.gateway import ChatOutcome, Gateway
-from mmgate.api.responses import error_frame
 from mmgate.backends import Backend, BackendReply
 from mmgate.errors import (
     BackendBusyError,

@@ -24,13 +24,13 @@ import orjson
 from aiohttp import web
 
 from mmgate.api.edge import read_body
+from mmgate.api.error_responses import error_frame
 from mmgate.api.forward import Forwarder
 from mmgate.api.forward import deliver as forward_deliver
 from mmgate.api.gateway import Gateway
 from mmgate.api.lifecycle import deliver, request_tenant, tracked
 from mmgate.api.openai_responses.homes import ResponseHomes
 from mmgate.api.openai_responses.parse import parse_responses_body
-from mmgate.api.responses import error_frame
 from mmgate.backends import Backend
 from mmgate.errors import InvalidRequestError, ResponseNotFoundError, UpstreamError
 from mmgate.jsonbody import loads_body
