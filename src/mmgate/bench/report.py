@@ -35,7 +35,12 @@ METRIC_LABELS: tuple[tuple[str, str], ...] = (
     ("images_with_data_per_request", "Images with data/req"),
     ("image_bytes_sent_per_request", "Image bytes/req"),
     ("request_bytes_per_request", "Request bytes/req"),
+    ("videos_with_data_per_request", "Videos with data/req"),
+    ("video_bytes_sent_per_request", "Video bytes/req"),
 )
+# Left out of the console table of a run that sent videos and no image.
+IMAGE_ROWS = frozenset({"logical_images_per_request", "images_with_data_per_request", "image_bytes_sent_per_request",
+                        "logical_images", "images_with_data", "image_bytes_sent"})
 TOTAL_LABELS: tuple[tuple[str, str], ...] = (
     ("requests", "Requests"),
     ("successful", "Successful"),
@@ -231,17 +236,19 @@ def print_summary(summary: Mapping[str, Any], console: Console) -> None:
     table.add_column("Metric", no_wrap=True)
     for stat in ("avg", "min", "max", "p50", "p90", "p99"):
         table.add_column(stat, justify="right")
+    t = summary["totals"]
+    videos = bool(t.get("logical_videos"))
+    hidden = IMAGE_ROWS if videos and not t["logical_images"] else frozenset()
     for key, label in METRIC_LABELS:
         dist = summary["metrics"].get(key)
-        if dist is not None:
+        if dist is not None and key not in hidden:
             table.add_row(label, *(_fmt(dist[s]) for s in ("avg", "min", "max", "p50", "p90", "p99")))
     console.print(table)
     totals = Table(show_header=False, box=None, padding=(0, 2))
     totals.add_column("name")
     totals.add_column("value", justify="right")
-    videos = bool(summary["totals"].get("logical_videos"))
     for key, label in TOTAL_LABELS:
-        if key in VIDEO_TOTALS and not videos:
+        if (key in VIDEO_TOTALS and not videos) or key in hidden:
             continue
         value = summary["totals"][key]
         totals.add_row(label, f"{value:.2%}" if key == "error_rate" else _fmt(value))
