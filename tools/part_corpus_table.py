@@ -25,7 +25,7 @@ from tests.support.part_corpus import CorpusRun, corpus_run  # noqa: E402
 from tests.support.vllm import running_replicas  # noqa: E402
 from tests.support.vllm_parser import VllmParser, vllm_python  # noqa: E402
 
-from mmgate.api.parts import parse_part  # noqa: E402
+from mmgate.api.content_parts import parse_part  # noqa: E402
 from mmgate.errors import InvalidRequestError  # noqa: E402
 
 HEADER = """# Content parts: vLLM 0.32 against mmgate, case by case
@@ -41,7 +41,7 @@ backend key for `victim`, `{tag_b}` tenant B's tag (HMAC of its name under the s
 * **vLLM reads it as** — vLLM's own parser on the part as the client sent it: the part type it acts
   on, the URL it would load, the uuid it would use as a cache key; `400` where it refuses the part.
 * **sim, direct** — the embedded engine's status for the part sent to it directly.
-* **gateway** — mmgate's status, and its policy: how `mmgate.api.parts` classified the part and what
+* **gateway** — mmgate's status, and its policy: how `mmgate.api.content_parts` classified the part and what
   it did (rebuilt as a canonical part, URL policed, refused).
 * **after the gateway, vLLM acts on** — vLLM's parser on what the gateway forwarded.
 

@@ -38,8 +38,8 @@ from PIL import Image
 from benchmarks._agent_turns import screenshots, turn_body
 from benchmarks._table import Column, print_table
 from mmgate.api.anthropic.request import check_messages_body, to_chat_body
+from mmgate.api.chat_request import ChatRequest, parse_chat_body, parse_chat_request
 from mmgate.api.openai_responses.parse import parse_responses_body
-from mmgate.api.parse import ChatRequest, parse_chat_body, parse_chat_request
 from mmgate.config import CacheSettings, MediaSettings
 from mmgate.jsonbody import dumps_body
 from mmgate.media import MediaLoader

@@ -8,8 +8,8 @@ from typing import Any
 import orjson
 import pytest
 
+from mmgate.api.content_parts import MEDIA_KEYS
 from mmgate.api.endpoints import form_model, is_conversation, model_of
-from mmgate.api.parts import MEDIA_KEYS
 from mmgate.api.police import may_carry_media, media_fields, police
 from mmgate.errors import InvalidRequestError
 

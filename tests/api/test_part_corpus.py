@@ -48,7 +48,7 @@ CANONICAL_TYPES = {"text", "input_text", "output_text", "refusal", "thinking", "
 
 
 def test_the_corpus_covers_every_media_key_vllm_reads() -> None:
-    from mmgate.api.parts import KEY_ORDER, MEDIA_KEYS
+    from mmgate.api.content_parts import KEY_ORDER, MEDIA_KEYS
 
     shapes = {k for _, part in CASES if isinstance(part, dict) for k in part}
     assert set(KEY_ORDER) <= shapes and MEDIA_KEYS - {"input_image"} <= shapes

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from mmgate.api.parse import parse_chat_body
+from mmgate.api.chat_request import parse_chat_body
 from mmgate.errors import BackendStatusError, UnknownUUIDError
 from mmgate.reuse import KeySpace
 from mmgate.reuse.videos import VideoURLs, is_video_cache_miss, render_videos, send_healing_videos, video_refs

@@ -4,9 +4,9 @@ forwarding seam they and other front ends share (``forward``), operator endpoint
 error responses (``responses``)."""
 
 from mmgate.api.app import build_app
+from mmgate.api.chat_request import ChatRequest, parse_chat_request
 from mmgate.api.forward import Forwarder, Upload, deliver
 from mmgate.api.gateway import ChatOutcome, Gateway
-from mmgate.api.parse import ChatRequest, parse_chat_request
 
 __all__ = [
     "ChatOutcome", "ChatRequest", "Forwarder", "Gateway", "Upload", "build_app", "deliver",

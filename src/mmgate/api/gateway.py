@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from mmgate.api.parse import ChatRequest, parse_chat_request, parse_chat_request_async
+from mmgate.api.chat_request import ChatRequest, parse_chat_request, parse_chat_request_async
 from mmgate.backends import CHAT_PATH, Backend, BackendReply
 from mmgate.config import GatewaySettings
 from mmgate.errors import (

@@ -6,7 +6,7 @@ media wherever it reads chat-style content parts — ``messages`` on ``/tokenize
 multimodal ``data_1``/``data_2``/``queries``/``documents`` content on ``/score`` and ``/rerank`` —
 and it deserialises tensors (``prompt_embeds`` on ``/v1/completions``, ``*_embeds`` parts).
 
-``media_fields`` finds every object that carries a media key (``mmgate.api.parts.MEDIA_KEYS``) or a
+``media_fields`` finds every object that carries a media key (``mmgate.api.content_parts.MEDIA_KEYS``) or a
 media part ``type``, wherever it is nested, and ``police`` classifies each with the chat parser
 (``parse_part``, vLLM's own rule) and then:
 
@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from mmgate.api.parts import (
+from mmgate.api.content_parts import (
     KNOWN_TYPES,
     MEDIA_KEYS,
     TEXT_TYPES,

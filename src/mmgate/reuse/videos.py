@@ -49,7 +49,7 @@ VIDEO_URL_CHARS = 64 << 20
 
 
 class VideoPart(Protocol):
-    """A parsed video part (``mmgate.api.parse.PassthroughSlot``)."""
+    """A parsed video part (``mmgate.api.chat_request.PassthroughSlot``)."""
 
     param: str
     kind: str

@@ -28,12 +28,12 @@ from mmgate.api.anthropic.request import (
     to_chat_body,
 )
 from mmgate.api.anthropic.stream import events
+from mmgate.api.chat_request import check_depth, parse_chat_body
 from mmgate.api.edge import read_body
 from mmgate.api.forward import Forwarder
 from mmgate.api.forward import deliver as forward_deliver
 from mmgate.api.gateway import Gateway
 from mmgate.api.lifecycle import deliver, request_tenant, tracked
-from mmgate.api.parse import check_depth, parse_chat_body
 from mmgate.errors import BackendProtocolError, InvalidRequestError, MmgateError
 from mmgate.jsonbody import dumps_body, loads_body
 from mmgate.serving import json_response

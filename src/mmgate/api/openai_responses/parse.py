@@ -30,8 +30,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from mmgate.api.parse import ChatRequest, check_depth
-from mmgate.api.parts import MEDIA_KEYS, ImageSpec, parse_part
+from mmgate.api.chat_request import ChatRequest, check_depth
+from mmgate.api.content_parts import MEDIA_KEYS, ImageSpec, parse_part
 from mmgate.errors import InvalidRequestError
 from mmgate.reuse import ImageSlot
 

@@ -7,7 +7,7 @@ from typing import Any
 import orjson
 import pytest
 
-from mmgate.api.parse import parse_chat_request
+from mmgate.api.chat_request import parse_chat_request
 from mmgate.errors import InvalidRequestError
 
 URL = "https://images.example/cat.png"

@@ -2,7 +2,7 @@
 
 Pure logic: no I/O, no event loop. The parsed body stays the client's own dict, so unknown
 top-level fields (vLLM has many) are forwarded untouched. Content parts are not: each one is
-classified the way vLLM reads it (``mmgate.api.parts``) and replaced by its canonical form, or the
+classified the way vLLM reads it (``mmgate.api.content_parts``) and replaced by its canonical form, or the
 request is refused; slots keep a reference to their canonical part so the gateway can fill it in
 for the backend.
 """
@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from mmgate.api.parts import ImageSpec, PassthroughSpec, parse_part
+from mmgate.api.content_parts import ImageSpec, PassthroughSpec, parse_part
 from mmgate.errors import InvalidRequestError
 from mmgate.jsonbody import loads_body
 from mmgate.reuse import ImageSlot

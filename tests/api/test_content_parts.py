@@ -10,8 +10,8 @@ from typing import Any
 import orjson
 import pytest
 
-from mmgate.api.parse import MAX_JSON_DEPTH, parse_chat_request
-from mmgate.api.parts import KEY_ORDER, MEDIA_KEYS, classify
+from mmgate.api.chat_request import MAX_JSON_DEPTH, parse_chat_request
+from mmgate.api.content_parts import KEY_ORDER, MEDIA_KEYS, classify
 from mmgate.errors import InvalidRequestError
 
 URL = "https://images.example/cat.png"
