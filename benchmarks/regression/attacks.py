@@ -51,7 +51,6 @@ import contextlib
 import functools
 import gzip
 import io
-import json
 import multiprocessing
 import os
 import random
@@ -72,12 +71,14 @@ from tests.support.bombs import many_scans
 from tests.support.images import data_url, png_data_url
 
 from benchmarks._procs import ROOT, cpu_seconds, free_port, start, stop
+from benchmarks._run import parse_args, write_results
 from benchmarks._table import Column, pct, render
 
 MODEL = "mmgate-sim-vl"
 VICTIM, ATTACKER = "key-victim", "key-attacker"
 ADMIN = "admin-secret-0123456789"
 ATTACKS = ("unloaded", "unread streams", "compressed bodies", "decode bombs", "uuid flood")
+QUICK = {"seconds": 0.5, "tries": 2, "phases": "decode bombs"}
 MiB = 1024 * 1024
 
 
@@ -317,7 +318,7 @@ async def run_phases(url: str, port: int, pid: int, sim_pid: int, sim_url: str, 
                          "direct_n": len(direct), "direct_p50_ms": statistics.median(direct),
                          "direct_p99_ms": pct(direct, 99), "idle_health_p99_ms": pct(idle, 99),
                          "attacker_answers_per_s": attacker_rate, "slow_requests": slow})
-            await asyncio.sleep(2.0)  # what the attack left running drains
+            await asyncio.sleep(min(2.0, seconds))  # what the attack left running drains
     base, direct_base = rows[0]["p99_ms"], rows[0]["direct_p99_ms"]
     for row in rows:
         row["p99_vs_unloaded"] = row["p99_ms"] / base
@@ -383,7 +384,7 @@ def main() -> int:
     p.add_argument("--src", type=Path, default=ROOT, help="source tree the gateway and the sim run (its src/)")
     p.add_argument("--phases", default=",".join(ATTACKS[1:]), help="attacks to run, comma-separated")
     p.add_argument("--no-side-channel", action="store_true", help="skip the side-channel tries")
-    args = p.parse_args()
+    args = parse_args(p, QUICK)
     attacks = ("unloaded", *(a for a in ATTACKS[1:] if a in args.phases.split(",")))
     # The gateway and the sim import the tree asked for; this script keeps its own (tests.support).
     env = {**os.environ, "PYTHONPATH": f"{args.src.resolve() / 'src'}{os.pathsep}{args.src.resolve()}"}
@@ -438,10 +439,7 @@ def main() -> int:
               f"(faster where sent in {side['a_sent_faster']}/{side['tries']}); statuses {side['statuses']}; tries whose "
               f"answers differ: {side['tries_with_a_difference']} ({', '.join(side['differences']) or 'nothing'}); "
               f"/metrics with B's key: {side['metrics_status_for_tenant']}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"seconds": args.seconds, "src": str(args.src), "phases": rows,
-                                    "side_channel": sides}, indent=2))
-    print(f"wrote {args.out}")
+    write_results(args.out, {"seconds": args.seconds, "src": str(args.src), "phases": rows, "side_channel": sides})
     return 0
 
 

@@ -29,19 +29,20 @@ import numpy as np
 import orjson
 from rich.console import Console
 
-from benchmarks._procs import free_port
+from benchmarks._procs import SERVERS, free_port
+from benchmarks._run import parse_args, write_results
 from mmgate.bench.dataset import Session, Turn
 from mmgate.bench.runner import run_benchmark
 from mmgate.bench.settings import BenchSettings
 from mmgate.bench.stats import distribution
 from mmgate.serving import install_uvloop
 
-HERE = Path(__file__).resolve().parents[1] / "servers"
+QUICK = {"requests": 40, "concurrency": 4}
 
 
 def start_server(port: int, tokens: int) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen(
-        [sys.executable, str(HERE / "zero_latency_server.py"), "--port", str(port), "--tokens", str(tokens)],
+        [sys.executable, str(SERVERS / "zero_latency_server.py"), "--port", str(port), "--tokens", str(tokens)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )
     assert proc.stdout is not None
@@ -119,7 +120,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             rows[f"bare aiohttp, {mode}, c={c}"] = await bare_aiohttp(url, c, args.requests, stream)
             rows[f"mmgate bench, {mode}, c={c}"] = await bench_tool(url, c, args.requests, stream)
         # Timing fidelity without queueing: one request at a time.
-        n = max(1000, args.requests // 10)
+        n = min(args.requests, max(1000, args.requests // 10))
         rows["bare aiohttp, stream, c=1"] = await bare_aiohttp(url, 1, n, True)
         rows["mmgate bench, stream, c=1"] = await bench_tool(url, 1, n, True)
     finally:
@@ -135,7 +136,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--tokens", type=int, default=8, help="content chunks per streamed reply")
     parser.add_argument("--out", default="results/bench_fidelity.json")
-    args = parser.parse_args()
+    args = parse_args(parser, QUICK)
     install_uvloop()
     rows = asyncio.run(main_async(args))
     header = (f"{'client':<30}{'req/s':>10}{'TTFT p50':>10}{'TTFT p99':>10}{'lat p50':>10}{'lat p99':>10}"
@@ -152,10 +153,7 @@ def main() -> None:
         "python": platform.python_version(), "cpus": os.cpu_count(), "concurrency": args.concurrency,
         "requests": args.requests, "tokens": args.tokens, "rows": rows,
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
-    print(f"wrote {out}")
+    write_results(args.out, result)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import io
-import json
 import random
 import statistics
 import tempfile
@@ -36,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]
 from tests.support.origin import ImageOrigin  # noqa: E402
 from tests.support.redis_servers import RedisClusterServers, RedisServer  # noqa: E402
 
+from benchmarks._run import parse_args, write_results  # noqa: E402
 from mmgate.config import CacheSettings, MediaSettings  # noqa: E402
 from mmgate.media.keys import url_key  # noqa: E402
 from mmgate.media.loader import MediaLoader  # noqa: E402
@@ -47,6 +47,7 @@ ORIGIN_DELAY_S = 0.05
 WORKERS = 8
 THINK_S = 0.02
 POOL = 48
+QUICK = {"only": "standalone", "phase_scale": 0.1}
 
 
 @dataclass
@@ -82,8 +83,9 @@ class Chaos:
     """The load: ``WORKERS`` loops over two loaders, recording into the current phase."""
 
     def __init__(self, urls: list[str], loaders: list[MediaLoader], tiers: list[RedisSharedTier],
-                 owners: dict[str, str]) -> None:
+                 owners: dict[str, str], phase_scale: float) -> None:
         self.urls, self.loaders, self.tiers, self.owners = urls, loaders, tiers, owners
+        self.phase_scale = phase_scale
         self.phase = Phase("warm-up")
         self.phases: list[Phase] = []
         self._stop = False
@@ -126,7 +128,7 @@ class Chaos:
                         recovering: set[str] = frozenset()) -> None:  # type: ignore[assignment]
         self.phase = Phase(name, set(down), set(recovering), started=time.monotonic())
         self.phases.append(self.phase)
-        await asyncio.sleep(seconds)
+        await asyncio.sleep(seconds * self.phase_scale)
 
     def stop(self) -> None:
         self._stop = True
@@ -143,7 +145,8 @@ def make_pool(origin: ImageOrigin) -> list[str]:
     return urls
 
 
-async def scenario(kind: str, tmp: Path, origin: ImageOrigin, urls: list[str], label: str) -> list[dict[str, Any]]:
+async def scenario(kind: str, tmp: Path, origin: ImageOrigin, urls: list[str], label: str,
+                   phase_scale: float) -> list[dict[str, Any]]:
     cluster = kind == "cluster"
     servers = RedisClusterServers(tmp / "cluster") if cluster else None
     single = None if cluster else RedisServer(tmp / "standalone")
@@ -165,7 +168,7 @@ async def scenario(kind: str, tmp: Path, origin: ImageOrigin, urls: list[str], l
     else:
         owners = dict.fromkeys(urls, "standalone")
     loaders = [MediaLoader(media, cache, shared=t) for t in tiers]
-    chaos = Chaos(urls, loaders, tiers, owners)
+    chaos = Chaos(urls, loaders, tiers, owners, phase_scale)
     workers = [asyncio.create_task(chaos.worker(i)) for i in range(WORKERS)]
     try:
         await chaos.run_phase("warm-up", 3)
@@ -235,7 +238,8 @@ async def main() -> None:
     parser.add_argument("--out", default="results/chaos_shared_tier.json")
     parser.add_argument("--only", choices=["standalone", "cluster"], default=None)
     parser.add_argument("--label", default="mmgate", help="names the code under test in the rows")
-    args = parser.parse_args()
+    parser.add_argument("--phase-scale", type=float, default=1.0, help="every phase's length times this")
+    args = parse_args(parser, QUICK)
     origin = await ImageOrigin().start()
     urls = make_pool(origin)
     rows: list[dict[str, Any]] = []
@@ -243,7 +247,7 @@ async def main() -> None:
         with tempfile.TemporaryDirectory(prefix="mmgate-chaos-") as tmp:
             for kind in ("standalone", "cluster"):
                 if args.only in (None, kind):
-                    rows += await scenario(kind, Path(tmp), origin, urls, args.label)
+                    rows += await scenario(kind, Path(tmp), origin, urls, args.label, args.phase_scale)
     finally:
         await origin.stop()
     print_table(rows)
@@ -254,10 +258,8 @@ async def main() -> None:
                      "loaders": 2, "latency_bound_ms": bound_ms},
         "phases": rows,
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    await asyncio.to_thread(out.write_text, json.dumps(result, indent=2) + "\n")
-    print(f"latency bound (origin + 2 x (connect + io)): {bound_ms:.0f} ms; wrote {out}")
+    print(f"latency bound (origin + 2 x (connect + io)): {bound_ms:.0f} ms")
+    await asyncio.to_thread(write_results, args.out, result)
 
 
 if __name__ == "__main__":

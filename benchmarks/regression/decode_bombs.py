@@ -33,7 +33,6 @@ import asyncio
 import contextlib
 import functools
 import io
-import json
 import statistics
 import time
 import types
@@ -46,6 +45,7 @@ from tests.support.bombs import many_scans, png, progressive_jpeg
 from tests.support.images import data_url, png_data_url
 
 from benchmarks._procs import ROOT
+from benchmarks._run import parse_args, write_results
 from benchmarks._table import Column, pct, render
 from mmgate.config import CacheSettings, MediaSettings
 from mmgate.errors import UnsupportedImageError
@@ -54,6 +54,8 @@ from mmgate.media.loader import MediaLoader
 from mmgate.media.validate import ImageInfo, validate_image
 
 FORMATS = ("JPEG", "PNG", "WEBP", "GIF", "BMP")
+QUICK = {"repeats": 1, "cost_sizes": [64], "jpeg_scans": 100, "png_chunks": [2000], "victim_seconds": 0.3,
+         "attackers": 1, "rounds": 1}
 
 
 def pillow_decode(data: bytes) -> None:
@@ -239,11 +241,14 @@ def main() -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--cost-sizes", type=int, nargs="*", default=[1000, 2000],
                    help="square sizes of the per-pixel cost images (none: skip part 0)")
+    p.add_argument("--jpeg-scans", type=int, default=2000, help="repeated scans of part 1's JPEG bomb")
+    p.add_argument("--png-chunks", type=int, nargs="*", default=[200_000, 800_000],
+                   help="empty ancillary chunks of part 1's PNG bombs")
     p.add_argument("--victim-seconds", type=float, default=4.0, help="length of each victim window (0: skip)")
     p.add_argument("--attackers", type=int, default=2, help="the attacker's loads in flight at once")
     p.add_argument("--rounds", type=int, default=2, help="interleaved rounds of the victim windows")
     p.add_argument("--out", type=Path, default=ROOT / "results" / "decode_bombs.json")
-    args = p.parse_args()
+    args = parse_args(p, QUICK)
     costs = cpu_per_pixel(args.cost_sizes, args.repeats)
     if costs:
         print(render([Column("size", 6, lambda r: str(r["size"])),
@@ -257,10 +262,9 @@ def main() -> int:
               f"+ floor: {1e9 * DECODE_CPU_PER_PIXEL_S / worst:.1f}x it\n")
     cases = {
         "jpeg 1000x1000, 11 scans": progressive_jpeg(1000),
-        "jpeg 1000x1000, +2000 scans": many_scans(2000, 1000),
+        f"jpeg 1000x1000, +{args.jpeg_scans} scans": many_scans(args.jpeg_scans, 1000),
         "png 32x32, 10 tEXt chunks": png(ancillary=10),
-        "png 32x32, +200k tEXt chunks": png(ancillary=200_000),
-        "png 32x32, +800k tEXt chunks": png(ancillary=800_000),
+        **{f"png 32x32, +{n // 1000}k tEXt chunks": png(ancillary=n) for n in args.png_chunks},
     }
     rows = []
     for name, data in cases.items():
@@ -282,10 +286,9 @@ def main() -> int:
                       Column("p99/unloaded", 13, lambda r: f"{r['p99_vs_unloaded']:.1f}x"),
                       Column("bombs done", 11, lambda r: str(r["finished"])),
                       Column("hung up", 9, lambda r: str(r["abandoned"]))], victim))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"repeats": args.repeats, "cpu_per_pixel": costs, "rows": rows, "victim_seconds": args.victim_seconds,
-                                    "attackers": args.attackers, "rounds": args.rounds, "victim": victim}, indent=2))
-    print(f"wrote {args.out}")
+    write_results(args.out, {"repeats": args.repeats, "cpu_per_pixel": costs, "rows": rows,
+                             "victim_seconds": args.victim_seconds, "attackers": args.attackers, "rounds": args.rounds,
+                             "victim": victim})
     return 0
 
 

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -31,9 +29,11 @@ from tests.fleet import faults  # noqa: E402
 from tests.fleet.harness import running_fleet  # noqa: E402
 from tests.fleet.workload import Service, SessionWorkload  # noqa: E402
 
+from benchmarks._run import parse_args, write_results  # noqa: E402
 from benchmarks._table import Column, print_table  # noqa: E402
 
 A, B, C = "127.0.0.2", "127.0.0.3", "127.0.0.4"
+QUICK = {"sessions": 8, "concurrency": 4, "phase_seconds": 1.0, "max_tokens": 4, "speedup": 1000.0}
 
 COLUMNS = [
     Column("phase", 34, lambda r: str(r["phase"]), left=True),
@@ -99,12 +99,9 @@ def main() -> None:
     parser.add_argument("--phase-seconds", type=float, default=5.0, help="how long each phase is observed")
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--speedup", type=float, default=20.0, help="the sim engines' speedup")
-    args = parser.parse_args()
+    args = parse_args(parser, QUICK)
     result = asyncio.run(run(args))
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {out}", file=sys.stderr)
+    write_results(args.out, result)
 
 
 if __name__ == "__main__":

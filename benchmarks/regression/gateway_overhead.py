@@ -38,8 +38,11 @@ import aiohttp
 from PIL import Image
 
 from benchmarks._procs import ROOT, SERVERS, cpu_seconds, free_port, start, stop
+from benchmarks._run import parse_args, write_results
+from benchmarks._table import pct
 
 MODEL = "mmgate-sim-vl"
+QUICK = {"requests": 5, "image_requests": 3}
 
 
 def one_mib_jpeg() -> bytes:
@@ -88,11 +91,6 @@ async def one(session: aiohttp.ClientSession, url: str, body: bytes) -> float:
         if r.status != 200:
             raise RuntimeError(f"{url}: HTTP {r.status}")
     return (time.perf_counter_ns() - t0) / 1e6
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))]
 
 
 async def measure(direct: str, gateway: str, gw_pid: int, body: bytes, n: int) -> dict[str, float]:
@@ -174,11 +172,8 @@ def compare(baseline: str, args: argparse.Namespace) -> None:
     for name, r in results.items():
         print(f"{name:<24}{r['a_p50_ms']:>7.3f}ms{r['b_p50_ms']:>7.3f}ms{r['p50_ratio']:>9.3f}{r['a_p99_ms']:>7.3f}ms"
               f"{r['b_p99_ms']:>7.3f}ms{r['a_cpu_ms_per_request']:>9.3f}ms{r['b_cpu_ms_per_request']:>9.3f}ms")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"baseline": baseline, "trace": args.trace, "cpu_count": os.cpu_count(),
-                               "results": results}, indent=2))
-    print(f"wrote {out}")
+    write_results(args.out, {"baseline": baseline, "trace": args.trace, "cpu_count": os.cpu_count(),
+                             "results": results})
 
 
 def main() -> None:
@@ -188,7 +183,7 @@ def main() -> None:
     parser.add_argument("--out", default="results/gateway_overhead.json")
     parser.add_argument("--baseline", metavar="SRC", help="compare with the gateway of another source tree")
     parser.add_argument("--trace", action="store_true", help="with --baseline: this tree's gateway exports traces")
-    args = parser.parse_args()
+    args = parse_args(parser, QUICK)
     if args.baseline:
         compare(args.baseline, args)
         return
@@ -233,11 +228,7 @@ def main() -> None:
     for name, r in results.items():
         print(f"{name:<24}{r['direct_p50_ms']:>9.3f}ms{r['gateway_p50_ms']:>7.3f}ms{r['added_p50_ms']:>9.3f}ms"
               f"{r['added_p99_ms']:>9.3f}ms{r['gateway_cpu_ms_per_request']:>10.3f}ms")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"image_bytes": len(image), "cpu_count": os.cpu_count(), "results": results},
-                              indent=2))
-    print(f"wrote {out}")
+    write_results(args.out, {"image_bytes": len(image), "cpu_count": os.cpu_count(), "results": results})
 
 
 if __name__ == "__main__":

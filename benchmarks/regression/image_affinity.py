@@ -55,10 +55,13 @@ import aiohttp
 from PIL import Image
 
 from benchmarks._procs import MMGATE, free_port, stop
+from benchmarks._run import parse_args, write_results
 from benchmarks._table import Column, pct, print_table
 
 MODEL = "mmgate-sim-vl"
 MODES = ("round-robin", "session", "lru-history", "image-affinity")  # profiles --routing names
+QUICK = {"backends": "2", "gateways": "1", "sessions": 2, "turns": 2, "concurrency": 2, "pool": 4,
+         "image_size": 64, "modes": "lru-history,image-affinity"}
 _SAMPLE = re.compile(r'^mmgate_backend_outstanding\{backend="([^"]+)"\} ([0-9.e+-]+)$', re.M)
 
 
@@ -342,7 +345,7 @@ def main() -> None:
     parser.add_argument("--baseline", default="lru-history",
                         help="mode the others' TTFT is compared with, round by round (the ratio's median)")
     parser.add_argument("--out", default="results/image_affinity.json")
-    args = parser.parse_args()
+    args = parse_args(parser, QUICK)
     sessions = workload(args)
     names = sorted({n for turns in sessions for t in turns for n in t})
     args.variants = dict(v.split("=", 1) for v in args.variant)
@@ -383,11 +386,7 @@ def main() -> None:
           f"unique images {rows[0]['unique_images']}; concurrency {args.concurrency}"
           f"{f'; medians of {args.repeats} runs' if args.repeats > 1 else ''}")
     print_table(COLUMNS, rows)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"args": vars(args), "command": " ".join(sys.argv), "rows": rows, "runs": runs},
-                              indent=2))
-    print(f"wrote {out}")
+    write_results(args.out, {"args": vars(args), "command": " ".join(sys.argv), "rows": rows, "runs": runs})
 
 
 MEDIAN_KEYS = ("engine_images_processed", "processed_per_unique", "engine_image_bytes", "ttft_p50_ms",

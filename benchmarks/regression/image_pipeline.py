@@ -40,6 +40,7 @@ from prometheus_client import CollectorRegistry
 ROOT = Path(__file__).resolve().parents[2]
 from tests.support.redis_servers import RedisClusterServers, RedisServer  # noqa: E402
 
+from benchmarks._run import parse_args, write_results  # noqa: E402
 from mmgate.config import CacheSettings, MediaSettings  # noqa: E402
 from mmgate.media.keys import url_key  # noqa: E402
 from mmgate.media.loader import MediaLoader  # noqa: E402
@@ -48,6 +49,7 @@ from mmgate.store.redis.tier import RedisSharedTier, build_shared_tier  # noqa: 
 
 MiB = 1024 * 1024
 AIMS = {"local_hit_p50_us": 50.0, "shared_hit_1mib_p50_us": 2000.0, "origin_requests_per_burst": 1}
+QUICK = {"iterations": 20, "miss_iterations": 5, "image_bytes": 64 * 1024, "no_cluster": True}
 
 
 class Origin:
@@ -266,7 +268,7 @@ def main() -> int:
     parser.add_argument("--image-bytes", type=int, default=MiB)
     parser.add_argument("--no-cluster", action="store_true", help="skip the Redis Cluster rows")
     parser.add_argument("--no-uvloop", action="store_true", help="asyncio's own loop (the gateway uses uvloop)")
-    args = parser.parse_args()
+    args = parse_args(parser, QUICK)
     loop = "asyncio" if args.no_uvloop or not install_uvloop() else "uvloop"
     with tempfile.TemporaryDirectory(prefix="mmgate-bench-redis-") as tmp:
         standalone = RedisServer(Path(tmp) / "standalone")
@@ -287,10 +289,7 @@ def main() -> int:
     })
     result["aims_met"] = check_aims(result)
     print_table(result)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {out}")
+    write_results(args.out, result)
     return 0
 
 

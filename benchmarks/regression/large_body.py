@@ -16,7 +16,6 @@ import argparse
 import asyncio
 import base64
 import io
-import json
 import os
 import statistics
 import sys
@@ -29,8 +28,10 @@ import orjson
 from PIL import Image
 
 from benchmarks._procs import cpu_seconds, free_port, start, stop
+from benchmarks._run import parse_args, write_results
 
 MODEL = "mmgate-sim-vl"
+QUICK = {"images": 2, "mb": 1.0, "rounds": 1}
 
 
 def noise_png_url(side: int, seed: int) -> str:
@@ -137,7 +138,7 @@ def main() -> None:
     parser.add_argument("--gateway-args", nargs=argparse.REMAINDER, default=[],
                         help="extra flags for mmgate serve (last on the line)")
     parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
-    args = parser.parse_args()
+    args = parse_args(parser, QUICK)
     out = asyncio.run(run(args))
     print(f"large body: {out['body_mb']} MB, {args.images} data-URL images; medians over {args.rounds} rounds")
     print(f"{'kind':16s} {'/health max ms':>15s} {'/health p50 ms':>15s} {'large req s':>12s} {'gw CPU s':>9s}")
@@ -145,8 +146,7 @@ def main() -> None:
         print(f"{kind:16s} {s['health_max_ms']:15.1f} {s['health_p50_ms']:15.1f} {s['large_request_s']:12.3f} "
               f"{s['gateway_cpu_s']:9.3f}  statuses {s['statuses']}")
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(out, indent=2))
+        write_results(args.out, out)
 
 
 if __name__ == "__main__":

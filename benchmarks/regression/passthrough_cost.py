@@ -15,11 +15,12 @@ import argparse
 import asyncio
 import json
 import sys
-from pathlib import Path
 
 import aiohttp
 
 from benchmarks._procs import ROOT, SERVERS, cpu_seconds, free_port, start, stop
+from benchmarks._run import parse_args, write_results
+from benchmarks._table import Column, print_table
 
 MODEL = "zero"
 PROMPT = "Summarise the plot of a short story about a lighthouse keeper. " * 4
@@ -34,6 +35,8 @@ ROWS: dict[str, tuple[str, dict[str, object]]] = {
     "tokenize": ("/tokenize", {"model": MODEL, "stream": False, "prompt": PROMPT}),
     "embeddings": ("/v1/embeddings", {"model": MODEL, "stream": False, "input": [PROMPT] * 4}),
 }
+QUICK = {"requests": 12, "concurrency": 2, "rounds": 1}
+WARM_UP = 200  # requests per row before the measured rounds
 
 
 async def drive(url: str, body: bytes, requests: int, concurrency: int) -> None:
@@ -54,7 +57,7 @@ async def measure(base: str, pid: int, requests: int, concurrency: int, rounds: 
     load drifts during the run weighs on every row alike."""
     raws = {name: (base + path, json.dumps(body).encode()) for name, (path, body) in ROWS.items()}
     for url, raw in raws.values():
-        await drive(url, raw, 200, concurrency)  # warm-up
+        await drive(url, raw, min(WARM_UP, requests), concurrency)
     cpu = dict.fromkeys(raws, 0.0)
     per_round = max(1, requests // rounds)
     for _ in range(rounds):
@@ -62,10 +65,7 @@ async def measure(base: str, pid: int, requests: int, concurrency: int, rounds: 
             before = cpu_seconds(pid)
             await drive(url, raw, per_round, concurrency)
             cpu[name] += cpu_seconds(pid) - before
-    out = {name: seconds / (per_round * rounds) * 1e6 for name, seconds in cpu.items()}
-    for name, micros in out.items():
-        print(f"{name:24s} {micros:8.1f} µs CPU/request", flush=True)
-    return out
+    return {name: seconds / (per_round * rounds) * 1e6 for name, seconds in cpu.items()}
 
 
 def main() -> None:
@@ -74,7 +74,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--out", default=str(ROOT / "build" / "passthrough_cost.json"))
-    args = parser.parse_args()
+    args = parse_args(parser, QUICK)
     zero_port, gw_port = free_port(), free_port()
     zero = start(["--port", str(zero_port)], zero_port, health="/v1/models",
                  command=[sys.executable, str(SERVERS / "zero_latency_server.py")])
@@ -85,10 +85,11 @@ def main() -> None:
     finally:
         stop(gw)
         stop(zero)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"requests": args.requests, "concurrency": args.concurrency,
-                                          "cpu_us_per_request": result}, indent=2))
-    print(f"wrote {args.out}")
+    print_table([Column("route", 24, lambda r: r["route"], left=True),
+                 Column("µs CPU/request", 16, lambda r: f"{r['micros']:.1f}")],
+                [{"route": name, "micros": micros} for name, micros in result.items()])
+    write_results(args.out, {"requests": args.requests, "concurrency": args.concurrency,
+                             "cpu_us_per_request": result})
 
 
 if __name__ == "__main__":

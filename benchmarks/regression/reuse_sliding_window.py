@@ -28,17 +28,18 @@ import random
 import re
 import time
 import urllib.request
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 from PIL import Image
 
 from benchmarks._procs import free_port, start, stop
+from benchmarks._run import parse_args, write_results
 from benchmarks._table import Column, pct, print_table
 
 MODEL = "mmgate-sim-vl"
 MODES = ("off", "auto", "client-strip", "uuid-resend")
+QUICK = {"sessions": 2, "turns": 2, "image_size": 64, "sim_speedup": 1000.0, "modes": "auto"}
 
 
 def make_image(seed: int, side: int) -> bytes:
@@ -170,7 +171,7 @@ def main() -> None:
     parser.add_argument("--sim-speedup", type=float, default=10.0)
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--out", default="results/reuse_sliding_window.json")
-    args = parser.parse_args()
+    args = parse_args(parser, QUICK)
     rows = [run_mode(m, args) for m in args.modes.split(",")]
     unique = rows[0]["unique_images"]
     print(f"{args.sessions} sessions x {args.turns} turns, window {args.window}, {args.image_size}px JPEG; "
@@ -187,10 +188,7 @@ def main() -> None:
         Column("TTFT p50", 10, lambda r: f"{r['ttft_p50_ms']:.1f}ms"),
         Column("TTFT p99", 10, lambda r: f"{r['ttft_p99_ms']:.1f}ms"),
     ], rows)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"args": vars(args), "rows": rows}, indent=2))
-    print(f"wrote {out}")
+    write_results(args.out, {"args": vars(args), "rows": rows})
 
 
 if __name__ == "__main__":

@@ -46,12 +46,14 @@ from typing import Any
 import aiohttp
 
 from benchmarks._procs import CLK_TCK, MMGATE, ROOT, SERVERS, free_port, stop
+from benchmarks._run import parse_args, write_results
 from benchmarks._table import Column, render
 from benchmarks.regression.gateway_overhead import one_mib_jpeg
 
 ROUTER_VERSION = "0.1.17"
 ROWS = ("text-stream", "text-whole", "image-relay", "image-reuse")
 TEXT_ROWS = ROWS[:2]
+QUICK = {"rounds": 4, "cpu_requests": 8, "image_cpu_requests": 4, "concurrency": 2}
 
 
 def router_binary(venv: Path) -> Path:
@@ -227,7 +229,7 @@ def main() -> int:
     p.add_argument("--rows", default=",".join(ROWS))
     p.add_argument("--router-venv", type=Path, default=ROOT / "build" / "vllm-router-venv")
     p.add_argument("--out", type=Path, default=ROOT / "results" / "router_compare.json")
-    args = p.parse_args()
+    args = parse_args(p, QUICK)
     trees = [spec.split("=", 1) for spec in args.mmgate] or [["now", str(ROOT / "src")]]
     rows = args.rows.split(",")
     binary = router_binary(args.router_venv)
@@ -273,7 +275,7 @@ def main() -> int:
             pids[f"mmgate-{name}-own-server"] = {row: [own.pid] for row in TEXT_ROWS}
         payloads = bodies(one_mib_jpeg())
         for row in rows:
-            rounds = args.rounds if row.startswith("text") else max(50, args.rounds // 4)
+            rounds = args.rounds if row.startswith("text") else min(args.rounds, max(50, args.rounds // 4))
             present = [t for t in targets if row in urls[t.name]]
             asyncio.run(latency(present, urls, payloads[row], row, rounds))
             n = args.cpu_requests if row.startswith("text") else args.image_cpu_requests
@@ -304,7 +306,9 @@ def main() -> int:
         for t in present[2:]:
             mine, theirs = entry[t.name], entry[router.name]
             mine["added_ratio"] = mine["added_p50_ms"] / theirs["added_p50_ms"] if theirs["added_p50_ms"] > 0 else None
-            mine["cpu_ratio"] = mine["cpu_ms_per_request"] / theirs["cpu_ms_per_request"]
+            # None where the router's CPU read as 0 (a few requests, /proc's 10 ms ticks).
+            mine["cpu_ratio"] = mine["cpu_ms_per_request"] / theirs["cpu_ms_per_request"] \
+                if theirs["cpu_ms_per_request"] > 0 else None
         entry["direct_p50_ms"] = 1000 * statistics.median(direct.latencies[row])
         result["rows"][row] = entry
         for t in present[1:]:
@@ -312,16 +316,14 @@ def main() -> int:
             table.append({"row": row, "proxy": t.name, "added": f"{e['added_p50_ms']:.3f}",
                           "cpu": f"{e['cpu_ms_per_request']:.3f}",
                           "added_ratio": "" if e.get("added_ratio") is None else f"{e['added_ratio']:.2f}",
-                          "cpu_ratio": f"{e['cpu_ratio']:.2f}" if "cpu_ratio" in e else "",
+                          "cpu_ratio": "" if e.get("cpu_ratio") is None else f"{e['cpu_ratio']:.2f}",
                           "over_bare": f"{e['cpu_over_bare_ms']:.3f}" if "cpu_over_bare_ms" in e else ""})
     columns = [Column("row", 13, lambda r: r["row"], left=True), Column("proxy", 22, lambda r: r["proxy"], left=True),
                Column("added p50 ms", 14, lambda r: r["added"]), Column("CPU ms/req", 12, lambda r: r["cpu"]),
                Column("added/router", 14, lambda r: r["added_ratio"]), Column("CPU/router", 12, lambda r: r["cpu_ratio"]),
                Column("CPU - bare", 12, lambda r: r["over_bare"])]
     print(render(columns, table))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2))
-    print(f"wrote {args.out}")
+    write_results(args.out, result)
     return 0
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
-import json
 import os
 import random
 import statistics
@@ -35,6 +34,7 @@ from redis.utils import HIREDIS_AVAILABLE
 from tests.support.redis_servers import RedisServer
 
 from benchmarks._procs import ROOT
+from benchmarks._run import parse_args, write_results
 from benchmarks._table import Column, render
 from mmgate.config import CacheSettings, MediaSettings
 from mmgate.store.redis.nodes import StandaloneNodes
@@ -42,6 +42,7 @@ from mmgate.store.redis.tier import RedisSharedTier, SharedCacheMetrics
 from mmgate.store.types import LoadedImage
 
 MiB = 1 << 20
+QUICK = {"iterations": 20, "size": 64 * 1024}
 
 
 def tier_for(port: int, parser: type, cache: CacheSettings, media: MediaSettings) -> tuple[RedisSharedTier, Redis]:
@@ -107,7 +108,7 @@ def main() -> int:
     p.add_argument("--iterations", type=int, default=2000)
     p.add_argument("--size", type=int, default=MiB, help="payload bytes of the entry")
     p.add_argument("--out", type=Path, default=ROOT / "results" / "shared_hit.json")
-    args = p.parse_args()
+    args = parse_args(p, QUICK)
     try:
         import uvloop
         uvloop.install()
@@ -130,9 +131,7 @@ def main() -> int:
                Column("÷ raw GET, same parser", 24, lambda r: r["ratio"])]
     print(f"entry payload {args.size} bytes, {args.iterations} interleaved rounds")
     print(render(columns, rows))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "p50_us": p50}, indent=2))
-    print(f"wrote {args.out}")
+    write_results(args.out, {"args": {k: str(v) for k, v in vars(args).items()}, "p50_us": p50})
     return 0
 
 

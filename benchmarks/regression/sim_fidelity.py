@@ -19,7 +19,6 @@ import argparse
 import asyncio
 import functools
 import itertools
-import json
 import statistics
 import time
 from pathlib import Path
@@ -30,6 +29,11 @@ import aiohttp
 ROOT = Path(__file__).resolve().parents[2]
 from tests.support.fidelity import jpeg_url, run_corpus  # noqa: E402
 from tests.support.vllm import SimProcess, VllmSetup, start_replicas  # noqa: E402
+
+from benchmarks._run import parse_args, write_results  # noqa: E402
+
+# Needs real vLLM even so (one replica, 60-90 s to start): the contract corpus and one timing request.
+QUICK = {"repeats": 1}
 
 TEXT_LENGTHS = (64, 1024, 2048, 3072)  # prompt tokens of filler text (byte-level: 1 char = 1 token)
 IMAGE_SIDES = (224, 512, 768)
@@ -206,14 +210,12 @@ async def main_async(args: argparse.Namespace) -> int:
         for r in replicas:
             r.stop()
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({
+        write_results(args.out, {
             "sim_args": args.sim_args, "repeats": args.repeats,
             "contract": [{"vllm": r.comparable(), "sim": s.comparable()}
                          for r, s in zip(contract_real, contract_sim, strict=True)],
             "timing_ms": timing, "fitted": fitted,
-        }, indent=2))
-        print(f"\nwrote {args.out}")
+        })
     return 0
 
 
@@ -225,7 +227,7 @@ def main() -> int:
     p.add_argument("--fit", action="store_true", help="print sim settings fitted from vLLM's figures")
     p.add_argument("--out", type=Path, default=None, help="write everything as JSON here")
     p.add_argument("--log-dir", type=Path, default=ROOT / "build" / "sim-fidelity")
-    return asyncio.run(main_async(p.parse_args()))
+    return asyncio.run(main_async(parse_args(p, QUICK)))
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ import argparse
 import asyncio
 import contextlib
 import io
-import json
 import re
 import shutil
 import sys
@@ -29,12 +28,14 @@ from typing import Any
 from rich.console import Console
 
 from benchmarks._procs import ROOT, free_port, start, stop
+from benchmarks._run import parse_args, write_results
 from mmgate.bench.dataset import load_dataset
 from mmgate.bench.runner import run_benchmark
 from mmgate.bench.settings import BenchSettings
 from mmgate.bench.synth import SlidingWindowSpec, generate_sliding_window
 
 MiB = 1024 * 1024
+QUICK = {"requests": 40, "sessions": 4, "turns": 10, "concurrency": 4, "sample_s": 0.5}
 
 
 def tree(pid: int) -> list[int]:
@@ -103,7 +104,7 @@ def main() -> int:
     p.add_argument("--sample-s", type=float, default=5.0)
     p.add_argument("--serve-args", default="", help="more flags for `mmgate serve`")
     p.add_argument("--out", type=Path, default=ROOT / "results" / "soak_default.json")
-    args = p.parse_args()
+    args = parse_args(p, QUICK)
     port = free_port()
     proc = start(["serve", "--port", str(port), *args.serve_args.split()], port)
     url = f"http://127.0.0.1:{port}"
@@ -152,9 +153,7 @@ def main() -> int:
         print(f"{n:>9} {r:>8.1f}   ({t:.0f} s)")
     print(f"base {base:.1f} MiB, peak {result['peak_rss_mib']} MiB; after warm-up "
           f"{result['after_warmup_min_mib']} to {result['after_warmup_max_mib']} MiB; errors {errors}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2))
-    print(f"wrote {args.out}")
+    write_results(args.out, result)
     return 0
 
 

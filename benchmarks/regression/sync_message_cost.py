@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import resource
 import statistics
 import sys
@@ -38,6 +37,7 @@ from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
 from benchmarks._procs import free_port, stop
+from benchmarks._run import parse_args, write_results
 from benchmarks._table import Column, pct, print_table
 from benchmarks.regression.image_affinity import start_redis
 from mmgate.config import GatewaySettings
@@ -47,6 +47,7 @@ from mmgate.routing import BackendHoldings, PeerBudget, Routed, RoutingSync, syn
 CHANNEL = "bench:routing"
 SECRET = b"the benchmark's fleet secret, 32+ characters"
 SENDER = "0123456789abcdef"
+QUICK = {"messages": 20, "apply_messages": 5, "flood_rate": 50.0, "flood_s": 0.4, "repeats": 1}
 
 
 def unbounded() -> PeerBudget:
@@ -219,7 +220,7 @@ def main() -> None:
     parser.add_argument("--flood-s", type=float, default=3.0)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", default="results/sync_message_cost.json")
-    args = parser.parse_args()
+    args = parse_args(parser, QUICK)
     port = free_port()
     redis = start_redis(port)
     with tempfile.TemporaryDirectory() as tmp:
@@ -258,12 +259,9 @@ def main() -> None:
                  Column("applied", 8, lambda r: f"{r['applied']:.0f}"),
                  Column("dropped", 8, lambda r: f"{r['dropped']:.0f}"),
                  Column("CPU s applying", 15, lambda r: f"{r['cpu_s_applying']:.3f}")], flood_rows)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"args": vars(args), "command": " ".join(sys.argv), "costs": cost_rows,
-                               "floods": flood_rows, "runs": runs,
-                               "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, indent=2))
-    print(f"wrote {out}")
+    write_results(args.out, {"args": vars(args), "command": " ".join(sys.argv), "costs": cost_rows,
+                             "floods": flood_rows, "runs": runs,
+                             "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
 
 
 if __name__ == "__main__":

@@ -47,8 +47,13 @@ ROOT = Path(__file__).resolve().parents[2]
 from tests.support.fidelity import jpeg_url  # noqa: E402
 from tests.support.vllm import GatewayProcess, SimProcess, VllmReplica, VllmSetup, start_replicas  # noqa: E402
 
+from benchmarks._run import parse_args, write_results  # noqa: E402
+
 MODES = ("direct-resend", "direct-strip", "gw-off", "gw-auto", "gw-strip")
 MODELS = {"tiny": (), "small-lm": ("--hidden-size", "64", "--layers", "1", "--heads", "2", "--kv-heads", "1")}
+# The sim leg only (no vLLM), two sessions of two turns, sped up.
+QUICK = {"engines": "sim", "models": "tiny", "sessions": 2, "turns": 2, "image_size": 64, "concurrency": "2",
+         "rounds": 1, "modes": "direct-strip,gw-auto", "sim_args": "--profile tiny-qwen2vl-cpu --speedup 20"}
 _METRIC = re.compile(r"^([a-zA-Z_:]+)(\{[^}]*\})? ([0-9.e+-]+)$", re.M)
 
 
@@ -257,7 +262,7 @@ def main() -> int:
                    help="add the runs of an earlier --out file (repeatable), to compare with them")
     p.add_argument("--out", type=Path, default=ROOT / "results" / "vllm_sliding_window.json")
     p.add_argument("--log-dir", type=Path, default=ROOT / "build" / "vllm-sliding-window")
-    args = p.parse_args()
+    args = parse_args(p, QUICK)
     base = VllmSetup.locate() if "vllm" in args.engines.split(",") else None
     results: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}, "runs": {}}
     modes = args.modes.split(",")
@@ -293,9 +298,7 @@ def main() -> int:
             a, b = real["ratios"][c].get("auto/off"), {str(k): v for k, v in sim["ratios"].items()}.get(str(c), {}).get("auto/off")
             if a and b:
                 print(f"c={c}: vLLM {a['pooled']:.2f}, sim {b['pooled']:.2f}, sim/vLLM {b['pooled'] / a['pooled']:.2f}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2))
-    print(f"\nwrote {args.out}")
+    write_results(args.out, results)
     return 0
 
 
