@@ -1,10 +1,12 @@
 """nginx in front of mmgate with the shipped configuration (deploy/nginx/, docs/DEPLOY.md "nginx in
 front"): a real nginx, a real ``mmgate serve`` and a real ``mmgate sim`` on loopback. A streamed chat
 reaches the client chunk by chunk (not buffered into one reply), the gateway's JSON errors pass
-through unchanged, and nginx's own 413 (a body over ``client_max_body_size``) has the same shape."""
+through unchanged, nginx's own 413 (a body over ``client_max_body_size``) has the same shape, and a
+client that leaves mid-stream cancels the gateway's request (499)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +16,7 @@ import orjson
 import pytest
 
 from tests.support.nginx import nginx_binary, nginx_in_front
-from tests.support.serve_process import GatewayProcess, serve_process
+from tests.support.serve_process import GatewayProcess, metric_value, serve_process
 from tests.support.vllm import SERVED_MODEL, SimProcess
 
 pytestmark = pytest.mark.skipif(
@@ -87,3 +89,19 @@ async def test_the_gateways_413_passes_through_and_nginxs_own_has_its_shape(fron
         async with s.post(url + "/v1/chat/completions", data=b"{not json",
                           headers={"Content-Type": "application/json"}) as r:
             assert r.status == 400 and orjson.loads(await r.read())["error"]["type"] == "invalid_request_error"
+
+
+async def test_a_client_that_leaves_mid_stream_cancels_the_request_behind_nginx(front: tuple[str, GatewayProcess]) -> None:
+    url, gw = front
+    port = int(url.rsplit(":", 1)[1])
+    body = orjson.dumps(chat(2000, True))  # 20 s of tokens at the sim's pace
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    await writer.drain()
+    await asyncio.wait_for(reader.readuntil(b"data: "), 10)  # the stream has started
+    writer.transport.abort()
+    deadline = time.monotonic() + 5
+    while metric_value(gw.metrics(), "mmgate_requests_total", route="/v1/chat/completions", status="499") < 1:
+        assert time.monotonic() < deadline, "the gateway did not see the client leave"
+        await asyncio.sleep(0.1)
