@@ -10,11 +10,11 @@ import time
 import urllib.request
 from pathlib import Path
 
+from tests.support.ports import free_port
+
 ROOT = Path(__file__).resolve().parent.parent
 # The processes a benchmark starts by path (a relay, a zero-latency backend, an OTLP sink).
 SERVERS = ROOT / "benchmarks" / "servers"
-
-from tests.support.ports import free_port  # noqa: E402
 
 __all__ = ["CLK_TCK", "MMGATE", "ROOT", "SERVERS", "cpu_seconds", "free_port", "start", "stop"]
 MMGATE = [sys.executable, "-m", "mmgate"]

@@ -30,17 +30,15 @@ from typing import Any
 
 from PIL import Image
 from prometheus_client import CollectorRegistry
+from tests.support.origin import ImageOrigin
+from tests.support.redis_servers import RedisClusterServers, RedisServer
 
-ROOT = Path(__file__).resolve().parents[2]
-from tests.support.origin import ImageOrigin  # noqa: E402
-from tests.support.redis_servers import RedisClusterServers, RedisServer  # noqa: E402
-
-from benchmarks._run import parse_args, write_results  # noqa: E402
-from mmgate.config import CacheSettings, MediaSettings  # noqa: E402
-from mmgate.media.keys import url_key  # noqa: E402
-from mmgate.media.loader import MediaLoader  # noqa: E402
-from mmgate.store import LoadedImage  # noqa: E402
-from mmgate.store.redis.tier import RedisSharedTier, build_shared_tier  # noqa: E402
+from benchmarks._run import parse_args, write_results
+from mmgate.config import CacheSettings, MediaSettings
+from mmgate.media.keys import url_key
+from mmgate.media.loader import MediaLoader
+from mmgate.store import LoadedImage
+from mmgate.store.redis.tier import RedisSharedTier, build_shared_tier
 
 CONNECT_S = IO_S = 0.5
 ORIGIN_DELAY_S = 0.05

@@ -23,14 +23,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.fleet import faults
+from tests.fleet.harness import running_fleet
+from tests.fleet.workload import Service, SessionWorkload
 
-from tests.fleet import faults  # noqa: E402
-from tests.fleet.harness import running_fleet  # noqa: E402
-from tests.fleet.workload import Service, SessionWorkload  # noqa: E402
-
-from benchmarks._run import parse_args, write_results  # noqa: E402
-from benchmarks._table import Column, print_table  # noqa: E402
+from benchmarks._run import parse_args, write_results
+from benchmarks._table import Column, print_table
 
 A, B, C = "127.0.0.2", "127.0.0.3", "127.0.0.4"
 QUICK = {"sessions": 8, "concurrency": 4, "phase_seconds": 1.0, "max_tokens": 4, "speedup": 1000.0}

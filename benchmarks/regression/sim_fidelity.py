@@ -25,12 +25,11 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from tests.support.fidelity import jpeg_url, run_corpus
+from tests.support.vllm import SimProcess, VllmSetup, start_replicas
 
-ROOT = Path(__file__).resolve().parents[2]
-from tests.support.fidelity import jpeg_url, run_corpus  # noqa: E402
-from tests.support.vllm import SimProcess, VllmSetup, start_replicas  # noqa: E402
-
-from benchmarks._run import parse_args, write_results  # noqa: E402
+from benchmarks._procs import ROOT
+from benchmarks._run import parse_args, write_results
 
 # Needs real vLLM even so (one replica, 60-90 s to start): the contract corpus and one timing request.
 QUICK = {"repeats": 1}

@@ -42,12 +42,11 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from tests.support.fidelity import jpeg_url
+from tests.support.vllm import GatewayProcess, SimProcess, VllmReplica, VllmSetup, start_replicas
 
-ROOT = Path(__file__).resolve().parents[2]
-from tests.support.fidelity import jpeg_url  # noqa: E402
-from tests.support.vllm import GatewayProcess, SimProcess, VllmReplica, VllmSetup, start_replicas  # noqa: E402
-
-from benchmarks._run import parse_args, write_results  # noqa: E402
+from benchmarks._procs import ROOT
+from benchmarks._run import parse_args, write_results
 
 MODES = ("direct-resend", "direct-strip", "gw-off", "gw-auto", "gw-strip")
 MODELS = {"tiny": (), "small-lm": ("--hidden-size", "64", "--layers", "1", "--heads", "2", "--kv-heads", "1")}

@@ -14,9 +14,9 @@ holds at every moment), and the solver knows the future: no online routing can d
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
+from benchmarks._run import write_results
 from benchmarks.regression.image_affinity import add_workload_args, workload
 
 
@@ -91,9 +91,7 @@ def main() -> None:
         print(f"{r['load_factor']:>6.1f}{r['request_cap']:>18}{r['copies']:>8.0f}{r['processed_per_unique']:>17.3f}x"
               f"{r['processed_per_unique_lower_bound']:>11.3f}x")
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"args": vars(args), "rows": rows}, indent=2))
-    print(f"wrote {out}")
+    write_results(out, {"args": vars(args), "rows": rows})
 
 
 if __name__ == "__main__":

@@ -14,17 +14,16 @@ import argparse
 import base64
 import functools
 import hashlib
-import json
 import statistics
 import time
 from collections.abc import Callable
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-from tests.support.images import image_of_about  # noqa: E402
+from tests.support.images import image_of_about
 
-from mmgate.media.dataurl import decode_payload, parse_data_url, payload_digest  # noqa: E402
-from mmgate.media.validate import validate_image  # noqa: E402
+from benchmarks._procs import ROOT
+from benchmarks._run import write_results
+from mmgate.media.dataurl import decode_payload, parse_data_url, payload_digest
+from mmgate.media.validate import validate_image
 
 FORMATS = ("JPEG", "PNG", "WEBP")
 
@@ -86,9 +85,7 @@ def main() -> None:
         print(f"{r['format']:6} {r['noise']:5.2f} {r['bytes']:9d} {r['pixels']:>11} {r['validate_ms']:9.2f} "
               f"{draft} {r['sha256_ms']:7.2f} {r['data_url_repeat_ms']:8.2f} {r['b64_decode_and_hash_ms']:8.2f}")
     out = ROOT / args.out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"runs": args.runs, "rows": rows}, indent=2))
-    print(f"wrote {out}")
+    write_results(out, {"runs": args.runs, "rows": rows})
 
 
 if __name__ == "__main__":
