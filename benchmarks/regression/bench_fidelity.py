@@ -31,11 +31,11 @@ from rich.console import Console
 
 from benchmarks._procs import SERVERS, free_port
 from benchmarks._run import parse_args, write_results
+from mmgate.app_runtime import install_uvloop
 from mmgate.bench.dataset import Session, Turn
 from mmgate.bench.runner import run_benchmark
 from mmgate.bench.settings import BenchSettings
 from mmgate.bench.stats import distribution
-from mmgate.serving import install_uvloop
 
 QUICK = {"requests": 40, "concurrency": 4}
 

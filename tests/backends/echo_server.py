@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import orjson
 from aiohttp import web
 
-from mmgate.serving import start_app
+from mmgate.app_runtime import start_app
 
 
 @dataclass

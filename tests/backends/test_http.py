@@ -12,9 +12,9 @@ import orjson
 import pytest
 from aiohttp import web
 
+from mmgate.app_runtime import start_app
 from mmgate.backends import BackendKind, HTTPBackend, status_error
 from mmgate.errors import BackendConnectError, BackendProtocolError, BackendStatusError, BackendTimeoutError
-from mmgate.serving import start_app
 from tests.support.ports import free_port
 
 

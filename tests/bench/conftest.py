@@ -18,8 +18,8 @@ import orjson
 import pytest
 from aiohttp import web
 
+from mmgate.app_runtime import start_app
 from mmgate.bench.synth import SlidingWindowSpec, generate_sliding_window
-from mmgate.serving import start_app
 from mmgate.sim.config import SimSettings
 from mmgate.sim.server import SimServer, start_sim
 

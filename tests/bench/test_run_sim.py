@@ -15,10 +15,10 @@ import orjson
 from aiohttp import web
 from rich.console import Console
 
+from mmgate.app_runtime import json_response
 from mmgate.bench.dataset import load_dataset
 from mmgate.bench.runner import run_benchmark
 from mmgate.bench.settings import BenchSettings
-from mmgate.serving import json_response
 from mmgate.sim.server import SimServer
 from tests.bench.conftest import Recorder, write_jsonl
 

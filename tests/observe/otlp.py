@@ -14,7 +14,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from mmgate.serving import start_app
+from mmgate.app_runtime import start_app
 
 
 @dataclass

@@ -280,7 +280,7 @@ async def test_stop_is_bounded_when_a_background_task_will_not_stop(
     task = next(t for t in asyncio.all_tasks() if t.get_name() == "mmgate-router-sync")
     await asyncio.sleep(0.01)  # it runs, and waits
     started = time.monotonic()
-    with caplog.at_level(logging.ERROR, logger="mmgate.serving"):
+    with caplog.at_level(logging.ERROR, logger="mmgate.app_runtime"):
         await router.stop()  # the shutdown goes on: the gateway is not held by one stuck task
     assert 0.25 < time.monotonic() - started < 2.0
     assert any("mmgate-router-sync did not stop" in r.getMessage() for r in caplog.records)

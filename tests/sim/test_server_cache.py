@@ -12,7 +12,7 @@ import pytest
 from aiohttp import web
 from openai import AsyncOpenAI, BadRequestError
 
-from mmgate.serving import start_app
+from mmgate.app_runtime import start_app
 from mmgate.sim.server import SimServer
 from tests.sim.conftest import SimFactory
 from tests.sim.helpers import cache_gb, chat_body, data_url, image_bytes, image_part, post_chat

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from mmgate.serving import start_app
+from mmgate.app_runtime import start_app
 
 _CHUNK = 64 * 1024
 

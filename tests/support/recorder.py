@@ -12,7 +12,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from mmgate.serving import start_app
+from mmgate.app_runtime import start_app
 
 
 @dataclass

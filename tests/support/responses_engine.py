@@ -19,7 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
-from mmgate.serving import json_response, start_app
+from mmgate.app_runtime import json_response, start_app
 from mmgate.sim.server import build_app
 from tests.support.gateway import FAST_SIM
 

@@ -28,10 +28,10 @@ from mmgate.api.edge import read_body
 from mmgate.api.forward import FORWARDER_KEY, deliver
 from mmgate.api.gateway import Gateway
 from mmgate.api.lifecycle import tracked_handler
+from mmgate.app_runtime import json_response
 from mmgate.backends import Backend, BackendReply
 from mmgate.errors import ForbiddenError, InvalidRequestError, MmgateError
 from mmgate.metrics import OPERATOR_ROUTE
-from mmgate.serving import json_response
 
 ADMIN_KEY = web.AppKey("admin_key", str)
 ADMIN_HEADER = "X-Mmgate-Admin-Key"

@@ -32,12 +32,12 @@ from mmgate.api.forward import FORWARDER_KEY, GATEWAY_KEY, Forwarder, deliver
 from mmgate.api.gateway import Gateway
 from mmgate.api.lifecycle import CLIENT_CLOSED, admitted, request_tenant, tracked_handler
 from mmgate.api.tenant_slots import TenantSlots
+from mmgate.app_runtime import json_response
 from mmgate.backends import Backend, BackendReply
 from mmgate.errors import EndpointNotFoundError, ForbiddenError, MmgateError
 from mmgate.metrics import CHAT_ROUTE, UNMATCHED_ROUTE
 from mmgate.observe.middleware import Observer, install
 from mmgate.observe.tracing import Tracing
-from mmgate.serving import json_response
 
 __all__ = ["CLIENT_CLOSED", "GATEWAY_KEY", "NOT_SERVED", "build_app"]
 

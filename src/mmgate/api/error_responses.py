@@ -7,8 +7,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from mmgate.app_runtime import json_response
 from mmgate.errors import BackendStatusError, MmgateError
-from mmgate.serving import json_response
 
 
 def error_response(exc: MmgateError, headers: dict[str, str] | None = None) -> web.Response:

@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from mmgate.api.chat_request import ChatRequest, parse_chat_request, parse_chat_request_async
+from mmgate.app_runtime import lower_thread_priority
 from mmgate.backends import CHAT_PATH, Backend, BackendReply
 from mmgate.config import GatewaySettings
 from mmgate.errors import (
@@ -47,7 +48,6 @@ from mmgate.reuse import (
 )
 from mmgate.reuse.videos import VIDEO_HELD_BYTES, VIDEO_WEIGHT, VideoURLs, send_healing_videos, video_refs
 from mmgate.routing import RoutedImage, Router
-from mmgate.serving import lower_thread_priority
 from mmgate.store import LoadedImage
 
 # Threads that inflate compressed request bodies (the most at once; the rest wait their turn).

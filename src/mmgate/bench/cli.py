@@ -162,8 +162,8 @@ def _console() -> Console:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from mmgate.app_runtime import install_uvloop
     from mmgate.bench.runner import run_benchmark
-    from mmgate.serving import install_uvloop
 
     settings = settings_from_args(args)
     quiet = _switch(args.quiet, "--quiet")

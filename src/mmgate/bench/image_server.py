@@ -15,8 +15,8 @@ from pathlib import Path
 
 from aiohttp import web
 
+from mmgate.app_runtime import start_app
 from mmgate.bench.images import sniff_image_type
-from mmgate.serving import start_app
 
 
 @dataclass(slots=True)

@@ -28,12 +28,12 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
+from mmgate.app_runtime import lower_thread_priority
 from mmgate.errors import BusyError, ImageTooLargeError
 from mmgate.media.decode_procs import DecodeProcesses
 from mmgate.media.metrics import AbandonReason
 from mmgate.media.prescale import Prescale
 from mmgate.media.validate import ImageInfo
-from mmgate.serving import lower_thread_priority
 
 _T = TypeVar("_T")
 # A decode past this is abandoned (its worker killed) and the image refused (415). Real images of

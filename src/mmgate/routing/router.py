@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 
 from redis.asyncio import Redis
 
+from mmgate.app_runtime import STOP_WAIT_S, stop_tasks
 from mmgate.backends import Backend
 from mmgate.config import GatewaySettings
 from mmgate.errors import ConfigError
@@ -27,7 +28,6 @@ from mmgate.routing.holdings import processed_bytes, session_token
 from mmgate.routing.scheduling import RoutingPolicy
 from mmgate.routing.sync import SECRET_FLAG, Routed, RoutingSync, read_sync_secret, sync_client
 from mmgate.routing.weights import UNKNOWN_IMAGE_TOKENS, RoutedImage
-from mmgate.serving import STOP_WAIT_S, stop_tasks
 
 log = logging.getLogger(__name__)
 

@@ -25,10 +25,10 @@ from mmgate._settings import (
     values_from_args,
     values_from_file,
 )
+from mmgate.app_runtime import install_uvloop, serve_forever
 from mmgate.config import GatewaySettings
 from mmgate.heap import keep_request_buffers
 from mmgate.serve.first_backend import add_start_timeout_argument, start_timeout_s, wait_for_first_backend
-from mmgate.serving import install_uvloop, serve_forever
 from mmgate.sim import SimSettings
 
 if TYPE_CHECKING:

@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry
 
 from mmgate.api import Gateway, build_app
 from mmgate.api.edge import raise_fd_limit
+from mmgate.app_runtime import bound_port, server_logger
 from mmgate.backends import Backend, HTTPBackend
 from mmgate.backends.discovery import (
     BackendDiscovery,
@@ -35,7 +36,6 @@ from mmgate.reuse import KeySpace, UUIDStore
 from mmgate.routing import build_router
 from mmgate.serve.engines import embedded_defaults, start_embedded_engines
 from mmgate.serve.secrets import read_admin_key, read_backend_keys, read_tenant_keys
-from mmgate.serving import bound_port, server_logger
 from mmgate.sim import SimSettings
 from mmgate.store import build_shared_tier
 

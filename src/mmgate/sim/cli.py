@@ -8,7 +8,7 @@ import sys
 from collections.abc import Awaitable, Callable
 
 from mmgate._settings import Flag, add_flags, from_args
-from mmgate.serving import install_uvloop, serve_forever
+from mmgate.app_runtime import install_uvloop, serve_forever
 from mmgate.sim.config import SimSettings
 from mmgate.sim.server import start_sim
 

@@ -17,7 +17,7 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestPayloadError
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from mmgate.serving import json_response, start_app
+from mmgate.app_runtime import json_response, start_app
 from mmgate.sim import responses
 from mmgate.sim.config import SimSettings
 from mmgate.sim.engine import Admitted, SimEngine

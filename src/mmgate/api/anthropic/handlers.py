@@ -34,9 +34,9 @@ from mmgate.api.forward import Forwarder
 from mmgate.api.forward import deliver as forward_deliver
 from mmgate.api.gateway import Gateway
 from mmgate.api.lifecycle import deliver, request_tenant, tracked
+from mmgate.app_runtime import json_response
 from mmgate.errors import BackendProtocolError, InvalidRequestError, MmgateError
 from mmgate.jsonbody import dumps_body, loads_body
-from mmgate.serving import json_response
 
 _JSON = {"Content-Type": "application/json"}
 MESSAGES_PATH = "/v1/messages"

@@ -17,7 +17,7 @@ import time
 
 from redis.asyncio import Redis
 
-from mmgate.serving import STOP_WAIT_S, stop_tasks
+from mmgate.app_runtime import STOP_WAIT_S, stop_tasks
 from mmgate.store.redis.breakers import NodeBreakers
 from mmgate.store.redis.nodes import Nodes
 
