@@ -36,16 +36,14 @@ from typing import Any
 from aiohttp import web
 from PIL import Image
 from prometheus_client import CollectorRegistry
+from tests.support.redis_servers import RedisClusterServers, RedisServer
 
-ROOT = Path(__file__).resolve().parents[2]
-from tests.support.redis_servers import RedisClusterServers, RedisServer  # noqa: E402
-
-from benchmarks._run import parse_args, write_results  # noqa: E402
-from mmgate.app_runtime import install_uvloop, start_app  # noqa: E402
-from mmgate.config import CacheSettings, MediaSettings  # noqa: E402
-from mmgate.media.keys import url_key  # noqa: E402
-from mmgate.media.loader import MediaLoader  # noqa: E402
-from mmgate.store.redis.tier import RedisSharedTier, build_shared_tier  # noqa: E402
+from benchmarks._run import parse_args, write_results
+from mmgate.app_runtime import install_uvloop, start_app
+from mmgate.config import CacheSettings, MediaSettings
+from mmgate.media.keys import url_key
+from mmgate.media.loader import MediaLoader
+from mmgate.store.redis.tier import RedisSharedTier, build_shared_tier
 
 MiB = 1024 * 1024
 AIMS = {"local_hit_p50_us": 50.0, "shared_hit_1mib_p50_us": 2000.0, "origin_requests_per_burst": 1}
@@ -174,6 +172,7 @@ from mmgate.config import CacheSettings, MediaSettings
 from mmgate.media.loader import MediaLoader
 from mmgate.store.redis.tier import build_shared_tier
 from prometheus_client import CollectorRegistry
+
 
 async def main(redis_url, cluster, prefix, url, loads):
     media = MediaSettings(allowed_private=("127.0.0.1",), total_timeout_s=10.0)
