@@ -73,14 +73,6 @@ class MediaSettings(Frozen):
         "its large images or refused (429 with Retry-After) before any is decoded")
     decode_workers: int = setting(2, flag="--decode-workers", advanced=True, ge=1, le=64,
                                   help="processes decoding images (and threads hashing and encoding them)")
-    prescale_max_pixels: int = setting(
-        0, flag="--prescale-max-pixels", ge=0,
-        help="downscale each image larger than the backend's processor keeps to the size it resizes it to "
-        "(Qwen2-VL's rule: sides multiples of --prescale-factor, area at most this), so the backend decodes "
-        "a small image: set it to the model's max_pixels (docs/PERFORMANCE.md, prescaling); 0: off")
-    prescale_factor: int = setting(28, flag="--prescale-factor", advanced=True, ge=1, le=256,
-                                   help="the processor's grid for --prescale-max-pixels: patch size x merge "
-                                   "size (Qwen2-VL and Qwen2.5-VL 28, Qwen3-VL 32)")
 
     @field_validator("allowed_private")
     @classmethod

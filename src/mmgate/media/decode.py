@@ -32,7 +32,6 @@ from mmgate.app_runtime import lower_thread_priority
 from mmgate.errors import BusyError, ImageTooLargeError
 from mmgate.media.decode_procs import DecodeProcesses
 from mmgate.media.metrics import AbandonReason
-from mmgate.media.prescale import Prescale
 from mmgate.media.validate import ImageInfo
 
 _T = TypeVar("_T")
@@ -183,19 +182,17 @@ class DecodeLanes:
         return await asyncio.wrap_future(future)
 
     async def decode(self, pixels: int, tenant: str | None, data: bytes, allowed_formats: tuple[str, ...],
-                     max_pixels: int, *, reserved: bool = False, prescale: Prescale | None = None) -> ImageInfo:
-        """The full decode of an image of ``pixels`` (``validate_image``, then ``prescale``'s resize
-        if it shrinks the image) in a worker process, for ``tenant`` (its tag; None without
-        tenants). ``reserved``: as for ``run``."""
+                     max_pixels: int, *, reserved: bool = False) -> ImageInfo:
+        """The full decode of an image of ``pixels`` (``validate_image``) in a worker process, for
+        ``tenant`` (its tag; None without tenants). ``reserved``: as for ``run``."""
         if pixels <= self.large_image_pixels:
-            return await self.processes.validate(tenant, data, allowed_formats, max_pixels, pixels=pixels,
-                                                 prescale=prescale)
+            return await self.processes.validate(tenant, data, allowed_formats, max_pixels, pixels=pixels)
         if not reserved:
             self.reserve(pixels)
         try:
             async with self._large_turn:
                 return await self.processes.validate(tenant, data, allowed_formats, max_pixels, pixels=pixels,
-                                                     low_priority=True, prescale=prescale)
+                                                     low_priority=True)
         finally:
             self.release(pixels)
 

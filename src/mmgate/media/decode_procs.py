@@ -39,7 +39,6 @@ from typing import Any
 from mmgate.errors import ImageTooLargeError, MediaError, UnsupportedImageError
 from mmgate.media.decode_worker import Worker, send, serve
 from mmgate.media.metrics import AbandonReason
-from mmgate.media.prescale import Prescale
 from mmgate.media.validate import ImageInfo
 
 log = logging.getLogger(__name__)
@@ -98,7 +97,7 @@ class DecodeProcesses:
         return self._live
 
     async def validate(self, tenant: str | None, data: bytes, allowed_formats: tuple[str, ...], max_pixels: int,
-                       *, pixels: int, low_priority: bool = False, prescale: Prescale | None = None) -> ImageInfo:
+                       *, pixels: int, low_priority: bool = False) -> ImageInfo:
         """``validate_image(data, …)`` in a worker; ``tenant`` (its tag, or None without tenants)
         decides its turn, ``pixels`` (from the image's header) its CPU budget. Raises the worker's
         refusal, or ``UnsupportedImageError`` past the time limit or the CPU budget."""
@@ -108,7 +107,7 @@ class DecodeProcesses:
             worker = self._idle.pop() if self._idle else await self._spawn()
             if low_priority:
                 worker.lower_priority()
-            reply = await self._decode(worker, data, (allowed_formats, max_pixels, prescale), pixels)
+            reply = await self._decode(worker, data, allowed_formats, max_pixels, pixels)
         except BaseException as exc:
             if worker is not None:
                 self._kill(worker)
@@ -131,7 +130,7 @@ class DecodeProcesses:
                 "cpu_budget" if isinstance(cause, _OverBudget) else "time_limit")
             self._on_abandon(reason)
 
-    async def _decode(self, worker: Worker, data: bytes, header: tuple[tuple[str, ...], int, Prescale | None],
+    async def _decode(self, worker: Worker, data: bytes, allowed: tuple[str, ...], max_pixels: int,
                       pixels: int) -> Any:
         loop = asyncio.get_running_loop()
         replied: asyncio.Future[None] = loop.create_future()
@@ -143,9 +142,9 @@ class DecodeProcesses:
         over_budget: asyncio.Future[float] = loop.create_future()  # set to the CPU used, past the budget
         try:
             if len(data) <= _INLINE_SEND_BYTES:  # fits the socket's buffer: the write never waits
-                send(worker.conn, data, header)
+                send(worker.conn, data, (allowed, max_pixels))
             else:  # a big image fills it before the worker reads: sent from a thread of our own
-                await loop.run_in_executor(self._io, send, worker.conn, data, header)
+                await loop.run_in_executor(self._io, send, worker.conn, data, (allowed, max_pixels))
             cpu_at_start = worker.cpu_seconds()
             slow = loop.call_later(self.slow_after_s, self._check_slow, worker, cpu_at_start, decoding)
             if self.cpu_budget_s is not None and cpu_at_start is not None:

@@ -11,37 +11,27 @@ from pathlib import Path
 from typing import Any
 
 from mmgate.errors import MediaError
-from mmgate.media.prescale import Prescale, prescaled
-from mmgate.media.validate import ImageInfo, validate_image
+from mmgate.media.validate import validate_image
 
 LOWEST_PRIORITY = 19
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def serve(conn: Connection) -> None:
-    """A worker: validate (and prescale) each image it is sent until its parent closes the pipe."""
+    """A worker: validate each image it is sent until its parent closes the pipe."""
     while True:
         try:
             data = conn.recv_bytes()
-            allowed, max_pixels, prescale = conn.recv()
+            allowed, max_pixels = conn.recv()
         except (EOFError, OSError):  # the parent closed its end or died: nothing more to do
             return
         try:
-            reply: tuple[Any, ...] = ("ok", check(data, allowed, max_pixels, prescale))
+            reply: tuple[Any, ...] = ("ok", validate_image(data, allowed_formats=allowed, max_pixels=max_pixels))
         except MediaError as exc:
             reply = ("refused", type(exc).__name__, exc.message)
         except Exception as exc:  # anything else Pillow raises is the image's fault too
             reply = ("refused", "UnsupportedImageError", f"the image cannot be decoded ({type(exc).__name__})")
         conn.send(reply)
-
-
-def check(data: bytes, allowed: tuple[str, ...], max_pixels: int, prescale: Prescale | None) -> ImageInfo:
-    """``validate_image``, then the image at the backend processor's size when ``prescale`` shrinks it."""
-    info = validate_image(data, allowed_formats=allowed, max_pixels=max_pixels)
-    small = None if prescale is None else prescaled(data, prescale, allowed)
-    if small is None:
-        return info
-    return ImageInfo(format="PNG", mime="image/png", width=small[1], height=small[2], prescaled=small[0])
 
 
 class Worker:
@@ -76,6 +66,6 @@ class Worker:
         self.process.join(timeout=0)  # reaped now or by multiprocessing at the next start
 
 
-def send(conn: Connection, data: bytes, header: tuple[tuple[str, ...], int, Prescale | None]) -> None:
+def send(conn: Connection, data: bytes, header: tuple[tuple[str, ...], int]) -> None:
     conn.send_bytes(data)
     conn.send(header)

@@ -42,7 +42,6 @@ from mmgate.media.metrics import MediaMetrics, Outcome
 from mmgate.media.origin import OriginFetcher
 from mmgate.media.passthrough import check_passthrough_url
 from mmgate.media.policy import UrlPolicy
-from mmgate.media.prescale import Prescale
 from mmgate.media.repeats import RepeatIndex, fingerprint, forwards
 from mmgate.media.validate import ImageInfo, probe_image, validate_image
 from mmgate.store import ByteLRU, LoadedImage, SharedTier
@@ -94,9 +93,6 @@ class MediaLoader:
         )
         self._inflight: InflightMap[str, tuple[LoadedImage, Outcome]] = InflightMap()
         self._repeats = RepeatIndex(REPEAT_INDEX_ENTRIES, cache.cache_ttl_s)
-        self._prescale = (Prescale(media.prescale_max_pixels, media.prescale_factor)
-                          if media.prescale_max_pixels else None)
-        self._key_suffix = "" if self._prescale is None else self._prescale.key_suffix
         self._closed = False
         self._lanes = DecodeLanes(
             workers=media.decode_workers, large_image_pixels=media.large_image_pixels,
@@ -177,7 +173,7 @@ class MediaLoader:
             # Pure and cheap: runs before any tier, so a hit never bypasses the policy.
             self.policy.check_url(url)
         try:
-            key = url_key(url) + self._key_suffix
+            key = url_key(url)
         except ValueError as exc:
             raise ForbiddenURLError(f"malformed image URL: {exc}") from exc
 
@@ -202,13 +198,13 @@ class MediaLoader:
         else:
             parsed = parse_data_url(url, max_bytes=self._media.max_image_bytes)
         if parsed.num_bytes >= _INLINE_HASH_BYTES:
-            key = data_url_key(await self._in_pool(payload_digest, parsed)) + self._key_suffix
+            key = data_url_key(await self._in_pool(payload_digest, parsed))
         else:
-            key = data_url_key(payload_digest(parsed)) + self._key_suffix
+            key = data_url_key(payload_digest(parsed))
         self._repeats.remember(mark, key)
 
         async def produce() -> LoadedImage:
-            return await self._validated(parsed, ticket, tenant_tag, source_url=url)
+            return await self._validated(parsed, ticket, tenant_tag)
 
         return await self._through_tiers(key, session_id, produce, ticket, tenant_tag)
 
@@ -263,16 +259,14 @@ class MediaLoader:
         self.metrics.local_cache_bytes.set(self.local.num_cached_bytes)
         self.metrics.local_cache_entries.set(len(self.local))
 
-    async def _validated(self, source: bytes | DataURL, ticket: _Ticket | None, tenant_tag: str | None,
-                         source_url: str | None = None) -> LoadedImage:
+    async def _validated(self, source: bytes | DataURL, ticket: _Ticket | None, tenant_tag: str | None) -> LoadedImage:
         """Decode (data: URLs) and probe ``source``, charge the request's budget and wait for its
         admission (all its images together), then validate it in a decode process (the tenant's
-        turn, the lane its size picks), prescale it if that is on, and hash it. ``source_url``: the
-        data: URL ``source`` came from (kept by a prescaled image to confirm repeats against)."""
+        turn, the lane its size picks) and hash it."""
         media = self._media
         try:
             data, probed, checked = await self._in_pool(
-                _decode_probe, source, media.allowed_formats, media.max_image_pixels, self._prescale)
+                _decode_probe, source, media.allowed_formats, media.max_image_pixels)
             pixels = probed.width * probed.height
             reserved = False
             if ticket is not None:
@@ -287,12 +281,10 @@ class MediaLoader:
             return LoadedImage(data=data, mime=probed.mime, width=probed.width, height=probed.height,
                                digest=digest, _data_url=data_url)
         info = await self._lanes.decode(pixels, tenant_tag, data, media.allowed_formats, media.max_image_pixels,
-                                        reserved=reserved, prescale=self._prescale)
-        if info.prescaled is not None:
-            data = info.prescaled
+                                        reserved=reserved)
         digest, data_url = await self._in_pool(_hash_encode, data, info.mime)
         return LoadedImage(data=data, mime=info.mime, width=info.width, height=info.height, digest=digest,
-                           _data_url=data_url, source=None if info.prescaled is None else source_url)
+                           _data_url=data_url)
 
     async def _in_pool(self, fn: Callable[..., _T], *args: object) -> _T:
         """Small work (hashes, base64, header probes) in the normal lane."""
@@ -316,14 +308,14 @@ def _footprint(image: LoadedImage) -> int:
 
 
 def _decode_probe(
-    source: bytes | DataURL, allowed_formats: tuple[str, ...], max_pixels: int, prescale: Prescale | None
+    source: bytes | DataURL, allowed_formats: tuple[str, ...], max_pixels: int
 ) -> tuple[bytes, ImageInfo, tuple[str, str] | None]:
     """The image's bytes and header; for a PNG, whose whole check is its chunks' CRCs (bounded by
     its bytes, ``mmgate.media.validate``), that check and ``_hash_encode`` too, in this one call:
-    no decode process, no lane, no second trip to the pool — unless it is to be prescaled."""
+    no decode process, no lane, no second trip to the pool."""
     data = decode_payload(source) if isinstance(source, DataURL) else source
     info = probe_image(data, allowed_formats=allowed_formats, max_pixels=max_pixels)
-    if info.format != "PNG" or (prescale is not None and prescale.target(info.width, info.height)):
+    if info.format != "PNG":
         return data, info, None
     info = validate_image(data, allowed_formats=allowed_formats, max_pixels=max_pixels)
     return data, info, _hash_encode(data, info.mime)

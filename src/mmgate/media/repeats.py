@@ -60,6 +60,6 @@ def fingerprint(url: str) -> bytes | None:
 
 
 def forwards(image: LoadedImage, url: str) -> bool:
-    """Whether ``image`` was loaded from exactly the data: URL ``url`` (its type and base64 text):
-    the URL it forwards, or the one it was prescaled from. The confirmation of a fingerprint match."""
-    return (image.data_url() if image.source is None else image.source) == url
+    """Whether ``image`` forwards exactly the data: URL ``url`` (its type and base64 text), so
+    the text decodes to the image's bytes: the confirmation of a fingerprint match."""
+    return image.data_url() == url

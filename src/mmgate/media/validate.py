@@ -38,15 +38,12 @@ from mmgate.errors import ImageTooLargeError, UnsupportedImageError
 
 @dataclass(frozen=True, slots=True)
 class ImageInfo:
-    """What validation learned about an image. ``prescaled``: the image to forward instead, at the
-    backend processor's size (``mmgate.media.prescale``), described by the other fields; None: the
-    image itself."""
+    """What validation learned about an image."""
 
     format: str
     mime: str
     width: int
     height: int
-    prescaled: bytes | None = None
 
 
 def probe_image(data: bytes, *, allowed_formats: tuple[str, ...], max_pixels: int) -> ImageInfo:

@@ -15,8 +15,6 @@ class LoadedImage:
 
     ``digest`` is the hex SHA-256 of ``data`` (the content hash). ``data_url`` is built once, on
     first use, and kept: the same image forwarded to several backends or turns is encoded once.
-    ``source``: the ``data:`` URL the image was made from when it forwards another one (a
-    prescaled image, ``mmgate.media.prescale``): what a repeat of that URL is confirmed against.
     """
 
     data: bytes
@@ -25,7 +23,6 @@ class LoadedImage:
     height: int
     digest: str
     _data_url: str | None = field(default=None, repr=False)
-    source: str | None = field(default=None, repr=False)
 
     @property
     def num_bytes(self) -> int:
@@ -36,8 +33,7 @@ class LoadedImage:
         """Memory this image holds once its data URL is built (what caches count): the bytes, the
         data URL, the digest and mime strings and the object itself, each with its CPython header."""
         n = len(self.data)
-        source = 0 if self.source is None else _STR_HEADER + len(self.source)
-        return _FIXED_BYTES + n + 4 * ((n + 2) // 3) + 2 * len(self.mime) + len("data:;base64,") + source
+        return _FIXED_BYTES + n + 4 * ((n + 2) // 3) + 2 * len(self.mime) + len("data:;base64,")
 
     def data_url(self) -> str:
         if self._data_url is None:
@@ -45,7 +41,6 @@ class LoadedImage:
         return self._data_url
 
 
-_STR_HEADER = sys.getsizeof("")
 # The per-image constant of ``footprint_bytes``: the object, and the headers of its bytes, data URL,
 # mime and 64-character digest strings.
 _FIXED_BYTES = (
