@@ -8,6 +8,7 @@ import hashlib
 import pytest
 
 from mmgate.reuse import CONTENT_PREFIX, KeySpace
+from mmgate.reuse.namespace import tag_of
 
 
 def test_namespacing() -> None:
@@ -39,3 +40,10 @@ def test_client_uuids_never_produce_a_content_key(tenant: str | None, uuid: str)
     assert keys.backend_uuid(tenant, uuid) != keys.backend_uuid(tenant, uuid + "x")
     tag = "" if tenant is None else keys.tenant_tag(tenant) + "/"
     assert not keys.backend_uuid(tenant, uuid).startswith(tag + CONTENT_PREFIX)
+
+
+def test_tag_of_reads_the_tag_and_nothing_else() -> None:
+    keys = KeySpace(b"k" * 32)
+    assert tag_of(keys.backend_uuid("a", "x")) == keys.tenant_tag("a")
+    assert tag_of(keys.content_uuid("b", "0" * 64)) == keys.tenant_tag("b")
+    assert tag_of("plain-client-uuid") == "" and tag_of("t" * 40) == ""

@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 
 from mmgate.errors import CacheShareError
-from mmgate.reuse.shares import tenant_of
+from mmgate.reuse.namespace import tag_of
 from mmgate.routing import BackendHoldings
 
 # How long a tenant counts as active at a backend after its last request with an image there:
@@ -124,7 +124,7 @@ class CacheShares:
         freed = 0
         protected: set[str] = set()
         for key, size in holdings.held_oldest_first(backend):
-            owner = tenant_of(key)
+            owner = tag_of(key)
             if owner != tag and owner in active and totals.get(owner, 0) + pending.get(owner, 0) <= share:
                 protected.add(owner)
                 break
@@ -149,7 +149,7 @@ class CacheShares:
             return counted[1]
         totals: dict[str, int] = {}
         for key, size in self.holdings.held_oldest_first(backend):
-            owner = tenant_of(key)
+            owner = tag_of(key)
             totals[owner] = totals.get(owner, 0) + size
         self._totals[backend] = (now, totals)
         return totals

@@ -33,6 +33,16 @@ from mmgate.errors import InvalidRequestError
 
 CONTENT_PREFIX = "~sha256:"
 _ESCAPE = "~"
+# A backend key with tenants: the tag (``t`` + 32 hex digits), ``/``, the client's key.
+_TAG_LENGTH = 33
+
+
+def tag_of(key: str) -> str:
+    """The tenant tag that leads backend key ``key`` ("" for a key without one: a gateway without
+    tenants)."""
+    if len(key) > _TAG_LENGTH and key[_TAG_LENGTH] == "/" and key[0] == "t":
+        return key[:_TAG_LENGTH]
+    return ""
 
 
 class KeySpace:

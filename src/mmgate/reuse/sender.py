@@ -21,8 +21,8 @@ from mmgate.jsonbody import LARGE_BODY_BYTES, dumps_body
 from mmgate.metrics import GatewayMetrics
 from mmgate.reuse.cache_share import CacheShares
 from mmgate.reuse.heal import MAX_HEALS, reply_cache_miss_index, resolve_from_store
+from mmgate.reuse.namespace import tag_of
 from mmgate.reuse.plan import ReuseCounts, SlotPlan, render
-from mmgate.reuse.shares import tenant_of
 from mmgate.reuse.store import UUIDStore
 from mmgate.routing import BackendHoldings, image_weight, processed_bytes
 
@@ -71,7 +71,7 @@ class ReuseSender:
         known = {p.key for p in plans if self.auto and with_uuid and self.holdings.holds(backend.name, p.key)}
         counts = render(plans, with_uuid=with_uuid, already_sent=known)
         # Keys carry their tenant's tag (none without tenants: then there is no share to keep).
-        tag = tenant_of(plans[0].key) if plans and with_uuid and self.tenants_on() else ""
+        tag = tag_of(plans[0].key) if plans and with_uuid and self.tenants_on() else ""
         reserved = 0
         if tag:
             try:

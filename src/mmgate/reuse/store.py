@@ -1,6 +1,6 @@
 """The UUID store: backend uuid → the image's encoded bytes, tenant-scoped, on the same local and
 shared tiers as the image caches (its own key space), with a TTL. The local tier is shared fairly
-between tenants (``mmgate.reuse.shares``): one tenant's flood of uuids evicts its own, not
+between tenants (``mmgate.reuse.fair_lru``): one tenant's flood of uuids evicts its own, not
 another's.
 
 It is what lets the gateway heal a backend's cache miss and resolve cache-only references for
@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 
-from mmgate.reuse.shares import FairShareLRU
+from mmgate.reuse.fair_lru import FairShareLRU
 from mmgate.store import LoadedImage, SharedTier
 
 log = logging.getLogger(__name__)

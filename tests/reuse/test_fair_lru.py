@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import sys
 
+from mmgate.reuse.fair_lru import FairShareLRU
 from mmgate.reuse.namespace import KeySpace
-from mmgate.reuse.shares import FairShareLRU, tenant_of
 from mmgate.store.lru import ENTRY_BYTES
 
 KEYS = KeySpace(b"k" * 32)
@@ -16,12 +16,6 @@ A, B = KEYS.tenant_tag("a"), KEYS.tenant_tag("b")
 
 def cost(key: str, size: int = 1000) -> int:
     return size + sys.getsizeof(key) + ENTRY_BYTES
-
-
-def test_tenant_of_reads_the_tag_and_nothing_else() -> None:
-    assert tenant_of(KEYS.backend_uuid("a", "x")) == A
-    assert tenant_of(KEYS.content_uuid("b", "0" * 64)) == B
-    assert tenant_of("plain-client-uuid") == "" and tenant_of("t" * 40) == ""
 
 
 def test_a_flood_evicts_the_flooder_not_the_other_tenant() -> None:

@@ -17,24 +17,14 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
+from mmgate.reuse.namespace import tag_of
 from mmgate.store.lru import ENTRY_BYTES
 
 V = TypeVar("V")
 
-# A backend key with tenants: ``t`` + 32 hex digits, ``/``, the client's key.
-_TAG_LENGTH = 33
-
-
-def tenant_of(key: str) -> str:
-    """The tenant tag that leads ``key`` ("" for a key without one: a gateway without tenants)."""
-    if len(key) > _TAG_LENGTH and key[_TAG_LENGTH] == "/" and key[0] == "t":
-        return key[:_TAG_LENGTH]
-    return ""
-
-
 class FairShareLRU(Generic[V]):
     """``key → value`` under ``max_bytes`` (each entry: ``size_of(value)``, its key and the map's
-    bookkeeping), partitioned by ``tenant_of(key)``, with a TTL (module docstring)."""
+    bookkeeping), partitioned by ``tag_of(key)``, with a TTL (module docstring)."""
 
     def __init__(self, max_bytes: int, size_of: Callable[[V], int], *, ttl_s: float | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -62,7 +52,7 @@ class FairShareLRU(Generic[V]):
 
     def get(self, key: str) -> V | None:
         """The value (now its tenant's most recently used), or None on a miss or an expired entry."""
-        entries = self._tenants.get(tenant_of(key))
+        entries = self._tenants.get(tag_of(key))
         entry = entries.get(key) if entries is not None else None
         if entries is None or entry is None:
             return None
@@ -80,7 +70,7 @@ class FairShareLRU(Generic[V]):
         size = self._size_of(value) + sys.getsizeof(key) + ENTRY_BYTES
         if size > self.max_bytes:
             return False
-        tag = tenant_of(key)
+        tag = tag_of(key)
         expires_at = None if self._ttl_s is None else self._clock() + self._ttl_s
         self._tenants.setdefault(tag, OrderedDict())[key] = (value, size, expires_at)
         self._bytes[tag] = self._bytes.get(tag, 0) + size
@@ -93,7 +83,7 @@ class FairShareLRU(Generic[V]):
 
     def pop(self, key: str) -> V | None:
         """Remove and return the value under ``key`` (None when absent)."""
-        tag = tenant_of(key)
+        tag = tag_of(key)
         entries = self._tenants.get(tag)
         entry = entries.pop(key, None) if entries is not None else None
         if entries is None or entry is None:
