@@ -12,7 +12,7 @@ import pytest
 from mmgate.config import MediaSettings
 from mmgate.errors import ForbiddenURLError
 from mmgate.media.addresses import parse_legacy_ipv4
-from mmgate.media.policy import UrlPolicy, redact_url
+from mmgate.media.url_policy import UrlPolicy, redact_url
 
 
 @pytest.fixture(autouse=True)

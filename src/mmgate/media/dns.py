@@ -18,7 +18,7 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 
 from mmgate.errors import OriginTimeoutError
 from mmgate.media.addresses import IPAddress
-from mmgate.media.policy import UrlPolicy
+from mmgate.media.url_policy import UrlPolicy
 
 # (host, port, family) -> getaddrinfo-style tuples; tests plug in a scripted DNS here.
 Lookup = Callable[[str, int, int], Awaitable[list[tuple[Any, ...]]]]

@@ -41,8 +41,8 @@ from mmgate.media.keys import data_url_key, scope_key, url_key
 from mmgate.media.metrics import MediaMetrics, Outcome
 from mmgate.media.origin import OriginFetcher
 from mmgate.media.passthrough import check_passthrough_url
-from mmgate.media.policy import UrlPolicy
 from mmgate.media.repeats import RepeatIndex, fingerprint, forwards
+from mmgate.media.url_policy import UrlPolicy
 from mmgate.media.validate import ImageInfo, probe_image, validate_image
 from mmgate.store import ByteLRU, LoadedImage, SharedTier
 

@@ -35,7 +35,7 @@ from mmgate.errors import (
     origin_status_error,
 )
 from mmgate.media.dns import Lookup, PolicyResolver
-from mmgate.media.policy import UrlPolicy, redact_url
+from mmgate.media.url_policy import UrlPolicy, redact_url
 
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _CHUNK = 64 * 1024

@@ -28,7 +28,7 @@ from mmgate.errors import ForbiddenURLError, OriginTimeoutError
 from mmgate.media.addresses import IPAddress
 from mmgate.media.dataurl import is_data_url
 from mmgate.media.dns import Lookup
-from mmgate.media.policy import UrlPolicy, redact_url
+from mmgate.media.url_policy import UrlPolicy, redact_url
 
 _UNSAFE = re.compile(r"[\x00-\x20\x7f-\uffff\\]")
 
