@@ -14,9 +14,9 @@ from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 
 from mmgate.metrics import GatewayMetrics
-from mmgate.routing.sync.admission import unseal
 from mmgate.routing.sync.channel import MAX_PENDING, RoutingSync
 from mmgate.routing.sync.peers import Routed, decode
+from mmgate.routing.sync.seal import unseal
 from tests.support.redis_servers import RedisServer, running_standalone
 
 SECRET = b"a test secret of the fleet, 32+ characters"

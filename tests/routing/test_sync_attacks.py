@@ -17,8 +17,8 @@ from redis.asyncio import Redis
 from mmgate.config import GatewaySettings
 from mmgate.metrics import GatewayMetrics
 from mmgate.routing import BackendHoldings, PeerBudget, Routed, RoutingSync, sync_message
-from mmgate.routing.sync.admission import MAX_MESSAGE_BYTES
 from mmgate.routing.sync.peers import MAX_KEYS, MAX_MESSAGE_KEYS
+from mmgate.routing.sync.seal import MAX_MESSAGE_BYTES
 from tests.support.redis_servers import RedisServer
 
 SECRET = b"a test secret of the fleet, 32+ characters"

@@ -17,8 +17,8 @@ import orjson
 import pytest
 
 from mmgate.routing import Routed, sync_message
-from mmgate.routing.sync.admission import seal
 from mmgate.routing.sync.peers import encode
+from mmgate.routing.sync.seal import seal
 from tests.routing.test_image_affinity_gateways import AFFINITY, body, data_url
 from tests.routing.test_image_affinity_gateways import _metric as metric
 from tests.support.gateway import running_sims

@@ -13,7 +13,7 @@ publish that fails or times out is counted and its routed requests go again with
 (at least once; the queue's bound still holds), the listener reconnects with backoff
 (0.25 s doubling to 5 s), and meanwhile each gateway routes on its own record. Messages are
 signed with the fleet's shared secret and each sender is held to a budget of the event loop
-(``mmgate.routing.sync.admission``); a message that is not signed, is a replay, is over its budget or
+(``mmgate.routing.sync.seal``, ``mmgate.routing.sync.senders``); a message that is not signed, is a replay, is over its budget or
 is not a message (``InvalidSync``) is dropped whole and counted by why; it cannot reach the record.
 
 Redis Cluster: PUBLISH on any node reaches subscribers on every node, so the URL may name any one.
@@ -36,8 +36,9 @@ from redis.exceptions import RedisError
 from mmgate.config import CacheSettings
 from mmgate.errors import ConfigError
 from mmgate.metrics import GatewayMetrics
-from mmgate.routing.sync.admission import MAC_BYTES, SENDER_CHARS, PeerBudget, Refused, seal, unseal
 from mmgate.routing.sync.peers import InvalidSync, Routed, decode, encode, take
+from mmgate.routing.sync.seal import MAC_BYTES, SENDER_CHARS, Refused, seal, unseal
+from mmgate.routing.sync.senders import PeerBudget
 from mmgate.store.redis.client import build_client
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ sender's last message: backend, the session's 64-bit token
 (tenant-scoped uuids or content hashes: what the record holds anyway). The receiver records each
 in its own record of what each backend holds, as if it had routed it.
 
-This is the body of a signed message (``mmgate.routing.sync.admission`` has the envelope: its sender,
+This is the body of a signed message (``mmgate.routing.sync.seal`` has the envelope: its sender,
 number and signature, checked before the body is read). A body is still checked field by field:
 ``decode`` refuses it whole (``InvalidSync``) unless every field has its type and bound; the
 router drops the backends it does not know, so nothing in a message can grow a structure past its bound.
@@ -66,7 +66,7 @@ def encode(batch: Sequence[Routed]) -> bytes:
 
 
 def decode(data: bytes | memoryview) -> list[Routed]:
-    """The answered requests in a message's body (``mmgate.routing.sync.admission.unseal`` bounds its
+    """The answered requests in a message's body (``mmgate.routing.sync.seal.unseal`` bounds its
     size); ``InvalidSync`` unless every field has its type and bound."""
     try:
         body = orjson.loads(data)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mmgate.errors import ConfigError
-from mmgate.routing.sync.admission import MIN_SECRET_CHARS
+from mmgate.routing.sync.seal import MIN_SECRET_CHARS
 
 SECRET_FLAG = "--routing-sync-secret-file"
 

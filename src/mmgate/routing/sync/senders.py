@@ -1,13 +1,6 @@
-"""What a routing-sync message must pass before a gateway spends work on it. Pure.
+"""What a signed routing-sync message (``mmgate.routing.sync.seal``) must pass next, by its
+sender, before a gateway parses it. Pure.
 
-Anything that can publish on the channel could otherwise cost every gateway the full decode and
-apply of the largest message (``mmgate.routing.sync.peers``) as often as it likes. So a message is
-
-    HMAC-SHA256(secret, rest) (32 bytes) | rest = sender id (16 ASCII hex) | number (8 bytes) | body
-
-* **signed** with the fleet's shared secret (``--routing-sync-secret-file``): one without the
-  right signature is dropped (``forged``) after a hash of at most ``MAX_MESSAGE_BYTES``, before
-  anything is parsed;
 * **in order**: each sender numbers its messages; one not above the last number heard from its
   sender is a replay (``replayed``), dropped before it is parsed, so a recorded message sent again
   costs a hash and takes nothing from its sender's budget;
@@ -22,58 +15,17 @@ apply of the largest message (``mmgate.routing.sync.peers``) as often as it like
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 from collections import OrderedDict
-from collections.abc import Sequence
 from dataclasses import dataclass
 
-from mmgate.routing.sync.peers import MAX_BODY_BYTES, Routed, encode
+from mmgate.routing.sync.seal import Refused
 
-MAC_BYTES = 32
-SENDER_CHARS = 16
-HEADER_BYTES = MAC_BYTES + SENDER_CHARS + 8
-MAX_MESSAGE_BYTES = HEADER_BYTES + MAX_BODY_BYTES
-MIN_SECRET_CHARS = 32
 # Each sender's share of one gateway's event loop, and the fleet's together (a legitimate sender
 # at full pace, 100 messages a second of a few routed requests each, uses well under 1 %).
 CPU_PER_S = 0.02
 BURST_S = 0.1
 TOTAL_CPU_PER_S = 0.1
 MAX_SENDERS = 64
-
-
-class Refused(ValueError):
-    """A message dropped before its body is read; ``outcome`` is its metric label."""
-
-    def __init__(self, outcome: str, message: str) -> None:
-        super().__init__(message)
-        self.outcome = outcome
-
-
-def seal(secret: bytes, sender: str, number: int, body: bytes) -> bytes:
-    """``body`` signed for the channel, from ``sender`` (16 hex characters), its ``number``-th message."""
-    if len(sender) != SENDER_CHARS or not sender.isascii():
-        raise ValueError(f"a sender id is {SENDER_CHARS} ASCII characters")
-    rest = sender.encode() + number.to_bytes(8, "big") + body
-    return hmac.digest(secret, rest, hashlib.sha256) + rest
-
-
-def sync_message(secret: bytes, sender: str, number: int, routed: Sequence[Routed]) -> bytes:
-    """A whole signed message, as a gateway publishes it (``mmgate.routing.sync.peers.encode``, sealed)."""
-    return seal(secret, sender, number, encode(routed))
-
-
-def unseal(secret: bytes, data: bytes) -> tuple[str, int, memoryview]:
-    """The sender, number and body of a message signed with ``secret``; ``Refused`` otherwise."""
-    if not HEADER_BYTES <= len(data) <= MAX_MESSAGE_BYTES:
-        raise Refused("invalid", f"message of {len(data)} bytes (a signed one is {HEADER_BYTES}-{MAX_MESSAGE_BYTES})")
-    view = memoryview(data)
-    if not hmac.compare_digest(view[:MAC_BYTES], hmac.digest(secret, view[MAC_BYTES:], hashlib.sha256)):
-        raise Refused("forged", "bad signature")
-    sender = bytes(view[MAC_BYTES:MAC_BYTES + SENDER_CHARS]).decode("ascii", "replace")
-    number = int.from_bytes(view[MAC_BYTES + SENDER_CHARS:HEADER_BYTES], "big")
-    return sender, number, view[HEADER_BYTES:]
 
 
 @dataclass(slots=True)
