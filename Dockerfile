@@ -34,16 +34,10 @@ LABEL org.opencontainers.image.title="mmgate" \
       org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=build /opt/mmgate /opt/mmgate
 # MMGATE_HOST: listen on every interface of the container (the gateway's own default is loopback).
-# MALLOC_*: glibc's malloc maps each allocation of 1 MiB or more (request bodies, their base64
-# strings, image bytes) on its own and returns it to the kernel when freed, in at most two arenas;
-# with its defaults the freed buffers of large bodies stay in the process and add up towards the
-# memory limit (tests/deploy/test_memory_limit.py; docs/DEPLOY.md, "Probes, drain, resources").
 ENV PATH=/opt/mmgate/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     HOME=/tmp \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
-    MALLOC_MMAP_THRESHOLD_=1048576 \
-    MALLOC_ARENA_MAX=2 \
     MMGATE_HOST=0.0.0.0 \
     MMGATE_PORT=8000
 # A numeric uid and gid (no passwd entry needed): Kubernetes' runAsNonRoot can verify it.

@@ -10,9 +10,10 @@ being the image caches filling).
 
 What stays is bounded: at most ``TRIM_BYTES`` of free memory at the top of each of at most
 ``ARENAS`` heaps (the event loop's and the worker threads'), 32 MiB in all; blocks from
-``MMAP_BYTES`` up are still mapped and unmapped on their own. Elsewhere (musl, macOS) nothing changes.
-The image's environment (``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_ARENA_MAX``: the Dockerfile) sets
-glibc's defaults for every process in it; ``mmgate serve`` then sets its own at start.
+``MMAP_BYTES`` up are still mapped and unmapped on their own, so the memory of a large body goes
+back to the kernel once it is answered. Elsewhere (musl, macOS) nothing changes. ``mmgate serve``
+and each of its image decode processes set it at start, wherever they run (the container image
+sets no ``MALLOC_*`` variable of its own).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import ctypes
 import ctypes.util
 import sys
 
-MMAP_BYTES = 1 << 20  # as the image sets it for every process (its memory-limit test)
+MMAP_BYTES = 1 << 20
 TRIM_BYTES = 16 << 20
 ARENAS = 2
 # mallopt(3) parameters (glibc's malloc.h).

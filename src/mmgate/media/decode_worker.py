@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from mmgate.errors import MediaError
+from mmgate.heap import keep_request_buffers
 from mmgate.media.validate import validate_image
 
 LOWEST_PRIORITY = 19
@@ -19,6 +20,7 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 def serve(conn: Connection) -> None:
     """A worker: validate each image it is sent until its parent closes the pipe."""
+    keep_request_buffers()
     while True:
         try:
             data = conn.recv_bytes()
