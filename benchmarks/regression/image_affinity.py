@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
-import io
 import json
 import os
 import random
@@ -52,8 +51,8 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from PIL import Image
 
+from benchmarks._images import seeded_jpeg
 from benchmarks._procs import MMGATE, free_port, stop
 from benchmarks._run import parse_args, write_results
 from benchmarks._table import Column, pct, print_table
@@ -66,13 +65,7 @@ _SAMPLE = re.compile(r'^mmgate_backend_outstanding\{backend="([^"]+)"\} ([0-9.e+
 
 
 def make_image(seed: int, side: int) -> str:
-    rng = random.Random(seed)
-    img = Image.new("RGB", (side, side), (rng.randrange(256), rng.randrange(256), rng.randrange(256)))
-    noise = Image.frombytes("RGB", (side // 8, side // 8), rng.randbytes((side // 8) ** 2 * 3))
-    img.paste(noise.resize((side, side)), (0, 0))
-    buf = io.BytesIO()
-    img.save(buf, "JPEG", quality=85)
-    return "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode()
+    return "data:image/jpeg;base64," + base64.b64encode(seeded_jpeg(seed, side, grain=8, quality=85)).decode()
 
 
 def workload(args: argparse.Namespace) -> list[list[list[str]]]:

@@ -22,17 +22,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
-import io
 import json
-import random
 import re
 import time
 import urllib.request
 from typing import Any
 
 import aiohttp
-from PIL import Image
 
+from benchmarks._images import seeded_jpeg
 from benchmarks._procs import free_port, start, stop
 from benchmarks._run import parse_args, write_results
 from benchmarks._table import Column, pct, print_table
@@ -40,16 +38,6 @@ from benchmarks._table import Column, pct, print_table
 MODEL = "mmgate-sim-vl"
 MODES = ("off", "auto", "client-strip", "uuid-resend")
 QUICK = {"sessions": 2, "turns": 2, "image_size": 64, "sim_speedup": 1000.0, "modes": "auto"}
-
-
-def make_image(seed: int, side: int) -> bytes:
-    rng = random.Random(seed)
-    img = Image.new("RGB", (side, side), (rng.randrange(256), rng.randrange(256), rng.randrange(256)))
-    noise = Image.frombytes("RGB", (side // 4, side // 4), rng.randbytes((side // 4) ** 2 * 3))
-    img.paste(noise.resize((side, side)), (0, 0))
-    buf = io.BytesIO()
-    img.save(buf, "JPEG", quality=90)
-    return buf.getvalue()
 
 
 def scrape(url: str) -> dict[str, float]:
@@ -105,7 +93,7 @@ async def run_session(
 async def drive(url: str, mode: str, args: argparse.Namespace) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {"client_bytes": [], "ttft_ms": [], "latency_ms": [], "errors": []}
     per_session = [
-        ["data:image/jpeg;base64," + base64.b64encode(make_image(1000 * s + i, args.image_size)).decode()
+        ["data:image/jpeg;base64," + base64.b64encode(seeded_jpeg(1000 * s + i, args.image_size, grain=4, quality=90)).decode()
          for i in range(args.turns)]
         for s in range(args.sessions)
     ]
