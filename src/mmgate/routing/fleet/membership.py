@@ -57,9 +57,7 @@ class Fleet:
         self._models: dict[str, list[Backend]] = {}
         self._answered = False
         for backend in self.backends:
-            self._retirements.track(backend)
-            self._publish_health(backend)
-            self._publish_outstanding(backend)
+            self._adopt(backend)
 
     # Membership -------------------------------------------------------------------------------
 
@@ -98,9 +96,7 @@ class Fleet:
         models = {m: [given[b.name] for b in bs if b.name in given] for m, bs in self._models.items()}
         self._models = {m: bs for m, bs in models.items() if bs}
         for backend in backends:
-            self._retirements.track(backend)
-            self._publish_health(backend)
-            self._publish_outstanding(backend)
+            self._adopt(backend)
         if joined:
             self._retirements.spawn(self.refresh_models(), "mmgate-router-refresh")
 
@@ -204,6 +200,12 @@ class Fleet:
         """Close every backend, the retired ones still draining too."""
         closing = [*self.backends, *self._retirements.waiting()]
         await asyncio.gather(*(b.close() for b in closing), return_exceptions=True)
+
+    def _adopt(self, backend: Backend) -> None:
+        """Count ``backend``'s requests in flight and publish its series (again: idempotent)."""
+        self._retirements.track(backend)
+        self._publish_health(backend)
+        self._publish_outstanding(backend)
 
     def _publish_health(self, backend: Backend) -> None:
         if self._metrics is not None:
