@@ -97,6 +97,7 @@ class Gateway:
         store: UUIDStore,
         tenants: TenantKeys | None = None,
         keys: KeySpace | None = None,
+        video_urls: VideoURLs | None = None,
     ) -> None:
         self.settings = settings
         self.loader = loader
@@ -112,7 +113,8 @@ class Gateway:
         # One record of what each backend holds: the router weighs it, the sender strips by it.
         self.reuse = ReuseSender(store, router.holdings, metrics, auto=settings.reuse == "auto",
                                  tenants_on=lambda: self.tenants is not None)
-        self.video_urls = VideoURLs()  # each video key's checked URL: strips and heals (reuse.videos)
+        # Each video key's checked URL: strips and heals (reuse.videos), on the shared tier when there is one.
+        self.video_urls = video_urls if video_urls is not None else VideoURLs()
         # Compressed request bodies (--max-inflation-ratio) are inflated here, at the lowest CPU
         # priority: what one client's gzip costs comes out of what the other requests leave.
         self.inflate_pool = ThreadPoolExecutor(max_workers=INFLATE_THREADS, thread_name_prefix="mmgate-inflate",
@@ -341,4 +343,5 @@ class Gateway:
         self.inflate_pool.shutdown(wait=False, cancel_futures=True)
         await self.router.close()
         await self.store.close()
+        await self.video_urls.close()
         await self.loader.close()

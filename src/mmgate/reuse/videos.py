@@ -18,12 +18,17 @@ keeps per backend key is that checked URL (``VideoURLs``), not bytes:
 * on vLLM's video cache miss every reference is re-sent with the URL last checked for its key, or,
   when the gateway never saw one, the client gets a 400 naming the part (``UnknownUUIDError``).
 
-Keys are ``KeySpace.backend_uuid``'s, so a tenant can only ever name its own videos. Pure logic:
-no I/O.
+Keys are ``KeySpace.backend_uuid``'s, so a tenant can only ever name its own videos. With a shared
+tier (Redis) each key's checked URL is also written there, in the background, as an image's bytes
+are (``mmgate.reuse.store``): a gateway that never saw the video — another in the fleet, or this one
+after a restart — heals vLLM's miss of a uuid-only reference with it. Otherwise pure logic.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import hashlib
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -32,6 +37,7 @@ from typing import Any, Protocol, TypeVar
 from mmgate.errors import BackendStatusError, UnknownUUIDError
 from mmgate.reuse.namespace import KeySpace
 from mmgate.routing import BackendHoldings, image_weight
+from mmgate.store import LoadedImage, SharedTier
 from mmgate.vllm_protocol import CACHE_MISS_MARKER, CACHE_MISS_STATUS, error_message
 
 Reply = TypeVar("Reply")
@@ -46,6 +52,9 @@ VIDEO_WEIGHT = 8 * image_weight(None, None, None)
 # strip repeats and heal misses; past it the least recently used go (their repeats are sent whole,
 # a reference the backend misses then is the client's 400).
 VIDEO_URL_CHARS = 64 << 20
+# A video key's URL in the shared tier: its own key space, and a MIME type no image has.
+SHARED_PREFIX = "video-url:"
+URL_MIME = "text/uri-list"
 
 
 class VideoPart(Protocol):
@@ -79,16 +88,30 @@ class VideoRef:
 
 class VideoURLs:
     """Backend key → the checked URL last sent with it; least recently used out first, past
-    ``max_chars`` characters of URLs."""
+    ``max_chars`` characters of URLs. With ``shared``, a new URL for a key is also written there
+    (in the background, at most ``max_pending_writes`` at once: past that it is skipped, fail-open)
+    and ``recall`` reads a key this process does not hold from it."""
 
-    def __init__(self, max_chars: int = VIDEO_URL_CHARS) -> None:
+    def __init__(self, max_chars: int = VIDEO_URL_CHARS, shared: SharedTier | None = None, *,
+                 max_pending_writes: int = 64) -> None:
         self._urls: OrderedDict[str, str] = OrderedDict()
         self._chars = 0
         self.max_chars = max_chars
+        self._shared = shared
+        self._pending: set[asyncio.Task[None]] = set()
+        self._max_pending = max_pending_writes
 
     def remember(self, key: str, url: str) -> None:
         if len(url) > self.max_chars:
             return
+        if self._shared is not None and self._urls.get(key) != url and len(self._pending) < self._max_pending:
+            entry = LoadedImage(url.encode(), URL_MIME, 0, 0, hashlib.sha256(url.encode()).hexdigest())
+            task = asyncio.get_running_loop().create_task(self._shared.put(SHARED_PREFIX + key, entry))
+            self._pending.add(task)
+            task.add_done_callback(self._pending.discard)
+        self._keep(key, url)
+
+    def _keep(self, key: str, url: str) -> None:
         old = self._urls.pop(key, None)
         if old is not None:
             self._chars -= len(old)
@@ -103,6 +126,24 @@ class VideoURLs:
         if url is not None:
             self._urls.move_to_end(key)
         return url
+
+    async def recall(self, key: str) -> str | None:
+        """``get``, else the URL another gateway (or this one before a restart) wrote to the shared tier."""
+        url = self.get(key)
+        if url is not None or self._shared is None:
+            return url
+        entry = await self._shared.get(SHARED_PREFIX + key)
+        if entry is None or entry.mime != URL_MIME or len(entry.data) > self.max_chars:
+            return None
+        url = entry.data.decode("utf-8", "replace")
+        self._keep(key, url)
+        return url
+
+    async def close(self) -> None:
+        """Let pending shared writes finish (each bounded by the tier's own timeouts)."""
+        if self._pending:
+            with contextlib.suppress(Exception):
+                await asyncio.gather(*self._pending, return_exceptions=True)
 
     def __len__(self) -> int:
         return len(self._urls)
@@ -173,6 +214,10 @@ async def send_healing_videos(
 ) -> Reply:
     """``send`` with the video parts rendered for ``backend`` (``with_uuid``: a vLLM backend, which
     reads references; any other gets every URL); vLLM's video cache miss healed once with the URLs."""
+    if not with_uuid:
+        for ref in refs:
+            if ref.url is None:
+                await urls.recall(ref.key)
     render_videos(refs, urls, lambda key: holdings.holds(backend, key), strip=strip and with_uuid,
                   force_data=not with_uuid, with_uuid=with_uuid)
     try:
@@ -181,6 +226,9 @@ async def send_healing_videos(
         if not refs or not is_video_cache_miss(exc):
             raise
     holdings.forget(backend, [v.key for v in refs])
+    for ref in refs:
+        if ref.url is None:
+            await urls.recall(ref.key)  # a reference this gateway never saw the video of: the shared tier's
     render_videos(refs, urls, lambda key: False, strip=False, force_data=True)
     on_heal()
     return await send()

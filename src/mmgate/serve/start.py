@@ -33,6 +33,7 @@ from mmgate.media import MediaLoader
 from mmgate.metrics import GatewayMetrics
 from mmgate.observe.middleware import OBSERVER_KEY, refusal_log
 from mmgate.reuse import KeySpace, UUIDStore
+from mmgate.reuse.videos import VideoURLs
 from mmgate.routing import build_router
 from mmgate.serve.engines import embedded_defaults, start_embedded_engines
 from mmgate.serve.secrets import read_admin_key, read_backend_keys, read_tenant_keys
@@ -142,7 +143,7 @@ async def start_gateway(
                         "differ from every other gateway's (set the same MMGATE_TENANT_SECRET on all)")
         keys = KeySpace(settings.tenant_secret.encode() if settings.tenant_secret else None)
         gateway = Gateway(settings, loader=loader, router=router, metrics=metrics, store=store,
-                          tenants=tenants, keys=keys)
+                          tenants=tenants, keys=keys, video_urls=VideoURLs(shared=shared))
         await router.refresh_models()
         await router.start()
         await discovery.start()
