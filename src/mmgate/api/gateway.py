@@ -30,7 +30,7 @@ from mmgate.errors import (
 from mmgate.media import MediaLoader
 from mmgate.media.dataurl import is_data_url
 from mmgate.media.decode import PixelBudget
-from mmgate.media.video import check_video
+from mmgate.media.video import check_video, video_limits
 from mmgate.metrics import GatewayMetrics
 from mmgate.observe import note_chat, note_reuse, span, traced
 from mmgate.reuse import (
@@ -219,7 +219,8 @@ class Gateway:
             if p.url is not None:
                 p.part[p.kind]["url"] = await self.loader.check_passthrough(p.url, param=p.param, kind=p.kind)
             if p.kind == "video_url" and p.url is not None and is_data_url(p.url):
-                p.digest = (await check_video(p.url, max_bytes=self.settings.max_body_bytes, param=p.param)).digest
+                p.digest = (await check_video(p.url, max_bytes=self.settings.max_body_bytes, param=p.param,
+                                              limits=video_limits(self.settings.media))).digest
         request.videos = video_refs(request.passthrough, keys, tenant, self.video_urls)
         plans, routed = await self._plan_images(request.slots, session_id, keys, tenant) if request.slots else ([], [])
         routed += [RoutedImage(v.key, VIDEO_WEIGHT) for v in request.videos]  # routed by video affinity too

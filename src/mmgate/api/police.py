@@ -42,7 +42,7 @@ from mmgate.api.content_parts import (
 )
 from mmgate.errors import InvalidRequestError
 from mmgate.media.dataurl import is_data_url
-from mmgate.media.video import check_video
+from mmgate.media.video import VideoLimits, check_video
 
 # Byte strings one of which any JSON that names a media key or part type holds (an escaped key,
 # ``\\u0069mage_url``, holds a backslash-u: scanned too).
@@ -99,7 +99,8 @@ def media_fields(body: Any, max_depth: int) -> list[tuple[str, dict[str, Any], A
     return found
 
 
-async def police(body: Any, check_url: CheckURL, *, max_uuid_length: int, max_depth: int) -> bool:
+async def police(body: Any, check_url: CheckURL, *, max_uuid_length: int, max_depth: int,
+                 video: VideoLimits | None = None) -> bool:
     """Police every media field of ``body`` in place (module docstring); True when it changed."""
     changed = False
     for param, container, key, part in media_fields(body, max_depth):
@@ -132,7 +133,7 @@ async def police(body: Any, check_url: CheckURL, *, max_uuid_length: int, max_de
             # A video's uuid is dropped, as an image's: these endpoints carry no reuse.
             container[key] = {"type": spec.kind, spec.kind: {"url": await check_url(spec.url, param, spec.kind)}}
             if spec.kind == "video_url" and is_data_url(spec.url):  # its container, as on chat (media.video)
-                await check_video(spec.url, max_bytes=len(spec.url), param=param)
+                await check_video(spec.url, max_bytes=len(spec.url), param=param, limits=video)
         elif isinstance(spec, KeptPart):
             container[key] = spec.part
         changed = True

@@ -3,8 +3,9 @@ first video stream's header read with PyAV (FFmpeg's demuxers; no frame is decod
 (400 naming the part) unless it is a video within the gateway's limits.
 
 What it bounds: the bytes (the ``data:`` URL is in the request body, under ``--max-body-bytes``),
-the probe (FFmpeg's ``probesize``, no stream analysis), the frame size and the duration the
-container declares. What it cannot: a container whose header lies about its frames (the backend
+the probe (FFmpeg's ``probesize``, no stream analysis: a constant, what finding the streams needs),
+and — the operator's limits, ``VideoLimits`` from ``--max-video-frame-pixels`` and
+``--max-video-seconds`` — the frame size and the duration the container declares. What it cannot: a container whose header lies about its frames (the backend
 samples frames from the declared count and fails on its own). An http(s) video URL is fetched by
 the backend, not the gateway: only the URL policy applies to it (``mmgate.media.passthrough``).
 
@@ -18,6 +19,7 @@ import binascii
 import hashlib
 import io
 from dataclasses import dataclass
+from typing import Protocol
 
 import av
 import pybase64
@@ -27,10 +29,32 @@ from mmgate.media.dataurl import decoded_size
 
 # FFmpeg reads at most this much of the container to find its streams.
 PROBE_BYTES = 1 << 20
-# A declared frame of more pixels, or a clip longer than this, is refused before any backend decodes it.
+# The defaults of the operator's limits (``MediaSettings``): a declared frame of more pixels, or a
+# clip longer than this, is refused before any backend decodes it.
 MAX_FRAME_PIXELS = 4096 * 4096
 MAX_SECONDS = 3600.0
 _MAX_HEADER = 256
+
+
+@dataclass(frozen=True, slots=True)
+class VideoLimits:
+    """The largest frame (pixels) and the longest duration (seconds) a ``data:`` video may declare."""
+
+    frame_pixels: int = MAX_FRAME_PIXELS
+    seconds: float = MAX_SECONDS
+
+
+class _VideoSettings(Protocol):
+    @property
+    def max_video_frame_pixels(self) -> int: ...
+
+    @property
+    def max_video_seconds(self) -> float: ...
+
+
+def video_limits(media: _VideoSettings) -> VideoLimits:
+    """The operator's limits, from ``MediaSettings``."""
+    return VideoLimits(media.max_video_frame_pixels, media.max_video_seconds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,18 +69,21 @@ class VideoInfo:
     digest: str  # SHA-256 of the video's bytes: its content key when the client labelled it with no uuid
 
 
-async def check_video(url: str, *, max_bytes: int, param: str) -> VideoInfo:
+async def check_video(url: str, *, max_bytes: int, param: str, limits: VideoLimits | None = None) -> VideoInfo:
     """``check_data_video`` in a thread; its error names ``param``."""
     try:
-        return await asyncio.to_thread(check_data_video, url, max_bytes=max_bytes)
+        return await asyncio.to_thread(check_data_video, url, max_bytes=max_bytes, limits=limits)
     except MediaError as exc:
         exc.param = param
         raise
 
 
-def check_data_video(url: str, *, max_bytes: int) -> VideoInfo:
+def check_data_video(url: str, *, max_bytes: int, limits: VideoLimits | None = None) -> VideoInfo:
     """The container of a ``data:`` video URL checked (blocking: run it in a thread); raises
-    ``UnsupportedImageError`` (400) for what is not a video, ``ImageTooLargeError`` past the limits."""
+    ``UnsupportedImageError`` (400) for what is not a video, ``ImageTooLargeError`` past the limits
+    (``limits``; None: the defaults)."""
+    max_pixels = limits.frame_pixels if limits is not None else MAX_FRAME_PIXELS
+    max_seconds = limits.seconds if limits is not None else MAX_SECONDS
     mime, data = _payload(url, max_bytes)
     try:
         with av.open(io.BytesIO(data), mode="r",
@@ -73,10 +100,10 @@ def check_data_video(url: str, *, max_bytes: int) -> VideoInfo:
         raise UnsupportedImageError(f"the data: video is not a video container FFmpeg can read ({exc.strerror})") from exc
     if info.width <= 0 or info.height <= 0:
         raise UnsupportedImageError(f"the data: video's frames have no size ({info.width}x{info.height})")
-    if info.width * info.height > MAX_FRAME_PIXELS:
-        raise ImageTooLargeError(f"the data: video's frames are {info.width}x{info.height}, over {MAX_FRAME_PIXELS} pixels")
-    if info.seconds > MAX_SECONDS:
-        raise ImageTooLargeError(f"the data: video lasts {info.seconds:.0f} s, over {MAX_SECONDS:.0f} s")
+    if info.width * info.height > max_pixels:
+        raise ImageTooLargeError(f"the data: video's frames are {info.width}x{info.height}, over {max_pixels} pixels")
+    if info.seconds > max_seconds:
+        raise ImageTooLargeError(f"the data: video lasts {info.seconds:.1f} s, over {max_seconds:g} s")
     return info
 
 
