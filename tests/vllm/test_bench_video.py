@@ -107,3 +107,14 @@ async def test_direct_resend_and_client_strip(video_replica: VllmReplica, clips:
     assert strip["totals"]["stripped_refs"] == REPEATS
     assert_a_hit_on_each_repeat(resend)
     assert_a_hit_on_each_repeat(strip)
+
+
+async def test_clips_from_the_bench_origin(video_replica: VllmReplica, tmp_path: Path) -> None:
+    """``--image-mode origin``: the bench's own origin serves the clips as http URLs and vLLM fetches
+    them; stripped, each clip is fetched once and every repeat is a cache hit."""
+    spec = SlidingWindowSpec(sessions=1, turns=TURNS, window=WINDOW, image_size=64, media="video", seed=6)
+    dataset = generate_sliding_window(spec, tmp_path).path
+    summary = await bench(video_replica.url, dataset, video_replica.url, "origin-", uuid_and_strip=True,
+                          image_mode="origin")
+    assert summary["origin"]["requests"] == CLIPS
+    assert_a_hit_on_each_repeat(summary)
