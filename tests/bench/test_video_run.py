@@ -10,6 +10,7 @@ import orjson
 import pytest
 
 from mmgate.bench.client import ResponseResult
+from mmgate.bench.compare import flatten
 from mmgate.bench.dataset import load_dataset
 from mmgate.bench.engine_metrics import EngineCounters, metrics_url, parse_counters
 from mmgate.bench.errors import BenchError
@@ -99,3 +100,11 @@ async def test_video_needs_the_chat_api(clips: Path, api: str) -> None:
     settings = BenchSettings(url="http://127.0.0.1:9", dataset=str(clips), api=api)
     with pytest.raises(BenchError, match="take no video parts; use --api chat"):
         await run_benchmark(settings, load_dataset(clips, "single_turn"), None, console=quiet(), plots=False)
+
+
+def test_compare_reads_the_engine_counters() -> None:
+    summary = {"metrics": {}, "totals": {"video_bytes_per_unique": 1.0, "unique_video_bytes": None},
+               "engine": {"cache_hits": 84, "video_bytes_est": None, "by_turn": []}}
+    flat = flatten(summary)
+    assert flat["engine.cache_hits"] == 84.0 and flat["video_bytes_per_unique"] == 1.0
+    assert "engine.video_bytes_est" not in flat and "unique_video_bytes" not in flat

@@ -34,7 +34,7 @@ def load_summary(path: Path | str) -> dict[str, Any]:
 
 
 def flatten(summary: Mapping[str, Any], stats: tuple[str, ...] | None = None) -> dict[str, float]:
-    """Numeric leaves: ``<metric>.<stat>``, ``<total>``, ``client.<name>[.<stat>]``.
+    """Numeric leaves: ``<metric>.<stat>``, ``<total>``, ``engine.<name>``, ``client.<name>[.<stat>]``.
 
     ``stats`` limits the statistics of distributions (None: all but ``count``).
     """
@@ -49,6 +49,9 @@ def flatten(summary: Mapping[str, Any], stats: tuple[str, ...] | None = None) ->
     for name, value in (summary.get("totals") or {}).items():
         if isinstance(value, int | float):
             out[name] = float(value)
+    for name, value in (summary.get("engine") or {}).items():  # --engine-metrics
+        if isinstance(value, int | float):
+            out[f"engine.{name}"] = float(value)
     client = summary.get("client") or {}
     for name in _CLIENT_KEYS:
         if isinstance(client.get(name), int | float):
