@@ -29,7 +29,8 @@ COMPARED: tuple[tuple[str, str], ...] = (
     ("request_latency_ms.p50", "latency p50"), ("request_latency_ms.p99", "latency p99"),
     ("request_throughput", "requests/s"), ("output_token_throughput", "output tokens/s"),
     ("images_with_data", "images sent with data"), ("image_bytes_sent", "image bytes sent"),
-    ("request_bytes_sent", "request bytes sent"),
+    ("videos_with_data", "videos sent with data"), ("video_bytes_sent", "video bytes sent"),
+    ("request_bytes_sent", "request bytes sent"), ("engine.request_bytes", "bytes the engines received"),
 )
 HIGHER_IS_BETTER = frozenset({"request_throughput", "output_token_throughput"})
 _BETTER, _WORSE, _SAME = "#228833", "#cc3311", "#999999"
@@ -100,7 +101,11 @@ def _bytes_per_turn(store: RecordStore, ax: plt.Axes) -> bool:
     body = np.bincount(turns, weights=store.column("body_bytes"), minlength=n)[seen] / counts[seen]
     images = np.bincount(turns, weights=store.column("image_bytes_sent"), minlength=n)[seen] / counts[seen]
     ax.plot(x, body / 1024, marker="o", markersize=3, label="request bytes")
-    ax.plot(x, images / 1024, marker="s", markersize=3, label="image bytes with data")
+    videos = np.bincount(turns, weights=store.column("video_bytes_sent"), minlength=n)[seen] / counts[seen]
+    if store.totals.logical_images or not store.totals.logical_videos:
+        ax.plot(x, images / 1024, marker="s", markersize=3, label="image bytes with data")
+    if store.totals.logical_videos:
+        ax.plot(x, videos / 1024, marker="^", markersize=3, label="video bytes with data")
     ax.set_ylim(bottom=0)
     ax.set_xlabel("turn index in session")
     ax.set_ylabel("KiB sent per request (mean)")
@@ -113,8 +118,9 @@ def write_comparison_plot(
     rows: list[tuple[str, float | None, float | None, float | None]], names: tuple[str, str], path: Path
 ) -> Path | None:
     """``compare.png``: B/A of the key metrics as bars from 0, a line at 1, green where B is better,
-    red where worse, grey within 2% (None: nothing to draw)."""
-    ratios = {key: r for key, _, _, r in rows if r is not None}
+    red where worse, grey within 2% (None: nothing to draw). A count that is 0 in both runs (videos
+    of an image run, images of a video run) is left out."""
+    ratios = {key: r for key, a, b, r in rows if r is not None and (a or b)}
     shown = [(label, ratios[key], key in HIGHER_IS_BETTER) for key, label in COMPARED if key in ratios]
     if not shown:
         return None
