@@ -59,15 +59,16 @@ $(VLLM_STAMP): | $(BIN)/python
 	  echo "make vllm: pip could not install tools/vllm-requirements.txt into $(VLLM_VENV) (pip's error above)" >&2; exit 1; }
 	@$(VLLM_PY) -m pip uninstall -y -q torchaudio torchcodec
 	@$(VLLM_PY) tools/patch_torchvision.py
-	@$(VLLM_PY) -c "import vllm, vllm.entrypoints.openai.api_server, torchvision.transforms.v2" || { \
+	@$(VLLM_PY) -c "import vllm, vllm.entrypoints.openai.api_server, torchvision.transforms.v2, soundfile, soxr, av" || { \
 	  echo "make vllm: vLLM is installed in $(VLLM_VENV) but does not import (error above)" >&2; exit 1; }
 	@rm -f $(VLLM_VENV)/.mmgate-vllm-*
 	@touch $@
 
-## vllm: the pinned vLLM venv and the tiny (MODEL=micro: capped micro) Qwen2-VL model directory
-## (no download, dummy weights)
+## vllm: the pinned vLLM venv (audio extra included), the tiny (MODEL=micro: capped micro) Qwen2-VL
+## model directory and the tiny Qwen2-Audio one (no download, dummy weights)
 vllm: $(VLLM_STAMP)
 	@$(VLLM_PY) tools/tiny_qwen2vl.py --out $(VLLM_MODEL) --preset $(MODEL)
+	@$(VLLM_PY) tools/tiny_qwen2audio.py --out build/tiny-qwen2audio
 
 ## run-vllm: REPLICAS real vLLM replicas on loopback with the gateway in front on $(HOST):$(PORT)
 run-vllm: install vllm
@@ -136,4 +137,4 @@ pytest: install-test redis chromium vllm
 test: install-test redis chromium vllm lint typecheck pytest
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build/tiny-qwen2vl
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build/tiny-qwen2vl build/tiny-qwen2audio

@@ -139,8 +139,10 @@ def config(args: argparse.Namespace, vocab_size: int) -> dict[str, object]:
     }
 
 
-def write_tokenizer(out: Path) -> int:
-    """A byte-level BPE with no merges (one token per byte) plus the special tokens; its size."""
+def write_tokenizer(out: Path, special_tokens: tuple[str, ...] = SPECIAL_TOKENS,
+                    chat_template: str = CHAT_TEMPLATE) -> int:
+    """A byte-level BPE with no merges (one token per byte) plus ``special_tokens`` (ids after the
+    bytes, in order; the first is padding, ``<|im_end|>`` the end); its size."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
     byte_symbols = pre_tokenizers.ByteLevel.alphabet()
@@ -149,23 +151,23 @@ def write_tokenizer(out: Path) -> int:
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tok.decoder = decoders.ByteLevel()
-    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in special_tokens])
     tok.save(str(out / "tokenizer.json"))
     added = {
-        str(special_id(t)): {"content": t, "lstrip": False, "normalized": False, "rstrip": False,
-                             "single_word": False, "special": True}
-        for t in SPECIAL_TOKENS
+        str(NUM_BYTE_TOKENS + i): {"content": t, "lstrip": False, "normalized": False, "rstrip": False,
+                                   "single_word": False, "special": True}
+        for i, t in enumerate(special_tokens)
     }
     tokenizer_config = {
         "tokenizer_class": "PreTrainedTokenizerFast", "added_tokens_decoder": added,
         "bos_token": None, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
         "unk_token": None, "model_max_length": 32768, "clean_up_tokenization_spaces": False,
-        "chat_template": CHAT_TEMPLATE, "errors": "replace", "split_special_tokens": False,
+        "chat_template": chat_template, "errors": "replace", "split_special_tokens": False,
     }
     _write_json(out / "tokenizer_config.json", tokenizer_config)
     _write_json(out / "special_tokens_map.json",
                 {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
-                 "additional_special_tokens": list(SPECIAL_TOKENS[1:])})
+                 "additional_special_tokens": list(special_tokens[1:])})
     return tok.get_vocab_size()
 
 
