@@ -196,6 +196,11 @@ class GatewaySettings(Frozen):
                                    help="longest image uuid accepted, characters")
     max_body_bytes: int = setting(256 * MiB, flag="--max-body-bytes", group="server", gt=0,
                                   help="largest request body accepted, bytes")
+    max_body_bytes_in_flight: int = setting(
+        1024 * MiB, flag="--max-body-bytes-in-flight", advanced=True, group="server", gt=0,
+        help="request body bytes held at once, all requests together (each costs several times its size "
+        "until answered); past it 429 with Retry-After, unless the body is the only one: size it to the "
+        "memory limit")
     max_json_depth: int = setting(
         64, flag="--max-json-depth", advanced=True, group="http edge", ge=2, le=254,
         help="deepest JSON nesting accepted in a request body (400 past it); at most 254, the "

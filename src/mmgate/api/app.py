@@ -30,6 +30,7 @@ from mmgate.api.endpoints import add_client_endpoints
 from mmgate.api.error_responses import error_response, http_error_response
 from mmgate.api.forward import FORWARDER_KEY, GATEWAY_KEY, Forwarder, deliver
 from mmgate.api.gateway import Gateway
+from mmgate.api.inflight_bodies import BODIES_KEY, InflightBodies
 from mmgate.api.lifecycle import CLIENT_CLOSED, admitted, request_tenant, tracked_handler
 from mmgate.api.tenant_slots import TenantSlots
 from mmgate.app_runtime import json_response
@@ -75,10 +76,12 @@ _OPEN_PATHS = frozenset({"/health", "/ping", "/load", "/metrics", "/v1/models", 
 SLOTS_KEY = web.AppKey("tenant_slots", TenantSlots)
 
 
-def _guard(gateway: Gateway, slots: TenantSlots | None) -> Middleware:
-    """The one middleware under the observer, one layer for both of its jobs:
+def _guard(gateway: Gateway, slots: TenantSlots | None, bodies: InflightBodies) -> Middleware:
+    """The one middleware under the observer, one layer for its jobs:
 
     * with API keys, each tenant's requests in flight are capped (``--max-tenant-requests``);
+    * the request bodies held at once are capped in bytes (``--max-body-bytes-in-flight``,
+      ``mmgate.api.inflight_bodies``): what a request reserved is released when it ends;
     * every ``MmgateError`` and aiohttp HTTP error becomes an OpenAI-style error body. Anything
       else is a bug of ours: aiohttp answers it with its plain 500 and logs the traceback.
     """
@@ -86,8 +89,9 @@ def _guard(gateway: Gateway, slots: TenantSlots | None) -> Middleware:
     @web.middleware
     async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
-            with admitted(gateway, slots, request.headers,
-                          exempt=slots is None or request.path in _OPEN_PATHS or is_admin(request)):
+            with bodies.scope(request), admitted(
+                    gateway, slots, request.headers,
+                    exempt=slots is None or request.path in _OPEN_PATHS or is_admin(request)):
                 return await handler(request)
         except MmgateError as exc:
             return error_response(exc)
@@ -111,8 +115,10 @@ def build_app(gateway: Gateway, *, admin_key: str | None = None) -> web.Applicat
     slots = TenantSlots(settings.max_tenant_requests) if gateway.tenants is not None and settings.max_tenant_requests \
         else None
     # The observer first: it sees every answer (errors shaped) and sends the request id on each.
-    app = web.Application(middlewares=[observer.middleware, _guard(gateway, slots)],
+    bodies = InflightBodies(settings.max_body_bytes_in_flight)
+    app = web.Application(middlewares=[observer.middleware, _guard(gateway, slots, bodies)],
                           client_max_size=settings.max_body_bytes + 1)
+    app[BODIES_KEY] = bodies
     install(app, observer)
     app.on_response_prepare.append(_vary_origin)
     if slots is not None:

@@ -31,6 +31,7 @@ from concurrent.futures import Executor
 
 from aiohttp import web
 
+from mmgate.api.inflight_bodies import BODIES_KEY, InflightBodies
 from mmgate.errors import BodyTimeoutError, BodyTooLargeError, InvalidRequestError, UnsupportedEncodingError
 
 log = logging.getLogger(__name__)
@@ -100,6 +101,9 @@ async def _read_raw(request: web.Request, *, max_bytes: int, timeout_s: float) -
     declared = request.content_length
     if declared is not None and declared > max_bytes:
         raise BodyTooLargeError(f"request body of {declared} bytes is over the {max_bytes}-byte limit")
+    # Counted as it arrives, not as declared: a client that announces a large body and sends it
+    # slowly holds no more than it has sent.
+    counted: InflightBodies | None = request.config_dict.get(BODIES_KEY)
     # readchunk hands over one buffered chunk at a time (readany joins what is buffered, on the
     # loop); the chunks of a large body are joined in a thread, where bytes.join drops the GIL
     # (on the loop, a 100 MB body's join held every other request ~100 ms).
@@ -114,6 +118,8 @@ async def _read_raw(request: web.Request, *, max_bytes: int, timeout_s: float) -
             raw = content.read_nowait()
             if len(raw) > max_bytes:
                 raise BodyTooLargeError(f"request body is over the {max_bytes}-byte limit")
+            if counted is not None:
+                counted.reserve(request, len(raw))
             return raw
         async with _NO_WAIT if whole else asyncio.timeout(timeout_s):
             while True:
@@ -123,6 +129,8 @@ async def _read_raw(request: web.Request, *, max_bytes: int, timeout_s: float) -
                 received += len(chunk)
                 if received > max_bytes:
                     raise BodyTooLargeError(f"request body is over the {max_bytes}-byte limit")
+                if counted is not None:
+                    counted.reserve(request, len(chunk))
                 chunks.append(chunk)
     except TimeoutError as exc:
         raise BodyTimeoutError(
