@@ -49,6 +49,8 @@ class MediaSettings(Frozen):
                                           help="largest frame a data: video may declare, pixels")
     max_video_seconds: float = setting(3600.0, flag="--max-video-seconds", gt=0,
                                        help="longest data: video accepted, seconds (as its container declares)")
+    max_audio_seconds: float = setting(3600.0, flag="--max-audio-seconds", gt=0,
+                                       help="longest data: audio accepted, seconds (as its container declares)")
     allowed_formats: tuple[str, ...] = setting(
         ("JPEG", "PNG", "WEBP", "GIF", "BMP"), flag="--allowed-format", advanced=True, metavar="FORMAT",
         help="image format accepted (Pillow's name), repeatable")
