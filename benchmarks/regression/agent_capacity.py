@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
-import json
 import os
 import statistics
 import sys
@@ -54,9 +53,12 @@ from tests.support.vllm import SERVED_MODEL, GatewayProcess, VllmReplica, VllmSe
 
 from benchmarks._agent_turns import FIRST_OUTPUT, PATHS, screenshots, turn_body
 from benchmarks._procs import ROOT, cpu_seconds
+from benchmarks._run import parse_args, write_results
 from benchmarks._table import Column, pct, print_table
 
 MODES = ("direct", "strip", "mmgate", "mmgate-strip")
+# One API, one agent, one round of a few seconds a mode: the replica's start is most of the run.
+QUICK = {"apis": "chat", "concurrency": "1", "duration": 4.0, "rounds": 1, "expect_turns_per_s": 5.0}
 BASELINE_MODE = "mmgate-base"  # the unmodified client through --baseline's gateway
 
 
@@ -298,7 +300,7 @@ def main() -> int:
                    help=f"also run mode {BASELINE_MODE!r}: the unmodified client through a gateway from SRC "
                         "(the src/ of a worktree of an earlier commit)")
     p.add_argument("--out", type=Path)
-    args = p.parse_args()
+    args = parse_args(p, QUICK)
     args.apis = args.apis.split(",")
     args.modes = args.modes.split(",")
     args.concurrency = [int(c) for c in args.concurrency.split(",")]
@@ -328,9 +330,7 @@ def main() -> int:
     print("CPU columns: ms of CPU per counted turn (median of rounds): vLLM's API server, its engine "
           "processes, the gateway's process tree; miss/turn: vLLM processor-cache misses per turn")
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "runs": runs,
-                                        "rows": rows}, indent=2))
+        write_results(args.out, {"args": {k: str(v) for k, v in vars(args).items()}, "runs": runs, "rows": rows})
     return 0
 
 

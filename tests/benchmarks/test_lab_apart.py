@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BENCHMARKS = ROOT / "benchmarks"
 # Regression runs test_quick.py leaves out (its docstring says why), and those without --quick yet.
 NOT_QUICK_TESTED = {"fleet_faults", "sim_fidelity", "edge_load", "agent_capacity", "agent_turn_stages"}
-NO_QUICK_YET = {"edge_load", "agent_capacity", "agent_turn_stages"}
+NO_QUICK_YET = {"edge_load", "agent_turn_stages"}
 
 
 def tree(path: Path) -> ast.Module:

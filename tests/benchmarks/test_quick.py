@@ -5,9 +5,9 @@ imports a benchmark); nothing is timed: the figures of a quick run mean nothing.
 
 The runs start together at the module's first test, two at a time (two cores), and each test waits
 for its own. Not here: ``fleet_faults.py`` (~30 s even quick; ``tests/fleet/test_fleet_faults.py``
-runs the same phases, from the same ``tests/fleet/faults.py``), ``sim_fidelity.py`` (one real vLLM
-replica, 60-90 s to start), and ``edge_load.py``, ``agent_capacity.py``, ``agent_turn_stages.py``
-(no ``--quick`` yet).
+runs the same phases, from the same ``tests/fleet/faults.py``), ``sim_fidelity.py`` and
+``agent_capacity.py`` (each starts a real vLLM replica, 60-90 s; ``agent_capacity.py --quick`` takes
+~70 s in all), and ``edge_load.py``, ``agent_turn_stages.py`` (no ``--quick`` yet).
 """
 
 from __future__ import annotations
