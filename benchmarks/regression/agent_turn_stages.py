@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import io
-import json
 import statistics
 import time
 from collections.abc import Awaitable, Callable
@@ -36,6 +35,7 @@ import orjson
 from PIL import Image
 
 from benchmarks._agent_turns import screenshots, turn_body
+from benchmarks._run import parse_args, write_results
 from benchmarks._table import Column, print_table
 from mmgate.api.anthropic.request import check_messages_body, to_chat_body
 from mmgate.api.chat_request import ChatRequest, parse_chat_body, parse_chat_request
@@ -44,6 +44,8 @@ from mmgate.config import CacheSettings, MediaSettings
 from mmgate.jsonbody import dumps_body
 from mmgate.media import MediaLoader
 from mmgate.reuse import KeySpace, UUIDStore, plan_slots, render
+
+QUICK = {"repeats": 3}
 
 
 def parse(api: str, raw: bytes) -> ChatRequest:
@@ -131,7 +133,7 @@ def main() -> int:
     p.add_argument("--repeats", type=int, default=200)
     p.add_argument("--apis", default="chat,responses,messages")
     p.add_argument("--out", type=Path)
-    args = p.parse_args()
+    args = parse_args(p, QUICK)
     apis = args.apis.split(",")
     shots = screenshots(range(1, 5))
     fresh = screenshots(range(1000, 1000 + min(args.repeats, 60) * len(apis)))
@@ -142,8 +144,7 @@ def main() -> int:
     print_table(COLUMNS, rows)
     print("turn = parse + 3 x repeat + new + plan+body (median µs of each; HTTP not included)")
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"args": vars(args) | {"out": str(args.out)}, "rows": rows}, indent=2))
+        write_results(args.out, {"args": vars(args), "rows": rows})
     return 0
 
 

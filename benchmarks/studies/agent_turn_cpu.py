@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
 import sys
@@ -35,9 +34,11 @@ from aiohttp import web
 
 from benchmarks._agent_turns import PATHS, screenshots, turn_body
 from benchmarks._procs import MMGATE, ROOT, cpu_seconds, free_port, start, stop
+from benchmarks._run import parse_args, write_results
 from benchmarks._table import Column, print_table
 
 MODEL = "canned-vl"
+QUICK = {"concurrency": 2, "turns": 6, "rounds": 1}
 _CHAT = b"".join([
     b'data: {"id":"c","object":"chat.completion.chunk","model":"canned-vl","choices":[{"index":0,'
     b'"delta":{"role":"assistant","content":""}}]}\n\n',
@@ -178,7 +179,7 @@ def main() -> int:
                    help="also run the gateway from SRC (the src/ of a worktree of an earlier commit), side by side")
     p.add_argument("--serve-backend", type=int, help=argparse.SUPPRESS)
     p.add_argument("--out", type=Path)
-    args = p.parse_args()
+    args = parse_args(p, QUICK)
     if args.serve_backend:
         serve_backend(args.serve_backend)
         return 0
@@ -225,9 +226,7 @@ def main() -> int:
     rows = summarise(runs)
     print_table(COLUMNS, rows)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "runs": runs,
-                                        "rows": rows}, indent=2))
+        write_results(args.out, {"args": {k: str(v) for k, v in vars(args).items()}, "runs": runs, "rows": rows})
     return 0
 
 

@@ -1,13 +1,13 @@
-"""Every regression run under ``benchmarks/regression/`` that needs no real vLLM, in its ``--quick``
-mode (a tiny workload), so that ``make test`` keeps each one running: it exits 0, prints its table
-and writes JSON with the keys its readers use. Each runs as a process, as a user runs it (no test
+"""Every regression run under ``benchmarks/regression/`` that needs no real vLLM, and every study
+that takes ``--quick``, in its ``--quick`` mode (a tiny workload), so that ``make test`` keeps each
+one running: it exits 0, prints its table and writes JSON with the keys its readers use. Each runs as a process, as a user runs it (no test
 imports a benchmark); nothing is timed: the figures of a quick run mean nothing.
 
 The runs start together at the module's first test, two at a time (two cores), and each test waits
 for its own. Not here: ``fleet_faults.py`` (~30 s even quick; ``tests/fleet/test_fleet_faults.py``
 runs the same phases, from the same ``tests/fleet/faults.py``), ``sim_fidelity.py`` and
 ``agent_capacity.py`` (each starts a real vLLM replica, 60-90 s; ``agent_capacity.py --quick`` takes
-~70 s in all), and ``edge_load.py``, ``agent_turn_stages.py`` (no ``--quick`` yet).
+~70 s in all), and ``edge_load.py`` (no ``--quick`` yet).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-REGRESSION = ROOT / "benchmarks" / "regression"
+BENCHMARKS = ROOT / "benchmarks"
 ROUTER = ROOT / "build" / "vllm-router-venv" / "bin" / "vllm-router"
 TIMEOUT_S = 100
 
@@ -34,6 +34,7 @@ class Quick:
     header: str  # a column title of the table it prints
     keys: frozenset[str]  # top-level keys of its JSON
     args: tuple[str, ...] = ()  # beyond --quick and --out
+    group: str = "regression"  # its folder under benchmarks/
 
 
 QUICK = {
@@ -52,6 +53,8 @@ QUICK = {
     "attacks": Quick("p99/unloaded", frozenset({"phases", "side_channel"})),
     "reuse_sliding_window": Quick("img sent", frozenset({"args", "rows"})),
     "vllm_sliding_window": Quick("TTFT p50 of rounds", frozenset({"args", "runs"}), ("--log-dir", "logs")),
+    "agent_turn_stages": Quick("plan+body µs", frozenset({"args", "rows"})),
+    "agent_turn_cpu": Quick("gw CPU ms/turn", frozenset({"args", "runs", "rows"}), group="studies"),
 }
 
 
@@ -66,14 +69,19 @@ class Ran:
 def run(name: str, workdir: Path) -> Ran:
     spec = QUICK[name]
     out = workdir / f"{name}.json"
-    done = subprocess.run([sys.executable, str(REGRESSION / f"{name}.py"), "--quick", "--out", str(out), *spec.args],
+    script = BENCHMARKS / spec.group / f"{name}.py"
+    done = subprocess.run([sys.executable, str(script), "--quick", "--out", str(out), *spec.args],
                           capture_output=True, text=True, timeout=TIMEOUT_S, cwd=workdir)
     return Ran(done.returncode, done.stdout, done.stderr, json.loads(out.read_text()) if out.exists() else None)
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Future[Ran]]]:
-    names = [n for n in QUICK if n != "router_compare" or ROUTER.exists()]
+def runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+         ) -> Iterator[dict[str, Future[Ran]]]:
+    """The runs of the tests selected (``-k agent`` starts only those)."""
+    selected = {item.callspec.params["name"] for item in request.session.items
+                if item.module is request.module and hasattr(item, "callspec")}
+    names = [n for n in QUICK if n in selected and (n != "router_compare" or ROUTER.exists())]
     with ThreadPoolExecutor(max_workers=2) as pool:
         futures = {n: pool.submit(run, n, tmp_path_factory.mktemp(n)) for n in names}
         yield futures
