@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # The processes a benchmark starts by path (a relay, a zero-latency backend, an OTLP sink).
 SERVERS = ROOT / "benchmarks" / "servers"
 
-__all__ = ["CLK_TCK", "MMGATE", "ROOT", "SERVERS", "cpu_seconds", "free_port", "start", "stop"]
+__all__ = ["CLK_TCK", "MMGATE", "ROOT", "SERVERS", "cpu_seconds", "free_port", "start", "stop", "wait_up"]
 MMGATE = [sys.executable, "-m", "mmgate"]
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -31,20 +31,31 @@ def start(
     # it. The process keeps its own descriptor of the file once this one is closed.
     with tempfile.TemporaryFile() as log:
         proc = subprocess.Popen([*(command or MMGATE), *args], stdout=subprocess.DEVNULL, stderr=log, env=env)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                log.seek(0)
-                err = log.read().decode(errors="replace")
-                raise RuntimeError(f"mmgate {' '.join(args)} exited: {err[-2000:]}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}{health}", timeout=1) as r:
-                    if r.status == 200:
-                        return proc
-            except OSError:
-                time.sleep(0.1)
-        proc.kill()
-    raise RuntimeError(f"mmgate {' '.join(args)} did not come up on port {port}")
+        try:
+            wait_up(f"http://127.0.0.1:{port}{health}", proc, timeout_s)
+            return proc
+        except RuntimeError:
+            if proc.poll() is None:
+                proc.kill()
+                raise RuntimeError(f"mmgate {' '.join(args)} did not come up on port {port}") from None
+            log.seek(0)
+            err = log.read().decode(errors="replace")
+            raise RuntimeError(f"mmgate {' '.join(args)} exited: {err[-2000:]}") from None
+
+
+def wait_up(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 60.0) -> None:
+    """Wait until ``GET url`` answers 200; RuntimeError if ``proc`` exits first or ``timeout_s`` passes."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{url}: process exited {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=1) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"{url} did not come up")
 
 
 def cpu_seconds(pid: int) -> float:

@@ -52,6 +52,7 @@ from typing import Any
 
 import aiohttp
 
+from benchmarks._chat import post_streamed
 from benchmarks._images import seeded_jpeg
 from benchmarks._procs import MMGATE, free_port, stop
 from benchmarks._run import parse_args, write_results
@@ -189,20 +190,14 @@ async def run_session(client: aiohttp.ClientSession, gateways: list[str], sid: i
         body = json.dumps({"model": model, "stream": True, "max_tokens": max_tokens,
                            "messages": [{"role": "user", "content": parts}]}).encode()
         gw = gateways[(sid + t) % len(gateways)]
-        t0 = time.perf_counter()
-        ttft = None
         headers = {"Content-Type": "application/json"}
         if not sessionless:
             headers["x-session-id"] = f"session-{sid}"
-        async with client.post(gw + "/v1/chat/completions", data=body, headers=headers) as r:
-            if r.status != 200:
-                out["errors"].append(float(r.status))
-                await r.read()
-                continue
-            async for line in r.content:
-                if ttft is None and line.startswith(b"data: {") and b'"content":"' in line:
-                    ttft = time.perf_counter() - t0
-        out["ttft_ms"].append(1000 * (ttft if ttft is not None else time.perf_counter() - t0))
+        done = await post_streamed(client, gw + "/v1/chat/completions", body, headers)
+        if done.status != 200:
+            out["errors"].append(float(done.status))
+            continue
+        out["ttft_ms"].append(1000 * done.ttft_s)
 
 
 async def drive(gateways: list[str], backends: int, sessions: list[list[list[str]]], urls: dict[str, str],

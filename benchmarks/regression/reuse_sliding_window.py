@@ -30,6 +30,7 @@ from typing import Any
 
 import aiohttp
 
+from benchmarks._chat import post_streamed
 from benchmarks._images import seeded_jpeg
 from benchmarks._procs import free_port, start, stop
 from benchmarks._run import parse_args, write_results
@@ -75,19 +76,13 @@ async def run_session(
         body = json.dumps({"model": MODEL, "stream": True, "max_tokens": 8,
                            "messages": [{"role": "user", "content": parts}]}).encode()
         out["client_bytes"].append(len(body))
-        t0 = time.perf_counter()
-        ttft = None
-        async with session.post(url + "/v1/chat/completions", data=body,
-                                headers={"Content-Type": "application/json", "x-session-id": f"s{sid}"}) as r:
-            if r.status != 200:
-                out["errors"].append(r.status)
-                await r.read()
-                continue
-            async for line in r.content:
-                if ttft is None and line.startswith(b"data: {") and b'"content":"' in line:
-                    ttft = time.perf_counter() - t0
-        out["ttft_ms"].append(1000 * (ttft if ttft is not None else time.perf_counter() - t0))
-        out["latency_ms"].append(1000 * (time.perf_counter() - t0))
+        done = await post_streamed(session, url + "/v1/chat/completions", body,
+                                   {"Content-Type": "application/json", "x-session-id": f"s{sid}"})
+        if done.status != 200:
+            out["errors"].append(done.status)
+            continue
+        out["ttft_ms"].append(1000 * done.ttft_s)
+        out["latency_ms"].append(1000 * done.total_s)
 
 
 async def drive(url: str, mode: str, args: argparse.Namespace) -> dict[str, list[float]]:

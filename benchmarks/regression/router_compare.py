@@ -45,7 +45,7 @@ from typing import Any
 
 import aiohttp
 
-from benchmarks._procs import CLK_TCK, MMGATE, ROOT, SERVERS, free_port, stop
+from benchmarks._procs import CLK_TCK, MMGATE, ROOT, SERVERS, free_port, stop, wait_up
 from benchmarks._run import parse_args, write_results
 from benchmarks._table import Column, render
 from benchmarks.regression.gateway_overhead import one_mib_jpeg
@@ -93,33 +93,12 @@ class Target:
 
 
 def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
-    import urllib.request
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{url}: process exited {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url + "/v1/models", timeout=1) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.2)
-    raise RuntimeError(f"{url} did not come up")
+    wait_up(url + "/v1/models", proc, timeout)
 
 
 def wait_health(url: str, proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
     """Wait until ``url``/health answers (the bare relay serves no /v1/models)."""
-    import urllib.request
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{url}: process exited {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=1):
-                return
-        except OSError:
-            time.sleep(0.2)
-    raise RuntimeError(f"{url} did not come up")
+    wait_up(url + "/health", proc, timeout)
 
 
 def start_mmgate(src: Path, kind: str, backend: str, extra: list[str]) -> tuple[str, subprocess.Popen[bytes]]:

@@ -45,6 +45,7 @@ import aiohttp
 from tests.support.fidelity import jpeg_url
 from tests.support.vllm import GatewayProcess, SimProcess, VllmReplica, VllmSetup, start_replicas
 
+from benchmarks._chat import post_streamed
 from benchmarks._procs import ROOT
 from benchmarks._run import parse_args, write_results
 
@@ -90,19 +91,14 @@ async def run_session(http: aiohttp.ClientSession, url: str, sid: str, strip: bo
         body = json.dumps({"model": "tiny-qwen2vl", "stream": True, "max_tokens": args.max_tokens,
                            "ignore_eos": True, "messages": [{"role": "user", "content": parts}]}).encode()
         out["client_bytes"].append(len(body))
-        t0 = time.perf_counter()
-        ttft = None
-        async with http.post(url + "/v1/chat/completions", data=body,
-                             headers={"Content-Type": "application/json", "x-session-id": sid}) as r:
-            if r.status != 200:
-                out["errors"].append(r.status)
-                print(f"  {sid} turn {t}: HTTP {r.status} {(await r.read())[:200]!r}", file=sys.stderr)
-                continue
-            async for line in r.content:
-                if ttft is None and line.startswith(b"data: {"):
-                    ttft = time.perf_counter() - t0
-        out["ttft_ms"].append(1000 * (ttft if ttft is not None else time.perf_counter() - t0))
-        out["latency_ms"].append(1000 * (time.perf_counter() - t0))
+        done = await post_streamed(http, url + "/v1/chat/completions", body,
+                                   {"Content-Type": "application/json", "x-session-id": sid}, marker=b"")
+        if done.status != 200:
+            out["errors"].append(done.status)
+            print(f"  {sid} turn {t}: HTTP {done.status} {done.error_body[:200]!r}", file=sys.stderr)
+            continue
+        out["ttft_ms"].append(1000 * done.ttft_s)
+        out["latency_ms"].append(1000 * done.total_s)
 
 
 async def drive(urls: list[str], mode: str, args: argparse.Namespace, concurrency: int, run: int

@@ -7,13 +7,13 @@ start-up wait. ``gateway_overhead.py --trace`` exports a gateway's spans to it.
 
 from __future__ import annotations
 
-import asyncio
 import sys
 
 from aiohttp import web
 
 
-async def main(port: int) -> None:
+def sink() -> web.Application:
+    """The app: counts the bytes of every export it is sent."""
     received = 0
 
     async def traces(request: web.Request) -> web.Response:
@@ -27,11 +27,8 @@ async def main(port: int) -> None:
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app.router.add_post("/v1/traces", traces)
     app.router.add_get("/health", health)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    await asyncio.Event().wait()
+    return app
 
 
 if __name__ == "__main__":
-    asyncio.run(main(int(sys.argv[1])))
+    web.run_app(sink(), host="127.0.0.1", port=int(sys.argv[1]), print=None, access_log=None)
