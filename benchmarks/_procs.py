@@ -16,7 +16,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # The processes a benchmark starts by path (a relay, a zero-latency backend, an OTLP sink).
 SERVERS = ROOT / "benchmarks" / "servers"
 
-__all__ = ["CLK_TCK", "MMGATE", "ROOT", "SERVERS", "cpu_seconds", "free_port", "start", "stop", "wait_up"]
+__all__ = ["CLK_TCK", "MMGATE", "ROOT", "SERVERS", "cpu_seconds", "free_port", "machine_busy_s", "start", "stop",
+           "wait_up"]
 MMGATE = [sys.executable, "-m", "mmgate"]
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -75,6 +76,13 @@ def cpu_seconds(pid: int) -> float:
     except FileNotFoundError:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def machine_busy_s() -> float:
+    """CPU seconds every core spent busy since boot (all processes), from /proc/stat: user to steal,
+    not idle or iowait (guest time is counted in user already)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / CLK_TCK
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:

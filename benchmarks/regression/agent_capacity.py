@@ -52,7 +52,7 @@ import orjson
 from tests.support.vllm import SERVED_MODEL, GatewayProcess, VllmReplica, VllmSetup, cache_counters
 
 from benchmarks._agent_turns import FIRST_OUTPUT, PATHS, screenshots, turn_body
-from benchmarks._procs import ROOT, cpu_seconds
+from benchmarks._procs import ROOT, cpu_seconds, machine_busy_s
 from benchmarks._run import parse_args, write_results
 from benchmarks._table import Column, pct, print_table
 
@@ -105,13 +105,6 @@ def tree_cpu(pids: list[int]) -> float:
         except (FileNotFoundError, ProcessLookupError):  # a worker that just ended
             continue
     return total
-
-
-def machine_busy_s() -> float:
-    """CPU seconds every core spent busy since boot (all processes), from /proc/stat."""
-    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = fields[3] + fields[4]
-    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
 class Meters:

@@ -33,7 +33,7 @@ import orjson
 from aiohttp import web
 
 from benchmarks._agent_turns import PATHS, screenshots, turn_body
-from benchmarks._procs import MMGATE, ROOT, cpu_seconds, free_port, start, stop
+from benchmarks._procs import MMGATE, ROOT, cpu_seconds, free_port, machine_busy_s, start, stop
 from benchmarks._run import parse_args, write_results
 from benchmarks._table import Column, print_table
 
@@ -118,11 +118,6 @@ def split_s(pid: int) -> dict[str, float]:
         out[f"{who}_user"] += int(fields[11]) / tick
         out[f"{who}_sys"] += int(fields[12]) / tick
     return out
-
-
-def machine_busy_s() -> float:
-    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
 async def run_mode(url: str, gw_pid: int, api: str, strip: bool, shots: list[list[str]], run_id: str,
