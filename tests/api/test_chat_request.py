@@ -61,8 +61,8 @@ def test_accepted_image_shapes(part: dict[str, Any], url: str | None, uuid: str 
         ({"type": "image_url", "image_url": {"url": URL, "uuid": "a"}, "uuid": "b"}, "differ"),
         ({"type": "image_url", "image_url": {"url": 5}}, "must be a string"),
         ({"type": "image_url", "image_url": 5}, "must be an object"),
-        ({"type": "input_audio", "input_audio": {"data": "AA==", "format": "wav"}, "uuid": "a"}, "images and videos only"),
-        ({"type": "audio_url", "audio_url": {"url": URL}, "uuid": "v"}, "images and videos only"),
+        ({"type": "input_audio", "input_audio": {"data": "AA==", "format": "w;x"}, "uuid": "a"}, "format"),
+        ({"type": "audio_url", "audio_url": {"url": 5}, "uuid": "v"}, "'audio_url.url' must be a string"),
         # Shapes vLLM's typed parsers refuse (400), refused as vLLM refuses them.
         ({"type": "image_url", "image_url": URL}, "must be an object"),
         ({"type": "video_url", "video_url": URL}, "must be an object"),
@@ -86,7 +86,8 @@ def test_audio_and_video_are_rebuilt_and_their_urls_listed_for_the_policy() -> N
     assert req.slots == []
     assert req.body["messages"][1]["content"][1] == {"type": "input_audio", "input_audio": {"data": "AA==", "format": "wav"}}
     assert req.body["messages"][1]["content"][2] == {"type": "video_url", "video_url": {"url": URL}}
-    assert [(p.kind, p.url, p.param) for p in req.passthrough] == [("video_url", URL, "messages[1].content[2]")]
+    assert [(p.kind, p.url, p.param) for p in req.passthrough] == [
+        ("input_audio", "data:audio/wav;base64,AA==", "messages[1].content[1]"), ("video_url", URL, "messages[1].content[2]")]
 
 
 def test_too_many_images_names_the_first_extra_part() -> None:

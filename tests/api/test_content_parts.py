@@ -64,8 +64,6 @@ def test_every_image_shape_becomes_one_canonical_image_slot(part: dict[str, Any]
         ({"type": "video_embeds", "video_embeds": {"x": "A"}}, "embeddings"),
         ({"type": "prompt_embeds", "data": "AAAA"}, "embeddings"),
         ({"type": "text", "prompt_embeds": "x", "uuid": "u"}, "embeddings"),
-        ({"type": "audio_url", "audio_url": {"url": AV}, "uuid": "u"}, "images and videos only"),
-        ({"input_audio": {"data": "AA==", "format": "wav"}, "uuid": "u"}, "images and videos only"),
         ({"type": "text", "text": "hi", "uuid": "u"}, "only image parts carry a uuid"),
         ({"type": "tool_reference", "name": "x", "uuid": "u"}, "only image parts carry a uuid"),
         ({"type": "text", "text": "hi", "image_url": {"url": URL}}, "must not carry media keys"),
@@ -106,6 +104,23 @@ def test_audio_and_video_urls_are_listed_for_the_url_policy(part: dict[str, Any]
     assert [(p.kind, p.url, p.param) for p in req.passthrough] == [(kind, url, PARAM)]
     assert req.body["messages"][0]["content"][0] == {"type": kind, kind: {"url": url}}
     assert req.passthrough[0].part is req.body["messages"][0]["content"][0]
+
+
+@pytest.mark.parametrize(
+    ("part", "kind", "url", "value"),
+    [
+        ({"type": "audio_url", "audio_url": {"url": AV}, "uuid": "u"}, "audio_url", AV, {"url": AV}),
+        ({"type": "audio_url", "audio_url": None, "uuid": "u"}, "audio_url", None, None),
+        ({"input_audio": {"data": "AA==", "format": "wav"}, "uuid": "u"}, "input_audio", "data:audio/wav;base64,AA==",
+         {"data": "AA==", "format": "wav"}),
+        ({"type": "input_audio", "input_audio": None, "uuid": "u"}, "input_audio", None, None),
+    ],
+)
+def test_audio_with_a_uuid_is_labelled_or_a_reference(part: dict[str, Any], kind: str, url: str | None,
+                                                      value: Any) -> None:
+    req = parse(part)
+    assert [(p.kind, p.url, p.uuid) for p in req.passthrough] == [(kind, url, "u")]
+    assert req.body["messages"][0]["content"][0] == {"type": kind, kind: value}
 
 
 @pytest.mark.parametrize(

@@ -12,8 +12,11 @@ import orjson
 import pytest
 
 from tests.api.test_endpoints import call, fleet
+from tests.media.test_audio import data_url, wav
 from tests.support.images import make_image
 from tests.support.origin import ImageOrigin
+
+WAV = data_url(wav(0.1))  # a real one: the policed endpoints check a data: audio's container
 
 
 @pytest.fixture
@@ -59,12 +62,12 @@ async def test_media_urls_elsewhere_pass_the_url_policy(origin: ImageOrigin) -> 
         # /tokenize messages: the URL checked, the part rebuilt, a client uuid dropped.
         request = {"model": "m1", "messages": conversation(
             {"type": "image_url", "image_url": {"url": url}, "uuid": "client-label"},
-            {"type": "audio_url", "audio_url": {"url": "data:audio/wav;base64,AAAA"}})}
+            {"type": "audio_url", "audio_url": {"url": WAV}})}
         status, _, _, _ = await call("POST", gw.url + "/tokenize", body=request)
         assert status == 200
         parts = orjson.loads(echo.seen[-1].body)["messages"][0]["content"]
         assert parts[1] == {"type": "image_url", "image_url": {"url": url}}
-        assert parts[2] == {"type": "audio_url", "audio_url": {"url": "data:audio/wav;base64,AAAA"}}
+        assert parts[2] == {"type": "audio_url", "audio_url": {"url": WAV}}
         # /score multimodal content, batched embeddings: policed wherever nested.
         for path, body, param in (
             ("/score", {"model": "m1", "data_1": "q", "data_2": {"content": [

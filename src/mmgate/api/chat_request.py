@@ -17,6 +17,7 @@ import orjson
 from mmgate.api.content_parts import ImageSpec, PassthroughSpec, parse_part
 from mmgate.errors import InvalidRequestError
 from mmgate.jsonbody import loads_body
+from mmgate.media.audio import media_value
 from mmgate.reuse import ImageSlot
 from mmgate.reuse.videos import VideoRef
 
@@ -33,7 +34,7 @@ class ChatRequest:
     stream: bool
     slots: list[ImageSlot]
     passthrough: list[PassthroughSlot] = field(default_factory=list)
-    # The video parts with a uuid, once the gateway checked their URLs (``mmgate.reuse.videos``).
+    # The video and audio parts with a uuid, once the gateway checked them (``mmgate.reuse.videos``).
     videos: list[VideoRef] = field(default_factory=list)
     # The size of the JSON it was parsed from (None: built, not parsed from the client's bytes).
     raw_bytes: int | None = None
@@ -41,16 +42,17 @@ class ChatRequest:
 
 @dataclass(slots=True)
 class PassthroughSlot:
-    """An ``audio_url``/``video_url`` part the backend fetches: its URL must pass the URL policy
-    first (``mmgate.media.passthrough``); ``part[kind]["url"]`` is then set to the checked URL. A
-    video's ``uuid`` (namespaced before sending); without a ``url``, a cache-only reference."""
+    """An ``audio_url``/``video_url``/``input_audio`` part the backend fetches or reads: its URL
+    (an ``input_audio``'s data URL) must pass the URL policy first (``mmgate.media.passthrough``);
+    ``part[kind]`` is then set to the checked one (``media_value``). Its ``uuid`` (namespaced before
+    sending); without a ``url``, a cache-only reference."""
 
     param: str
     kind: str
     url: str | None
     part: dict[str, Any]
     uuid: str | None = None
-    digest: str | None = None  # a data: video's SHA-256 (its content key), once checked
+    digest: str | None = None  # a data: video's or audio's SHA-256 (its content key), once checked
 
 
 def parse_chat_request(
@@ -148,7 +150,7 @@ def parse_chat_body(
                         f"too many images: at most {max_images} per request", param=param
                     )
             elif isinstance(spec, PassthroughSpec):
-                canonical = {"type": spec.kind, spec.kind: {"url": spec.url} if spec.url is not None else None}
+                canonical = {"type": spec.kind, spec.kind: media_value(spec.kind, spec.url) if spec.url else None}
                 content[j] = canonical
                 passthrough.append(PassthroughSlot(param, spec.kind, spec.url, canonical, spec.uuid))
             else:

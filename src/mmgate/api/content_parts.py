@@ -19,11 +19,12 @@ mmgate never forwards a media part as it came. Each one is, here:
 * an image (``image_url`` by type or key, ``input_image``): an ``ImageSpec`` (url?, uuid?) that the
   gateway loads through the URL policy and re-sends as ``{"type": "image_url", …, "uuid": K}``;
 * ``audio_url`` / ``video_url``: a ``PassthroughSpec`` whose URL the gateway checks with the URL
-  policy (the backend fetches it), rebuilt as ``{"type": kind, kind: {"url": checked}}``; a
-  ``video_url``'s uuid is namespaced like an image's (``mmgate.reuse.videos``), and with it the URL
-  may be left out (a cache-only reference); a uuid on an ``audio_url`` → 400;
-* ``input_audio``: rebuilt as ``{"type": "input_audio", "input_audio": {"data", "format"}}``; a uuid
-  → 400;
+  policy (the backend fetches it), rebuilt as ``{"type": kind, kind: {"url": checked}}``; its uuid
+  is namespaced like an image's (``mmgate.reuse.videos``), and with it the URL may be left out (a
+  cache-only reference);
+* ``input_audio``: a ``PassthroughSpec`` too, its ``data`` and ``format`` held as the URL vLLM reads
+  them as (``data:audio/<format>;base64,<data>``, ``mmgate.media.audio``), rebuilt as
+  ``{"type": "input_audio", "input_audio": {"data", "format"}}``; with a uuid it may be ``null``;
 * ``image_pil``, every ``*_embeds``: refused (400) — they cannot be policed or namespaced.
 
 A text part (``text``, ``input_text``, ``output_text``, ``refusal``, ``thinking``) or a
@@ -38,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mmgate.errors import InvalidRequestError
+from mmgate.media.audio import audio_data_url
 
 # vLLM's key order when it classifies a part by its keys (uuid present or no type).
 KEY_ORDER: tuple[str, ...] = (
@@ -70,9 +72,9 @@ class ImageSpec:
 
 @dataclass(frozen=True, slots=True)
 class PassthroughSpec:
-    """An ``audio_url``/``video_url`` part: the backend fetches ``url`` once the gateway checked it.
-    A ``video_url`` may carry a ``uuid`` (vLLM caches the processed video under it), and then need
-    no URL: a uuid-only reference (``url`` None)."""
+    """An ``audio_url``/``video_url``/``input_audio`` part: the backend fetches ``url`` (an
+    ``input_audio``'s data URL) once the gateway checked it. It may carry a ``uuid`` (vLLM caches the
+    processed media under it), and then need no URL: a uuid-only reference (``url`` None)."""
 
     kind: str
     url: str | None
@@ -81,7 +83,7 @@ class PassthroughSpec:
 
 @dataclass(frozen=True, slots=True)
 class KeptPart:
-    """A part forwarded as it came (text, tool_reference) or already rebuilt (input_audio)."""
+    """A part forwarded as it came (text, tool_reference)."""
 
     part: Any
 
@@ -165,12 +167,10 @@ def parse_part(part: Any, *, max_uuid_length: int, require_detail: bool = True) 
         if typed:
             _check_typed_shape(part, kind, require_detail=require_detail)
         return image
-    if kind == "video_url" and part.get("uuid") is not None:
-        return _video(part, max_uuid_length)
     if part.get("uuid") is not None:
-        raise InvalidRequestError(f"'uuid' on a {kind} part: UUID reuse is for images and videos only")
+        return _labelled(part, kind, max_uuid_length)
     if kind == "input_audio":
-        return KeptPart({"type": "input_audio", "input_audio": _input_audio(part.get("input_audio"))})
+        return PassthroughSpec(kind=kind, url=_input_audio(part.get("input_audio")))
     url = _passthrough_url(part.get(kind), kind)
     if typed:
         _check_typed_shape(part, kind, require_detail=require_detail)
@@ -241,17 +241,21 @@ def _image(part: dict[str, Any], kind: str, max_uuid_length: int) -> ImageSpec:
     return ImageSpec(url=url, uuid=uuid, detail=detail)
 
 
-def _video(part: dict[str, Any], max_uuid_length: int) -> PassthroughSpec:
-    """A ``video_url`` part with a uuid (read by its key, as vLLM reads it): a labelled video, or a
-    uuid-only reference when it has no URL (``null``, ``{}``, ``{"url": ""}``)."""
+def _labelled(part: dict[str, Any], kind: str, max_uuid_length: int) -> PassthroughSpec:
+    """A ``video_url``/``audio_url``/``input_audio`` part with a uuid (read by its key, as vLLM
+    reads it): labelled media, or a uuid-only reference when it has none (``null``, ``{}``,
+    ``{"url": ""}``; an ``input_audio`` without ``data``)."""
     uuid = check_uuid(part["uuid"], max_uuid_length, "'uuid'")
-    value = part.get("video_url")
+    value = part.get(kind)
+    if kind == "input_audio":
+        empty = value is None or (isinstance(value, dict) and not value.get("data"))
+        return PassthroughSpec(kind=kind, url=None if empty else _input_audio(value), uuid=uuid)
     url = value.get("url") if isinstance(value, dict) else value
     if url is not None and not isinstance(url, str):
-        raise InvalidRequestError("'video_url.url' must be a string")
+        raise InvalidRequestError(f"'{kind}.url' must be a string")
     if value is not None and not isinstance(value, dict | str):
-        raise InvalidRequestError("'video_url' must be an object with a 'url', a URL string, or null")
-    return PassthroughSpec(kind="video_url", url=url or None, uuid=uuid)
+        raise InvalidRequestError(f"'{kind}' must be an object with a 'url', a URL string, or null")
+    return PassthroughSpec(kind=kind, url=url or None, uuid=uuid)
 
 
 def _passthrough_url(value: Any, kind: str) -> str:
@@ -261,7 +265,8 @@ def _passthrough_url(value: Any, kind: str) -> str:
     return url
 
 
-def _input_audio(value: Any) -> dict[str, str]:
+def _input_audio(value: Any) -> str:
+    """An ``input_audio`` object checked, as the URL vLLM reads it as."""
     if not isinstance(value, dict):
         raise InvalidRequestError("'input_audio' must be an object with 'data' and 'format'")
     data, fmt = value.get("data"), value.get("format")
@@ -269,4 +274,4 @@ def _input_audio(value: Any) -> dict[str, str]:
         raise InvalidRequestError("'input_audio.data' must be a non-empty base64 string")
     if not isinstance(fmt, str) or not _AUDIO_FORMAT.fullmatch(fmt):
         raise InvalidRequestError("'input_audio.format' must be a short audio format name (wav, mp3, …)")
-    return {"data": data, "format": fmt}
+    return audio_data_url(data, fmt)

@@ -34,7 +34,6 @@ from mmgate.api.gateway import Gateway
 from mmgate.api.lifecycle import request_tenant, tracked_handler
 from mmgate.api.police import REFUSED_KEYS, may_carry_media, police, refused_key
 from mmgate.errors import InvalidRequestError
-from mmgate.media.video import video_limits
 from mmgate.reuse import client_cache_salt
 
 # Status counted for a client that went away before its answer was complete (nginx's convention).
@@ -175,7 +174,7 @@ async def _serve_json(request: web.Request, gateway: Gateway, endpoint: Endpoint
             return await gateway.loader.check_passthrough(url, param=param, kind=kind)
 
         if await police(body, check, max_uuid_length=settings.max_uuid_length, max_depth=settings.max_json_depth,
-                        video=video_limits(settings.media)):
+                        media=settings.media):
             raw = orjson.dumps(body)
     forwarded = await forwarder.send("POST", request.path_qs, raw, model=model, session_id=session_id, headers=_JSON)
     try:

@@ -28,9 +28,9 @@ from mmgate.errors import (
     InvalidRequestError,
 )
 from mmgate.media import MediaLoader
+from mmgate.media.audio import check_data_media, media_value
 from mmgate.media.dataurl import is_data_url
 from mmgate.media.decode import PixelBudget
-from mmgate.media.video import check_video, video_limits
 from mmgate.metrics import GatewayMetrics
 from mmgate.observe import note_chat, note_reuse, span, traced
 from mmgate.reuse import (
@@ -46,7 +46,7 @@ from mmgate.reuse import (
     reply_headers,
     routed_images,
 )
-from mmgate.reuse.videos import VIDEO_HELD_BYTES, VIDEO_WEIGHT, VideoURLs, send_healing_videos, video_refs
+from mmgate.reuse.videos import VideoURLs, send_healing_videos, video_refs
 from mmgate.routing import RoutedImage, Router
 from mmgate.store import LoadedImage
 
@@ -215,15 +215,16 @@ class Gateway:
         salt = client_cache_salt(request.body)
         if tenant is not None:  # vLLM's prefix cache, partitioned per tenant (reuse.namespace)
             request.body["cache_salt"] = keys.cache_salt(tenant, salt)
-        for p in request.passthrough:  # audio/video URLs the backend fetches: policed first
+        for p in request.passthrough:  # audio/video the backend fetches: policed first, data: probed
             if p.url is not None:
-                p.part[p.kind]["url"] = await self.loader.check_passthrough(p.url, param=p.param, kind=p.kind)
-            if p.kind == "video_url" and p.url is not None and is_data_url(p.url):
-                p.digest = (await check_video(p.url, max_bytes=self.settings.max_body_bytes, param=p.param,
-                                              limits=video_limits(self.settings.media))).digest
+                p.part[p.kind] = media_value(p.kind, await self.loader.check_passthrough(p.url, param=p.param,
+                                                                                         kind=p.kind))
+                if is_data_url(p.url):
+                    p.digest = await check_data_media(p.kind, p.url, max_bytes=self.settings.max_body_bytes,
+                                                      param=p.param, media=self.settings.media)
         request.videos = video_refs(request.passthrough, keys, tenant, self.video_urls)
         plans, routed = await self._plan_images(request.slots, session_id, keys, tenant) if request.slots else ([], [])
-        routed += [RoutedImage(v.key, VIDEO_WEIGHT) for v in request.videos]  # routed by video affinity too
+        routed += [RoutedImage(v.key, v.weight) for v in request.videos]  # routed by video/audio affinity too
         # The router's order of preference, by the images' keys: the first is its pick, the second
         # the failover.
         if tracing:
@@ -282,7 +283,7 @@ class Gateway:
         # Recorded once the backend answered: a failover or a failed send records nothing.
         router.record_answered(backend, routed, session_id)
         if request.videos and backend.kind == "vllm":
-            router.holdings.hold(backend.name, [(v.key, VIDEO_HELD_BYTES) for v in request.videos])
+            router.holdings.hold(backend.name, [(v.key, v.held_bytes) for v in request.videos])
         note_reuse(counts)
         headers = reply_headers(backend.name, counts)
         return ChatOutcome(reply=reply, backend=backend, headers=headers, on_finish=lambda: router.end(backend))

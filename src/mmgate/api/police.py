@@ -15,9 +15,10 @@ media part ``type``, wherever it is nested, and ``police`` classifies each with 
   A client ``uuid`` is dropped — a backend uuid is the gateway's, namespaced by tenant, and an
   unnamespaced one could reach another tenant's image — and a uuid without a URL (a cache-only
   reference) is refused: these endpoints carry no reuse;
-* ``audio_url``/``video_url``: the URL passes the policy, the part is rebuilt; a ``data:`` video's
-  container is checked first (``mmgate.media.video``);
-* ``input_audio``: rebuilt from its checked fields;
+* ``audio_url``/``video_url``/``input_audio``: the URL (an ``input_audio``'s data) passes the
+  policy, the part is rebuilt; a ``data:`` video's or audio's container is checked first
+  (``mmgate.media.video``, ``mmgate.media.audio``, under the operator's limits); a uuid is dropped
+  and a uuid-only reference refused, as an image's;
 * ``image_pil``, ``*_embeds``, ``prompt_embeds``, a part vLLM could not read: refused (400 naming
   the field);
 * ``multi_modal_data`` anywhere (vLLM takes raw media or tensors from it on ``/v1/completions``
@@ -40,9 +41,10 @@ from mmgate.api.content_parts import (
     PassthroughSpec,
     parse_part,
 )
+from mmgate.config import MediaSettings
 from mmgate.errors import InvalidRequestError
+from mmgate.media.audio import check_data_media, media_value
 from mmgate.media.dataurl import is_data_url
-from mmgate.media.video import VideoLimits, check_video
 
 # Byte strings one of which any JSON that names a media key or part type holds (an escaped key,
 # ``\\u0069mage_url``, holds a backslash-u: scanned too).
@@ -100,8 +102,9 @@ def media_fields(body: Any, max_depth: int) -> list[tuple[str, dict[str, Any], A
 
 
 async def police(body: Any, check_url: CheckURL, *, max_uuid_length: int, max_depth: int,
-                 video: VideoLimits | None = None) -> bool:
-    """Police every media field of ``body`` in place (module docstring); True when it changed."""
+                 media: MediaSettings | None = None) -> bool:
+    """Police every media field of ``body`` in place (module docstring); True when it changed.
+    ``media``: the operator's limits on ``data:`` video and audio (None: the defaults)."""
     changed = False
     for param, container, key, part in media_fields(body, max_depth):
         if container is None:
@@ -128,12 +131,14 @@ async def police(body: Any, check_url: CheckURL, *, max_uuid_length: int, max_de
         elif isinstance(spec, PassthroughSpec):
             if spec.url is None:
                 raise InvalidRequestError(
-                    f"a cache-only {spec.kind} reference (a uuid without a url) is not accepted on this endpoint: "
-                    "send the video's url", param=param)
-            # A video's uuid is dropped, as an image's: these endpoints carry no reuse.
-            container[key] = {"type": spec.kind, spec.kind: {"url": await check_url(spec.url, param, spec.kind)}}
-            if spec.kind == "video_url" and is_data_url(spec.url):  # its container, as on chat (media.video)
-                await check_video(spec.url, max_bytes=len(spec.url), param=param, limits=video)
+                    f"a cache-only {spec.kind} reference (a uuid without its media) is not accepted on this "
+                    f"endpoint: send the {spec.kind}", param=param)
+            # A video's or audio's uuid is dropped, as an image's: these endpoints carry no reuse.
+            checked = await check_url(spec.url, param, spec.kind)
+            container[key] = {"type": spec.kind, spec.kind: media_value(spec.kind, checked)}
+            if is_data_url(spec.url):  # its container, as on chat
+                await check_data_media(spec.kind, spec.url, max_bytes=len(spec.url), param=param,
+                                       media=media or MediaSettings())
         elif isinstance(spec, KeptPart):
             container[key] = spec.part
         changed = True

@@ -84,10 +84,9 @@ def check_data_video(url: str, *, max_bytes: int, limits: VideoLimits | None = N
     (``limits``; None: the defaults)."""
     max_pixels = limits.frame_pixels if limits is not None else MAX_FRAME_PIXELS
     max_seconds = limits.seconds if limits is not None else MAX_SECONDS
-    mime, data = _payload(url, max_bytes)
+    mime, data = data_payload(url, max_bytes, "video")
     try:
-        with av.open(io.BytesIO(data), mode="r",
-                     options={"probesize": str(PROBE_BYTES), "analyzeduration": "0"}) as container:
+        with open_container(data) as container:
             if container.format.name.endswith("_pipe") or container.format.name == "image2":
                 raise UnsupportedImageError(f"the data: video is an image ({container.format.name}), not a video")
             if not container.streams.video:
@@ -107,16 +106,22 @@ def check_data_video(url: str, *, max_bytes: int, limits: VideoLimits | None = N
     return info
 
 
-def _payload(url: str, max_bytes: int) -> tuple[str, bytes]:
-    """The MIME type and bytes of a base64 ``data:video/…`` URL, at most ``max_bytes``."""
+def open_container(data: bytes) -> av.container.InputContainer:
+    """``data`` opened with FFmpeg's demuxers, the probe bounded (``PROBE_BYTES``, no stream analysis)."""
+    return av.open(io.BytesIO(data), mode="r", options={"probesize": str(PROBE_BYTES), "analyzeduration": "0"})
+
+
+def data_payload(url: str, max_bytes: int, medium: str) -> tuple[str, bytes]:
+    """The MIME type and bytes of a base64 ``data:<medium>/…`` URL (``medium``: video, audio), at
+    most ``max_bytes``."""
     comma = url.find(",", 0, _MAX_HEADER)
     mime, *params = url[5:comma].lower().split(";") if comma > 0 else ("", "")
-    if not mime.startswith("video/") or "base64" not in params:
-        raise UnsupportedImageError("a data: video must be data:video/<type>;base64,<data>")
+    if not mime.startswith(f"{medium}/") or "base64" not in params:
+        raise UnsupportedImageError(f"a data: {medium} must be data:{medium}/<type>;base64,<data>")
     payload = url[comma + 1:]
     if decoded_size(payload) > max_bytes:
-        raise ImageTooLargeError(f"the data: video is over the {max_bytes}-byte limit")
+        raise ImageTooLargeError(f"the data: {medium} is over the {max_bytes}-byte limit")
     try:
         return mime, pybase64.b64decode(payload, validate=True)
     except (binascii.Error, ValueError) as exc:  # ValueError: non-ASCII characters
-        raise UnsupportedImageError(f"the data: video's payload is not valid base64 ({exc})") from exc
+        raise UnsupportedImageError(f"the data: {medium}'s payload is not valid base64 ({exc})") from exc
