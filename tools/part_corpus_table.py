@@ -60,8 +60,9 @@ def policy(part: object) -> str:
         return "refused: " + exc.message
     kind = type(spec).__name__
     return {"ImageSpec": "image: URL loaded by the gateway through the URL policy, uuid namespaced",
-            "PassthroughSpec": "URL checked with the URL policy (the backend fetches it)",
-            "KeptPart": "forwarded (text, or rebuilt inline data)"}[kind]
+            "PassthroughSpec": "URL checked with the URL policy (the backend fetches it; input_audio: its data), "
+                               "uuid namespaced",
+            "KeptPart": "forwarded (text)"}[kind]
 
 
 def cell(text: object) -> str:
