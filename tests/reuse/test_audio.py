@@ -21,6 +21,7 @@ from mmgate.reuse.videos import (
     video_refs,
 )
 from mmgate.routing import BackendHoldings
+from tests.reuse.test_store import tier
 from tests.reuse.test_videos import miss
 
 DATA = "UklGRiQAAABXQVZF"
@@ -95,3 +96,30 @@ async def test_an_audio_miss_is_healed_once_with_the_data() -> None:
     assert await send_healing_videos(send, refs, urls, holdings, "b0", with_uuid=True, strip=True,
                                      on_heal=lambda: None) == "ok"
     assert [p["input_audio"] for p in sent] == [None, INPUT]
+
+
+async def test_another_gateway_heals_an_audio_reference_from_the_shared_tier(standalone_server: Any) -> None:
+    """An input_audio's data goes to the shared tier under its key; a gateway that never saw it (a
+    restart, another in the fleet) heals vLLM's audio miss with it, re-sent as ``{data, format}``."""
+    shared = tier(standalone_server)
+    keys = KeySpace(b"s" * 32)
+    first = VideoURLs(shared=shared)
+    video_refs(parsed(audio("a1")).passthrough, keys, "t", first)
+    await first.close()  # waits for the background write
+    second = VideoURLs(shared=shared)
+    request = parsed(audio("a1", data=False))
+    refs = video_refs(request.passthrough, keys, "t", second)
+    assert second.get(refs[0].key) is None
+    sent: list[Any] = []
+
+    async def send() -> str:
+        sent.append(dict(request.body["messages"][0]["content"][0]))
+        if len(sent) == 1:
+            raise miss("audio")
+        return "ok"
+
+    holdings = BackendHoldings(1 << 30, max_entries=10, max_keys=10)
+    assert await send_healing_videos(send, refs, second, holdings, "b0", with_uuid=True, strip=True,
+                                     on_heal=lambda: None) == "ok"
+    assert [p["input_audio"] for p in sent] == [None, INPUT] and sent[1]["uuid"] == keys.backend_uuid("t", "a1")
+    await shared.close()
