@@ -45,11 +45,11 @@ class MediaSettings(Frozen):
                                    help="largest encoded image accepted, bytes")
     max_image_pixels: int = setting(40_000_000, flag="--max-image-pixels", gt=0,
                                     help="largest decoded image accepted, pixels")
-    max_video_frame_pixels: int = setting(4096 * 4096, flag="--max-video-frame-pixels", gt=0,
+    max_video_frame_pixels: int = setting(4096 * 4096, flag="--max-video-frame-pixels", advanced=True, gt=0,
                                           help="largest frame a data: video may declare, pixels")
-    max_video_seconds: float = setting(3600.0, flag="--max-video-seconds", gt=0,
+    max_video_seconds: float = setting(3600.0, flag="--max-video-seconds", advanced=True, gt=0,
                                        help="longest data: video accepted, seconds (as its container declares)")
-    max_audio_seconds: float = setting(3600.0, flag="--max-audio-seconds", gt=0,
+    max_audio_seconds: float = setting(3600.0, flag="--max-audio-seconds", advanced=True, gt=0,
                                        help="longest data: audio accepted, seconds (as its container declares)")
     allowed_formats: tuple[str, ...] = setting(
         ("JPEG", "PNG", "WEBP", "GIF", "BMP"), flag="--allowed-format", advanced=True, metavar="FORMAT",
