@@ -78,6 +78,21 @@ def cpu_seconds(pid: int) -> float:
         return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds of ``pid`` and its live descendants, every thread (``cpu_seconds``' resolution)."""
+    total, pids = 0.0, [pid]
+    while pids:
+        p = pids.pop()
+        try:
+            total += cpu_seconds(p)
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    pids.extend(int(c) for c in f.read().split())
+        except (OSError, ValueError):  # a process or thread that just ended
+            continue
+    return total
+
+
 def machine_busy_s() -> float:
     """CPU seconds every core spent busy since boot (all processes), from /proc/stat: user to steal,
     not idle or iowait (guest time is counted in user already)."""

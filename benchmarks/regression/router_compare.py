@@ -45,7 +45,7 @@ from typing import Any
 
 import aiohttp
 
-from benchmarks._procs import CLK_TCK, MMGATE, ROOT, SERVERS, free_port, stop, wait_up
+from benchmarks._procs import MMGATE, ROOT, SERVERS, free_port, stop, tree_cpu_s, wait_up
 from benchmarks._run import parse_args, write_results
 from benchmarks._table import Column, render
 from benchmarks.regression.gateway_overhead import one_mib_jpeg
@@ -64,23 +64,6 @@ def router_binary(venv: Path) -> Path:
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
         subprocess.run([str(venv / "bin" / "pip"), "install", "-q", f"vllm-router=={ROUTER_VERSION}"], check=True)
     return binary
-
-
-def tree_cpu_s(pid: int) -> float:
-    """CPU seconds of ``pid`` and its live children (utime + stime)."""
-    total = 0
-    pids = [pid]
-    while pids:
-        p = pids.pop()
-        try:
-            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])
-            for task in os.listdir(f"/proc/{p}/task"):
-                children = Path(f"/proc/{p}/task/{task}/children").read_text().split()
-                pids.extend(int(c) for c in children)
-        except (OSError, ValueError, IndexError):
-            continue
-    return total / CLK_TCK
 
 
 @dataclass
@@ -179,7 +162,7 @@ async def latency(targets: list[Target], urls: dict[str, dict[str, str]], body: 
                 t.latencies[row].append(await one(http, urls[t.name][row], body))
 
 
-async def cpu(target: Target, url: str, body: bytes, requests: int, concurrency: int, pids: list[int]) -> float:
+async def cpu(url: str, body: bytes, requests: int, concurrency: int, pids: list[int]) -> float:
     """CPU milliseconds per request of the processes ``pids`` over ``requests`` requests."""
     async with aiohttp.ClientSession() as http:
         for _ in range(20):
@@ -259,7 +242,7 @@ def main() -> int:
             asyncio.run(latency(present, urls, payloads[row], row, rounds))
             n = args.cpu_requests if row.startswith("text") else args.image_cpu_requests
             for t in present[1:]:
-                t.cpu_ms[row] = asyncio.run(cpu(t, urls[t.name][row], payloads[row], n, args.concurrency,
+                t.cpu_ms[row] = asyncio.run(cpu(urls[t.name][row], payloads[row], n, args.concurrency,
                                                 pids[t.name][row]))
             print(f"  {row} done", file=sys.stderr)
     finally:

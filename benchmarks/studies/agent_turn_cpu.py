@@ -33,7 +33,7 @@ import orjson
 from aiohttp import web
 
 from benchmarks._agent_turns import PATHS, screenshots, turn_body
-from benchmarks._procs import MMGATE, ROOT, cpu_seconds, free_port, machine_busy_s, start, stop
+from benchmarks._procs import MMGATE, ROOT, cpu_seconds, free_port, machine_busy_s, start, stop, tree_cpu_s
 from benchmarks._run import parse_args, write_results
 from benchmarks._table import Column, print_table
 
@@ -97,11 +97,6 @@ async def agent(http: aiohttp.ClientSession, url: str, api: str, strip: bool, sh
             out.append(1000 * (time.perf_counter() - started))
 
 
-def tree_cpu(pid: int) -> float:
-    kids = [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    return cpu_seconds(pid) + sum(tree_cpu(k) for k in kids if Path(f"/proc/{k}").exists())
-
-
 def split_s(pid: int) -> dict[str, float]:
     """The process's CPU seconds so far by where they went: its event-loop thread and its other
     threads, each in user and kernel mode (from /proc/PID/task/*/stat, in clock ticks); and its
@@ -125,10 +120,10 @@ async def run_mode(url: str, gw_pid: int, api: str, strip: bool, shots: list[lis
     lat: list[float] = []
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=len(shots))) as http:
         load = os.getloadavg()[0]
-        cpu0, busy0, me0, split0 = tree_cpu(gw_pid), machine_busy_s(), cpu_seconds(os.getpid()), split_s(gw_pid)
+        cpu0, busy0, me0, split0 = tree_cpu_s(gw_pid), machine_busy_s(), cpu_seconds(os.getpid()), split_s(gw_pid)
         await asyncio.gather(*(agent(http, url, api, strip, s, f"{run_id}-a{i}", window, lat)
                                for i, s in enumerate(shots)))
-        cpu1, busy1, me1, split1 = tree_cpu(gw_pid), machine_busy_s(), cpu_seconds(os.getpid()), split_s(gw_pid)
+        cpu1, busy1, me1, split1 = tree_cpu_s(gw_pid), machine_busy_s(), cpu_seconds(os.getpid()), split_s(gw_pid)
     turns = len(lat)
     return {"api": api, "mode": "mmgate-strip" if strip else "mmgate", "turns": turns,
             "gateway_ms_per_turn": 1000 * (cpu1 - cpu0) / turns,

@@ -39,8 +39,11 @@ from typing import Any
 
 import aiohttp
 
-from benchmarks._procs import ROOT, cpu_seconds, free_port, stop
+from benchmarks._procs import ROOT, free_port, stop
 from benchmarks._table import Column, render
+from benchmarks.regression.router_compare import (
+    cpu as cpu_ms,
+)
 from benchmarks.regression.router_compare import (
     one,
     router_binary,
@@ -54,21 +57,6 @@ from benchmarks.servers.asgi_relay import BACKEND_ENV
 HERE = Path(__file__).resolve().parents[1] / "servers"
 ROWS = ("text-stream", "text-whole")
 TEXT = [{"role": "user", "content": "Summarise the plot of a short story about a lighthouse keeper."}]
-
-
-def tree_cpu_s(pid: int) -> float:
-    """CPU seconds of ``pid`` and its live descendants, every thread (schedstat: ns resolution)."""
-    total, pids = 0.0, [pid]
-    while pids:
-        p = pids.pop()
-        try:
-            total += cpu_seconds(p)
-            for task in os.listdir(f"/proc/{p}/task"):
-                with open(f"/proc/{p}/task/{task}/children") as f:
-                    pids.extend(int(c) for c in f.read().split())
-        except (OSError, ValueError):  # a process or thread that just ended
-            continue
-    return total
 
 
 def commands(port: int) -> dict[str, list[str] | None]:
@@ -114,24 +102,6 @@ async def latencies(urls: dict[str, str], body: bytes, rounds: int, seed: str) -
             for name in order:
                 out[name].append(await one(http, urls[name], body))
     return out
-
-
-async def cpu_ms(url: str, body: bytes, pids: list[int], requests: int, concurrency: int) -> float:
-    """CPU milliseconds per request of the processes ``pids`` (and their children) over ``requests``."""
-    async with aiohttp.ClientSession() as http:
-        for _ in range(20):
-            await one(http, url, body)
-        left = requests
-
-        async def worker() -> None:
-            nonlocal left
-            while left > 0:
-                left -= 1
-                await one(http, url, body)
-
-        before = sum(tree_cpu_s(p) for p in pids)
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-        return 1000 * (sum(tree_cpu_s(p) for p in pids) - before) / requests
 
 
 def pct(values: list[float], q: int) -> float:
@@ -184,8 +154,8 @@ def main() -> int:
             order = list(pids)
             for r in range(args.cpu_rounds):
                 for name in order[r % len(order):] + order[:r % len(order)]:
-                    cpu[name].append(asyncio.run(cpu_ms(urls[name], body, pids[name], args.cpu_requests,
-                                                        args.concurrency)))
+                    cpu[name].append(asyncio.run(cpu_ms(urls[name], body, args.cpu_requests, args.concurrency,
+                                                        pids[name])))
             entry: dict[str, Any] = {}
             for name in pids:
                 added = [x - d for x, d in zip(lat[name], lat["direct"], strict=True)]
