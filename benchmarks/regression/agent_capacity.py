@@ -226,7 +226,8 @@ def measure(vllm: VllmReplica, gateways: dict[str, GatewayProcess], args: argpar
 
 def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per (API, C, mode): turns/s the median of its rounds, TTFT pooled over them, CPU
-    per turn the median of rounds; ratios against the self-stripping client and direct."""
+    per turn the median of rounds; ratios against the self-stripping client and direct, pooled and
+    paired by round (``paired``)."""
     rows: dict[tuple[str, int, str], dict[str, Any]] = {}
     for run in runs:
         key = (run["api"], run["concurrency"], run["mode"])
@@ -243,17 +244,34 @@ def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         row["cpu_ms"] = {k: statistics.median(c[k] for c in row["cpu"]) for k in row["cpu"][0]}
         row["images_processed_per_turn"] = statistics.median(row["processed"])
         del row["ttft"], row["cpu"], row["processed"]
-    for (api, concurrency, _), row in rows.items():
+    by_round = {(r["api"], r["concurrency"], r["mode"], r["round"]): r for r in runs}
+    for (api, concurrency, mode), row in rows.items():
         for ref in ("strip", "direct"):
             base = rows.get((api, concurrency, ref))
             row[f"rate_vs_{ref}"] = row["turns_per_s"] / base["turns_per_s"] if base else None
             row[f"p50_vs_{ref}"] = row["ttft_p50_ms"] / base["ttft_p50_ms"] if base else None
             row[f"p90_vs_{ref}"] = row["ttft_p90_ms"] / base["ttft_p90_ms"] if base else None
+            row[f"paired_vs_{ref}"] = paired(by_round, (api, concurrency, mode), ref)
     return list(rows.values())
+
+
+def paired(by_round: dict[tuple[str, int, str, int], dict[str, Any]], cell: tuple[str, int, str], ref: str
+           ) -> dict[str, Any] | None:
+    """Per round, ``cell`` ÷ ``ref`` run back to back (a slow drift cancels): turns/s, TTFT p50, p90."""
+    pairs = [(run, by_round[(*cell[:2], ref, n)]) for (*c, n), run in by_round.items()
+             if tuple(c) == cell and (*cell[:2], ref, n) in by_round]
+    ratios = {"rate": [a["turns_per_s"] / b["turns_per_s"] for a, b in pairs],
+              "p50": [pct(a["ttft_ms"], 50) / pct(b["ttft_ms"], 50) for a, b in pairs],
+              "p90": [pct(a["ttft_ms"], 90) / pct(b["ttft_ms"], 90) for a, b in pairs]}
+    return {**{k: statistics.median(v) for k, v in ratios.items()}, "rounds": ratios} if pairs else None
 
 
 def _ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
+
+
+def _paired(p: dict[str, Any] | None) -> str:
+    return "-" if p is None else f"{p['rate']:.2f} / {p['p50']:.2f} / {p['p90']:.2f}"
 
 
 COLUMNS = [
@@ -267,6 +285,7 @@ COLUMNS = [
     Column("p90", 6, lambda r: f"{r['ttft_p90_ms']:.0f}"),
     Column("p50÷strip", 11, lambda r: _ratio(r["p50_vs_strip"])),
     Column("p90÷strip", 11, lambda r: _ratio(r["p90_vs_strip"])),
+    Column("paired ÷strip rate/p50/p90", 28, lambda r: _paired(r["paired_vs_strip"])),
     Column("err", 5, lambda r: str(r["errors"])),
     Column("api ms", 8, lambda r: f"{r['cpu_ms']['vllm_api']:.1f}"),
     Column("engine", 8, lambda r: f"{r['cpu_ms']['vllm_engine']:.1f}"),
