@@ -9,7 +9,10 @@ loopback HTTP image origin that counts requests, and measures through ``MediaLoa
                      standalone and cluster; also the tier's own ``get`` (no loader around it);
 * origin miss      — no caches: HTTP fetch from the loopback origin, validation, SHA-256;
 * fill dedup       — origin requests for 100 concurrent loads of one new URL, in one process and
-                     split over 4 OS processes (25 each) sharing Redis (fill lease).
+                     split over 4 OS processes (25 each) sharing Redis (fill lease);
+* first load       — a fresh process's first load (origin, full decode) once its loader is ready,
+                     with the decode processes started as the gateway starts them
+                     (``MediaLoader.start``) and left to start on demand, rounds alternating.
 
     .venv/bin/python benchmarks/regression/image_pipeline.py --out results/image_pipeline.json
 """
@@ -47,7 +50,7 @@ from mmgate.store.redis.tier import RedisSharedTier, build_shared_tier
 
 MiB = 1024 * 1024
 AIMS = {"local_hit_p50_us": 50.0, "shared_hit_1mib_p50_us": 2000.0, "origin_requests_per_burst": 1}
-QUICK = {"iterations": 20, "miss_iterations": 5, "image_bytes": 64 * 1024, "no_cluster": True}
+QUICK = {"iterations": 20, "miss_iterations": 5, "image_bytes": 64 * 1024, "no_cluster": True, "first_rounds": 1}
 
 
 class Origin:
@@ -179,6 +182,7 @@ async def main(redis_url, cluster, prefix, url, loads):
     cache = CacheSettings(redis_url=redis_url, redis_cluster=cluster == "1", key_prefix=prefix)
     shared = build_shared_tier(cache, media, CollectorRegistry())
     loader = MediaLoader(media, cache, shared=shared)
+    await loader.start()  # as the gateway does before it accepts requests
     print("ready", flush=True)
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
     images = await asyncio.gather(*(loader.load(url) for _ in range(loads)))
@@ -216,6 +220,52 @@ async def burst_processes(origin: Origin, redis_url: str, cluster: bool, process
     return origin.hits[name]
 
 
+_FIRST = r"""
+import asyncio, json, sys, time
+from mmgate.config import CacheSettings, MediaSettings
+from mmgate.media.loader import MediaLoader
+
+
+async def main(first_url, second_url, start):
+    began = time.perf_counter()
+    loader = MediaLoader(MediaSettings(allowed_private=("127.0.0.1",), total_timeout_s=30.0), CacheSettings())
+    if start:
+        await loader.start()
+    ready = time.perf_counter()
+    await loader.load(first_url)  # the first request, as soon as the loader is ready
+    first = time.perf_counter()
+    await loader.load(second_url)  # another new image: what every later one costs
+    ms = [(b - a) * 1000 for a, b in ((began, ready), (ready, first), (first, time.perf_counter()))]
+    print(json.dumps(dict(zip(("ready_ms", "first_ms", "second_ms"), ms))), flush=True)
+    await loader.close()
+
+asyncio.run(main(sys.argv[1], sys.argv[2], sys.argv[3] == "1"))
+"""
+
+
+async def first_loads(origin: Origin, rounds: int) -> list[dict[str, Any]]:
+    """A fresh process's first load, decode processes started first or on demand (rounds alternate)."""
+    samples: dict[bool, list[dict[str, float]]] = {True: [], False: []}
+    for _ in range(rounds):
+        for start in (True, False):
+            new_urls = (origin.url(uuid.uuid4().hex), origin.url(uuid.uuid4().hex))
+            proc = await asyncio.create_subprocess_exec(sys.executable, "-c", _FIRST, *new_urls,
+                                                        "1" if start else "0", stdout=subprocess.PIPE)
+            out, _ = await asyncio.wait_for(proc.communicate(), 120)
+            if proc.returncode != 0:
+                raise RuntimeError("first-load process failed")
+            samples[start].append(json.loads(out.decode().strip().splitlines()[-1]))
+    rows = []
+    for start, runs in samples.items():
+        row: dict[str, Any] = {"name": "decode processes " + ("started first" if start else "on demand"),
+                               "rounds": rounds}
+        for key in ("ready_ms", "first_ms", "second_ms"):
+            values = sorted(r[key] for r in runs)
+            row[key] = {"p50": values[len(values) // 2], "max": values[-1]}
+        rows.append(row)
+    return rows
+
+
 async def run(args: argparse.Namespace, urls: dict[str, str]) -> dict[str, Any]:
     origin = await Origin(noisy_jpeg(args.image_bytes)).start()
     try:
@@ -228,7 +278,8 @@ async def run(args: argparse.Namespace, urls: dict[str, str]) -> dict[str, Any]:
             bursts.append({"name": f"100 concurrent loads, 4 processes x 25, {kind}", "processes": 4,
                            "loads": 100,
                            "origin_requests": await burst_processes(origin, url, kind == "cluster", 4, 100)})
-        return {"image_bytes": len(origin.data), "latency": rows, "bursts": bursts}
+        first = await first_loads(origin, args.first_rounds) if args.first_rounds else []
+        return {"image_bytes": len(origin.data), "latency": rows, "bursts": bursts, "first_load": first}
     finally:
         await origin.stop()
 
@@ -246,6 +297,11 @@ def print_table(result: dict[str, Any]) -> None:
     print(f"\n{'burst of loads of one new URL':<50} {'origin requests':>15}")
     for row in result["bursts"]:
         print(f"{row['name']:<50} {row['origin_requests']:>15}")
+    if result["first_load"]:
+        print(f"\n{'fresh process, first load (ms, p50 / max)':<42} {'ready':>13} {'first load':>13} {'second':>13}")
+        for row in result["first_load"]:
+            cells = " ".join(f"{row[k]['p50']:>6.0f} /{row[k]['max']:>5.0f}" for k in ("ready_ms", "first_ms", "second_ms"))
+            print(f"{row['name'] + ' x' + str(row['rounds']):<42} {cells}")
     print("\naims:", ", ".join(f"{k} {'met' if v else 'MISSED'}" for k, v in result["aims_met"].items()))
 
 
@@ -266,6 +322,8 @@ def main() -> int:
     parser.add_argument("--miss-iterations", type=int, default=200, help="loads timed for the origin row")
     parser.add_argument("--image-bytes", type=int, default=MiB)
     parser.add_argument("--no-cluster", action="store_true", help="skip the Redis Cluster rows")
+    parser.add_argument("--first-rounds", type=int, default=5,
+                        help="fresh processes timed per first-load row (0: no first-load rows)")
     parser.add_argument("--no-uvloop", action="store_true", help="asyncio's own loop (the gateway uses uvloop)")
     args = parse_args(parser, QUICK)
     loop = "asyncio" if args.no_uvloop or not install_uvloop() else "uvloop"

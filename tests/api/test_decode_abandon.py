@@ -1,24 +1,46 @@
 """A client that goes away stops its image's decode, through a real gateway in front of a real
 sim engine: the request carries a costly JPEG (90 repeated progressive scans, under the structure
 check's limit, ~0.25 s of Pillow's CPU and far more on a loaded machine), the client hangs up while
-it decodes, and the decode's worker process is killed at once; nothing reaches the backend. An
-image past the decode time limit is the client's 400, also never forwarded."""
+it decodes in a worker process the gateway started with, and that process is killed at once;
+nothing reaches the backend. An image past the decode time limit is the client's 400, also never
+forwarded."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
 from mmgate.media import decode
+from mmgate.media.decode_worker import CLOCK_TICKS
 from tests.media.test_decode_procs import SLOW, workers_alive
 from tests.support.gateway import gateway_settings, running_gateway, running_sims, vllm_specs
 from tests.support.http import post
 from tests.support.images import data_url
 from tests.support.serve_process import metric_value
+
+
+def cpu_s(pid: int) -> float:
+    """CPU seconds process ``pid`` has used (user and system, /proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+async def settled(pids: Iterable[int]) -> dict[int, float]:
+    """The CPU seconds of ``pids`` once none has used any for 0.1 s (a new worker's own start is over)."""
+    deadline = time.monotonic() + 5.0
+    now = {pid: cpu_s(pid) for pid in pids}
+    while True:
+        await asyncio.sleep(0.1)
+        before, now = now, {pid: cpu_s(pid) for pid in now}
+        if now == before:
+            return now
+        assert time.monotonic() < deadline, "the decode workers never went idle"
 
 
 def turn(url: str) -> dict[str, Any]:
@@ -38,12 +60,15 @@ async def test_a_client_that_hangs_up_stops_its_decode() -> None:
                     s.post(gw.url + "/v1/chat/completions", json=turn(data_url(SLOW, "image/jpeg"))) as r:
                 await r.read()
 
+        waiting = {p.pid: p for p in workers_alive() if p.pid is not None}  # started with the gateway
+        cpu_before = await settled(waiting)
         request = asyncio.create_task(client())
         deadline = time.monotonic() + 10.0
-        while not workers_alive():  # the gateway has read, parsed and probed it: the decode runs
+        # The gateway has read, parsed and probed it once a waiting worker spends CPU: the decode runs.
+        while not (busy := [pid for pid in waiting if cpu_s(pid) - cpu_before[pid] >= 0.03]):
             assert time.monotonic() < deadline and not request.done(), "the decode never started"
             await asyncio.sleep(0.02)
-        (worker,) = workers_alive()
+        (worker,) = (waiting[pid] for pid in busy)
         await asyncio.sleep(0.1)
         request.cancel()  # the client hangs up mid-decode
         await asyncio.gather(request, return_exceptions=True)

@@ -12,6 +12,7 @@ import io
 import multiprocessing
 import os
 import random
+import threading
 import time
 from collections.abc import AsyncIterator
 
@@ -191,3 +192,51 @@ async def test_a_decode_past_its_cpu_budget_is_refused_and_killed(make_pool: typ
     pool.cpu_budget_s = lambda pixels: 30.0
     assert (await pool.validate(None, SLOW, FORMATS, 10**8, pixels=2000 * 2000)).width == 2000
     assert reasons == ["cpu_budget"]
+
+
+async def test_start_readies_every_worker_and_no_decode_starts_another(make_pool: type[DecodeProcesses]) -> None:
+    pool = make_pool(3, time_limit_s=30, slow_after_s=10)
+    assert await pool.start(30) == 3
+    started = pids_alive()
+    assert len(started) == 3 and pool.live_workers == 3
+    assert await pool.start(30) == 3  # again: nothing more
+    results = await asyncio.gather(*(pool.validate(None, SMALL, FORMATS, 10**6, pixels=64 * 64) for _ in range(5)))
+    assert [info.width for info in results] == [64] * 5
+    assert pids_alive() == started and pool.live_workers == 3  # the decodes ran in the started ones
+
+
+async def test_a_worker_that_fails_to_start_is_logged_and_decodes_start_their_own(
+        make_pool: type[DecodeProcesses], caplog: pytest.LogCaptureFixture) -> None:
+    pool = make_pool(2, time_limit_s=30, slow_after_s=10)
+    start = pool._start
+    failures = [OSError("Resource temporarily unavailable")] * 2
+
+    def failing() -> Worker:
+        if failures:
+            raise failures.pop()
+        return start()
+
+    pool._start = failing  # type: ignore[method-assign]
+    assert await pool.start(30) == 0
+    assert caplog.text.count("could not start an image decode process") == 2
+    assert pool.live_workers == 0
+    assert (await pool.validate(None, SMALL, FORMATS, 10**6, pixels=64 * 64)).width == 64  # the lazy path
+    assert pool.live_workers == 1
+
+
+async def test_start_waits_at_most_its_timeout(make_pool: type[DecodeProcesses]) -> None:
+    pool = make_pool(2, time_limit_s=30, slow_after_s=10)
+    start = pool._start
+    go = threading.Event()
+
+    def stuck() -> Worker:  # a start that hangs (a forkserver that never answers) until released
+        go.wait(30)
+        return start()
+
+    pool._start = stuck  # type: ignore[method-assign]
+    began = time.monotonic()
+    assert await pool.start(0.2) == 0
+    assert time.monotonic() - began < 10  # returned at its deadline, not when the starts ended
+    go.set()
+    await wait_until(lambda: len(pool._idle) == 2, timeout_s=30)  # they join the pool once up
+    assert pool.live_workers == 2

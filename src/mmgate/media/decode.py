@@ -14,15 +14,17 @@
   empty lane.
 * ``PixelBudget``: the pixels decoded for one request (``max_request_pixels``); past it, 400 before
   the image that would cross it is decoded. Cached images cost nothing: they are not decoded again.
-* The full decode itself (Pillow) runs in worker processes (``mmgate.media.decode_procs``): a
-  decode nobody waits for any more, one past ``DECODE_TIME_LIMIT_S``, or one past the CPU its
-  pixels justify (``decode_cpu_budget_s``) is killed, and tenants take turns.
+* The full decode itself (Pillow) runs in worker processes (``mmgate.media.decode_procs``),
+  started before the gateway accepts requests (``start``): a decode nobody waits for any more, one
+  past ``DECODE_TIME_LIMIT_S``, or one past the CPU its pixels justify (``decode_cpu_budget_s``) is
+  killed (and its process replaced), and tenants take turns.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -34,6 +36,7 @@ from mmgate.media.decode_procs import DecodeProcesses
 from mmgate.media.metrics import AbandonReason
 from mmgate.media.validate import ImageInfo
 
+log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 # A decode past this is abandoned (its worker killed) and the image refused (415). Real images of
 # the largest accepted size decode in a second or two; only a decode bomb, or a machine so loaded
@@ -48,6 +51,10 @@ SLOW_DECODE_S = 0.5
 # floor covers a worker's fixed costs and the CPU clock's 10 ms ticks, so no small image nears it.
 DECODE_CPU_PER_PIXEL_S = 600e-9
 DECODE_CPU_FLOOR_S = 0.25
+# How long start-up waits for the decode processes (``DecodeLanes.start``). The first start imports
+# Pillow in the forkserver: under a second on an idle core, a few on a loaded machine; a start
+# still running past this goes on in the background, and the gateway serves meanwhile.
+PROCESSES_START_S = 15.0
 
 
 def decode_cpu_budget_s(pixels: int) -> float:
@@ -158,6 +165,14 @@ class DecodeLanes:
         self.processes = DecodeProcesses(workers, time_limit_s=DECODE_TIME_LIMIT_S, slow_after_s=SLOW_DECODE_S,
                                          cpu_budget_s=decode_cpu_budget_s, on_abandon=on_abandon)
         self._large_turn = asyncio.Semaphore(1)  # large decodes: one at a time
+
+    async def start(self) -> None:
+        """Start the decode processes, and wait for them (at most ``PROCESSES_START_S``), so that
+        the first images decode at once instead of waiting for a process to start."""
+        ready = await self.processes.start(PROCESSES_START_S)
+        if ready < self.processes.workers:
+            log.warning("%d of %d image decode processes ready after start-up; the first decodes may wait "
+                        "for the others", ready, self.processes.workers)
 
     @property
     def queued_large_pixels(self) -> int:

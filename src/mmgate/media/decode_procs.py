@@ -58,7 +58,7 @@ _INLINE_SEND_BYTES = 32 * 1024
 
 
 class DecodeProcesses:
-    """The pool of decode workers (module docstring). Workers start on demand, at most ``workers``."""
+    """The pool of decode workers (module docstring): at most ``workers``, from ``start`` or on demand."""
 
     def __init__(self, workers: int, *, time_limit_s: float, slow_after_s: float,
                  cpu_budget_s: Callable[[int], float] | None = None,
@@ -237,9 +237,22 @@ class DecodeProcesses:
         worker.kill()
         self._live -= 1
         if not self._closed and self._live < self.workers:
-            task = asyncio.ensure_future(self._refill())
-            self._refills.add(task)
-            task.add_done_callback(self._refills.discard)
+            self._start_spare()
+
+    async def start(self, timeout_s: float) -> int:
+        """Start the workers not started yet and wait for them, at most ``timeout_s``, so the first
+        decodes find them idle; returns how many are. One that fails to start is logged (a decode
+        then starts its own); one still starting at the deadline joins the pool once up."""
+        for _ in range(self.workers - self._live):
+            self._start_spare()
+        if self._refills:
+            await asyncio.wait(set(self._refills), timeout=timeout_s)
+        return len(self._idle)
+
+    def _start_spare(self) -> None:
+        task = asyncio.ensure_future(self._refill())
+        self._refills.add(task)
+        task.add_done_callback(self._refills.discard)
 
     async def _refill(self) -> None:
         try:

@@ -102,6 +102,10 @@ class MediaLoader:
         lanes = self._lanes
         self.metrics.decode_queue_pixels.set_function(lambda: lanes.queued_large_pixels)  # read at scrape
 
+    async def start(self) -> None:
+        """Start the decode processes (bounded wait): the first image decodes without waiting for one."""
+        await self._lanes.start()
+
     def pixel_budget(self, loads: int = 0) -> PixelBudget:
         """A fresh per-request budget of decoded pixels (``--max-request-pixels``), admitting the
         request's ``loads`` to the large decode lane together (each ``load`` call with it counts)."""

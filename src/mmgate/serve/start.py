@@ -149,6 +149,7 @@ async def start_gateway(
         await discovery.start()
         if shared is not None:
             await shared.start()  # a cluster's slot map, learnt once before the first request
+        await loader.start()  # the decode processes: the first image is served at full speed
         runner, port = await _serve(gateway, settings, admin_key)
     except BaseException:
         if gateway is not None:
