@@ -43,7 +43,7 @@ from mmgate.media.origin import OriginFetcher
 from mmgate.media.passthrough import check_passthrough_url
 from mmgate.media.repeats import RepeatIndex, fingerprint, forwards
 from mmgate.media.url_policy import UrlPolicy
-from mmgate.media.validate import ImageInfo, probe_image, validate_image
+from mmgate.media.validate import PNG_SIGNATURE, ImageInfo, probe_image, validate_image
 from mmgate.store import ByteLRU, LoadedImage, SharedTier
 
 log = logging.getLogger(__name__)
@@ -52,6 +52,7 @@ log = logging.getLogger(__name__)
 # least _INLINE_PARSE_BYTES long are parsed there (slicing out the payload is a copy).
 _INLINE_HASH_BYTES = 256 * 1024
 _INLINE_PARSE_BYTES = 2 << 20
+_PNG_BASE64 = "iVBORw0KGg"  # base64 of the signature's first 60 bits: only a PNG can follow
 # Fingerprints of data: URLs the repeat index keeps (``mmgate.media.repeats``).
 REPEAT_INDEX_ENTRIES = 65536
 
@@ -269,8 +270,9 @@ class MediaLoader:
         turn, the lane its size picks) and hash it."""
         media = self._media
         try:
-            data, probed, checked = await self._in_pool(
-                _decode_probe, source, media.allowed_formats, media.max_image_pixels)
+            probe = (source, media.allowed_formats, media.max_image_pixels)
+            data, probed, checked = _decode_probe(*probe) if _checked_inline(source) else await self._in_pool(
+                _decode_probe, *probe)
             pixels = probed.width * probed.height
             reserved = False
             if ticket is not None:
@@ -311,12 +313,21 @@ def _footprint(image: LoadedImage) -> int:
     return image.footprint_bytes
 
 
+def _checked_inline(source: bytes | DataURL) -> bool:
+    """A PNG under ``_INLINE_HASH_BYTES`` (a screenshot): its whole check (~0.2 ms; ~5 ms at
+    ``check_structure``'s chunk limits) costs less on the loop than a trip to a thread and back
+    (PERFORMANCE.md, "Agent capacity on real vLLM"). Other formats walk headers in Python: a thread."""
+    if isinstance(source, DataURL):
+        return source.num_bytes < _INLINE_HASH_BYTES and source.payload.startswith(_PNG_BASE64)
+    return len(source) < _INLINE_HASH_BYTES and source.startswith(PNG_SIGNATURE)
+
+
 def _decode_probe(
     source: bytes | DataURL, allowed_formats: tuple[str, ...], max_pixels: int
 ) -> tuple[bytes, ImageInfo, tuple[str, str] | None]:
     """The image's bytes and header; for a PNG, whose whole check is its chunks' CRCs (bounded by
     its bytes, ``mmgate.media.validate``), that check and ``_hash_encode`` too, in this one call:
-    no decode process, no lane, no second trip to the pool."""
+    no decode process, no lane, no second trip to the pool (none at all: ``_checked_inline``)."""
     data = decode_payload(source) if isinstance(source, DataURL) else source
     info = probe_image(data, allowed_formats=allowed_formats, max_pixels=max_pixels)
     if info.format != "PNG":

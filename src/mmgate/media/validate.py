@@ -1,6 +1,6 @@
 """Image validation with Pillow: format allow-list, pixel limit, full decode. Blocking: the
-loader runs the header probe in its threads and the full decode in a worker process
-(``mmgate.media.decode_procs``).
+loader runs the header probe in its threads (a screenshot-sized PNG's whole check on its event
+loop) and the full decode in a worker process (``mmgate.media.decode_procs``).
 
 The only module that calls Pillow for media; Pillow's exceptions (``UnidentifiedImageError``,
 ``OSError`` "truncated", ``SyntaxError`` from some plugins, ``DecompressionBombError`` …) are
@@ -104,7 +104,7 @@ MAX_JPEG_SCANS = 100
 # encoder's buffer (libpng: 8 KiB), so the total is allowed to grow with the file's size.
 MAX_PNG_ANCILLARY_CHUNKS = 256
 _PNG_CHUNKS_PER_BYTE = 1 / 2048
-_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _CHUNK_HEAD = struct.Struct(">I4s")
 
 
@@ -121,13 +121,13 @@ def check_structure(data: bytes) -> None:
         raise UnsupportedImageError(
             f"the JPEG image has more than {MAX_JPEG_SCANS} scans: re-encode it "
             "(a baseline or standard progressive JPEG)")
-    elif data.startswith(_PNG_SIGNATURE):
+    elif data.startswith(PNG_SIGNATURE):
         _check_png_chunks(data)
 
 
 def _check_png_chunks(data: bytes) -> None:
     limit = 1024 + int(len(data) * _PNG_CHUNKS_PER_BYTE)
-    pos, chunks, ancillary = len(_PNG_SIGNATURE), 0, 0
+    pos, chunks, ancillary = len(PNG_SIGNATURE), 0, 0
     end = len(data) - _CHUNK_HEAD.size
     while pos <= end:
         length, kind = _CHUNK_HEAD.unpack_from(data, pos)
