@@ -14,7 +14,9 @@ same turn against real vLLM; this one isolates the gateway's share.
 
 ``--baseline SRC`` runs the gateway of an earlier tree beside this one (``git worktree add --detach
 /tmp/mm-base COMMIT``, then ``--baseline /tmp/mm-base/src``): each run's turns go to one and then
-the other, the order alternating, and the table has a row for each.
+the other, the order alternating, and the table has a row for each. ``--floor`` adds a row for
+``benchmarks/servers/bare_relay.py`` on chat: aiohttp's server and client relaying the same turn
+(the whole body on, nothing parsed), the floor of any gateway built on them.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from benchmarks._run import parse_args, write_results
 from benchmarks._table import Column, print_table
 
 MODEL = "canned-vl"
+FLOOR = "bare-relay"
 QUICK = {"concurrency": 2, "turns": 6, "rounds": 1}
 _CHAT = b"".join([
     b'data: {"id":"c","object":"chat.completion.chunk","model":"canned-vl","choices":[{"index":0,'
@@ -167,6 +170,9 @@ def main() -> int:
     p.add_argument("--gateway-args", default="", help="extra `mmgate serve` flags")
     p.add_argument("--baseline", type=Path, metavar="SRC",
                    help="also run the gateway from SRC (the src/ of a worktree of an earlier commit), side by side")
+    p.add_argument("--floor", action="store_true",
+                   help="also run benchmarks/servers/bare_relay.py (chat, unmodified client): aiohttp's own "
+                        "cost of relaying the turn, parsing nothing and sending the whole body on")
     p.add_argument("--serve-backend", type=int, help=argparse.SUPPRESS)
     p.add_argument("--out", type=Path)
     args = parse_args(p, QUICK)
@@ -185,6 +191,11 @@ def main() -> int:
                                  *args.gateway_args.split()], port, command=MMGATE,
                                 env={**os.environ, "PYTHONPATH": src}), f"http://127.0.0.1:{port}")
         print(f"gateway {name} ({src}) pid {gateways[name][0].pid} on port {port}", file=sys.stderr, flush=True)
+    if args.floor:
+        port = free_port()
+        relay = ROOT / "benchmarks" / "servers" / "bare_relay.py"
+        gateways[FLOOR] = (start([str(relay), str(port), str(backend_port)], port, command=[sys.executable]),
+                           f"http://127.0.0.1:{port}")
     pairs = [(api, mode) for api in args.apis.split(",") for mode in args.modes.split(",")
              if not (api == "messages" and mode == "mmgate-strip")]
     runs: list[dict[str, Any]] = []
@@ -198,6 +209,8 @@ def main() -> int:
                 per_agent = [shots[a * args.turns:(a + 1) * args.turns] for a in range(args.concurrency)]
                 names = list(gateways) if (n + len(runs)) % 2 == 0 else list(gateways)[::-1]
                 for name in names:
+                    if name == FLOOR and (api, mode) != ("chat", "mmgate"):
+                        continue  # the relay serves chat only, and forwards what it gets
                     proc, url = gateways[name]
                     time.sleep(0.5)
                     run = asyncio.run(run_mode(url, proc.pid, api, mode == "mmgate-strip", per_agent,
