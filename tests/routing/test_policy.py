@@ -12,8 +12,8 @@ from pydantic import ValidationError
 from mmgate.config import GatewaySettings
 from mmgate.config_routing import RoutingSettings
 from mmgate.routing import BackendHoldings, RoutedImage, RoutingPolicy, session_token
-from mmgate.routing.scheduling import REASONS
 from mmgate.routing.scheduling.filters.capacity import capacity, free_backends, spill
+from mmgate.routing.scheduling.parts import REASONS, Request
 from mmgate.routing.scheduling.rendezvous import rendezvous_pick
 from mmgate.routing.scheduling.scorers.image_held import HELD_WEIGHT
 
@@ -245,7 +245,7 @@ def test_a_request_several_backends_hold_goes_to_the_least_loaded_of_them() -> N
     held(policy, "sim-1", ["seen-a", "seen-b"])
     held(policy, "sim-3", ["seen-a", "seen-b"])
     held(policy, "sim-0", ["seen-a"])  # holds only one: it would process seen-b again
-    assert free_backends(images, NAMES, policy.holdings) == [1, 3]
+    assert free_backends(Request(NAMES, IDLE, None, images, policy.holdings, 1.3, random.Random(1))) == [1, 3]
     for loads, first in (([1, 2, 1, 1], 3), ([1, 1, 1, 2], 1)):  # under the cap (2) either way
         decision = policy.decide(NAMES, loads, None, images)
         assert decision.order[0] == first, (loads, decision)

@@ -12,7 +12,16 @@ import pytest
 from mmgate.config import GatewaySettings
 from mmgate.config_routing import RoutingSettings
 from mmgate.routing import BackendHoldings, RoutedImage, RoutingPolicy
-from mmgate.routing.scheduling import FILTERS, PICKERS, PROFILES, SCORERS, Profile, Request, Scorer, register
+from mmgate.routing.scheduling.parts import (
+    FILTERS,
+    PICKERS,
+    PROFILES,
+    SCORERS,
+    Profile,
+    Request,
+    Scorer,
+    register,
+)
 from tests.test_layout import SRC, find_cycle, imports
 
 NAMES = ["sim-0", "sim-1", "sim-2"]

@@ -1,20 +1,14 @@
 """What each backend holds, as far as this gateway can tell: the one record the router and the
-sender both read. Pure and bounded.
+sender both read (docs/ROUTING.md, "What it does", step 4). Pure and bounded.
 
 * Per backend, a byte-bounded LRU of image key → its estimated processed size, sized like the
-  backend's processor cache (``--reuse-backend-cache-gb``, at most ``--reuse-tracked-uuids``
-  keys): the router weighs where an image is held, the sender strips an image the backend holds
-  down to a cache-only reference.
+  backend's processor cache: the scorers weigh where an image is held, the sender strips an image
+  the backend holds down to a cache-only reference.
 * Per image, who showed it: the first session (a 64-bit token, never the id) and whether another
-  session (or none) showed it since — a *shared* image — at most ``max_keys`` images (LRU). A
-  fact about the clients, recorded as a request is routed: two sessions sending one image at
-  once see it shared before any backend has answered.
+  session (or none) showed it since — a *shared* image. A fact about the clients, recorded as a
+  request is routed, at most ``max_keys`` images (LRU).
 
-A backend holds an image once it has answered a request that showed it (this gateway's, or
-another gateway's told by the routing sync): never before, so a failover or a failed send records
-nothing. A heal forgets the request's images on its backend (its cache missed); a re-admission
-forgets everything on the backend (it may have restarted empty). It is a belief: a wrong one
-costs one healed cache miss.
+It is a belief: a wrong one costs one healed cache miss.
 """
 
 from __future__ import annotations
@@ -65,12 +59,6 @@ class BackendHoldings:
 
     # What each backend holds -----------------------------------------------------------------
 
-    def _lru(self, backend: str) -> ByteLRU[str, int]:
-        lru = self._held.get(backend)
-        if lru is None:
-            lru = self._held[backend] = ByteLRU(self.budget_bytes, size_of=int, max_entries=self.max_entries)
-        return lru
-
     def _read(self, backend: str) -> ByteLRU[str, int]:
         return self._held.get(backend, self._nothing)
 
@@ -84,7 +72,9 @@ class BackendHoldings:
 
     def hold(self, backend: str, images: Iterable[tuple[str, int]]) -> None:
         """``backend`` answered a request with these (key, processed bytes): it holds them now."""
-        lru = self._lru(backend)
+        lru = self._held.get(backend)
+        if lru is None:
+            lru = self._held[backend] = ByteLRU(self.budget_bytes, size_of=int, max_entries=self.max_entries)
         for key, size in images:
             lru.put(key, size)
 

@@ -1,17 +1,11 @@
-"""The router: the fleet (``mmgate.routing.fleet``) and the choice of a backend among it
-(``mmgate.routing.scheduling``, the profile ``--routing`` names), with the routing sync between
-gateways (``mmgate.routing.sync``) when one is enabled, and the background tasks of all three;
+"""The router: the fleet (``fleet``), the choice of a backend among it (``scheduling``, the
+profile ``--routing`` names) and, when enabled, the routing sync between gateways (``sync``);
 ``build_router`` makes one from the gateway's settings.
-
-The reuse sender records a request's images on a backend once it answered and forgets them on a
-heal; the router records who showed them as it ranks, and shares and applies answered requests
-over the sync.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -28,8 +22,6 @@ from mmgate.routing.holdings import processed_bytes, session_token
 from mmgate.routing.scheduling import RoutingPolicy
 from mmgate.routing.sync import SECRET_FLAG, Routed, RoutingSync, read_sync_secret, sync_client
 from mmgate.routing.weights import UNKNOWN_IMAGE_TOKENS, RoutedImage
-
-log = logging.getLogger(__name__)
 
 # What an image another gateway's backend answered is believed to take in that backend's cache.
 REMOTE_IMAGE_BYTES = processed_bytes(UNKNOWN_IMAGE_TOKENS)
@@ -49,27 +41,25 @@ class Router(Fleet):
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__(backends, settings, metrics=metrics, clock=clock)
-        self._health_interval_s = settings.health_interval_s
         self.policy = RoutingPolicy(settings.routing, self.holdings, rng=rng if rng is not None else random.Random())
         self.sync: RoutingSync | None = None
         self._syncer: asyncio.Task[None] | None = None
         self._prober: asyncio.Task[None] | None = None
 
-    def enable_sync(self, client: Redis, channel: str, *, secret: bytes, io_timeout_s: float) -> RoutingSync:
+    def enable_sync(self, client: Redis, channel: str, *, secret: bytes, io_timeout_s: float) -> None:
         """Share this gateway's routing with the others on ``channel`` (``mmgate.routing.sync``),
         signed with ``secret``: ``client`` publishes and subscribes. Call before ``start``."""
         self.sync = RoutingSync(
             client, channel, self._apply_routed,
             secret=secret, io_timeout_s=io_timeout_s, clock=self._clock, metrics=self._metrics)
-        return self.sync
 
     def ranked(self, model: str, session_id: str | None, images: Sequence[RoutedImage] = ()) -> list[Backend]:
         """Every candidate in the order to try them (the profile's filters, scorers and picker):
         the first is the choice, the second the failover. Counts the decision's reason and records
         who showed ``images`` (about the clients, so at once: another session's concurrent request
         with the same image sees it shared, not its own new one)."""
-        order, reason = self.policy.rank(self, self.backends, model, session_id, images, self.outstanding)
-        if reason is not None and self._metrics is not None:
+        order, reason = self.policy.rank(self, model, session_id, images)
+        if reason is not None:
             self._metrics.routing_decision(reason)
         if images:
             self.holdings.show([i.key for i in images], session_token(session_id))
@@ -95,15 +85,6 @@ class Router(Fleet):
             self._prober = asyncio.create_task(self._probe_loop(), name="mmgate-router-probes")
         if self.sync is not None and (self._syncer is None or self._syncer.done()):
             self._syncer = asyncio.create_task(self.sync.run(), name="mmgate-router-sync")
-
-    async def _probe_loop(self) -> None:
-        while True:
-            try:
-                await self.probe_once()
-            except Exception:
-                # A failed round must never kill the loop: the next round retries.
-                log.exception("health probe round failed")
-            await asyncio.sleep(self._health_interval_s)
 
     async def stop(self) -> None:
         """Stop the probe, sync and membership tasks; the backends stay open, retired ones too."""

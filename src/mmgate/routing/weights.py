@@ -1,11 +1,5 @@
-"""What an image weighs for routing: the prompt tokens it costs, or its bytes when its size is unknown.
-
-The weight says how much work a backend saves by already holding the image, so a request's
-images are compared by it. Qwen2-VL (and the embedded ``sim``, which follows it) resizes each
-side to a multiple of 28 pixels (14-pixel patches merged 2x2) with the area kept within
-[min_pixels, max_pixels], and an image then costs one token per 28x28 cell: ``image_tokens``
-applies the same rule (``mmgate.vllm_protocol.smart_resize``) without importing the processor. Pure; no I/O.
-"""
+"""What an image weighs for routing: the prompt tokens it costs, or its bytes when its size is
+unknown. The weight says how much work a backend saves by already holding the image. Pure."""
 
 from __future__ import annotations
 
@@ -23,19 +17,14 @@ UNKNOWN_IMAGE_TOKENS = 256
 
 
 @functools.lru_cache(maxsize=1024)  # a fleet's images come in a few sizes; ~3 µs each otherwise, several a turn
-def image_tokens(
-    width: int, height: int, *, factor: int = GRID_FACTOR, min_pixels: int = MIN_PIXELS,
-    max_pixels: int = MAX_PIXELS,
-) -> int:
-    """Prompt tokens of a ``width`` x ``height`` image on a Qwen2-VL-like grid (at least 1).
-
-    The model's ``smart_resize`` (``mmgate.vllm_protocol``, the rule the sim's processor applies too):
-    round each side to the grid, scale down past ``max_pixels`` or up below ``min_pixels``.
-    """
+def image_tokens(width: int, height: int) -> int:
+    """Prompt tokens of a ``width`` x ``height`` image (at least 1), as Qwen2-VL and the embedded
+    ``sim`` count them: each side resized to a multiple of 28 pixels (14-pixel patches merged 2x2)
+    with the area within [``MIN_PIXELS``, ``MAX_PIXELS``] (``smart_resize``), one token per 28x28 cell."""
     if width <= 0 or height <= 0:
         return 1
-    h_bar, w_bar = smart_resize(height, width, factor=factor, min_pixels=min_pixels, max_pixels=max_pixels)
-    return max(1, (h_bar // factor) * (w_bar // factor))
+    h_bar, w_bar = smart_resize(height, width, factor=GRID_FACTOR, min_pixels=MIN_PIXELS, max_pixels=MAX_PIXELS)
+    return max(1, (h_bar // GRID_FACTOR) * (w_bar // GRID_FACTOR))
 
 
 def image_weight(width: int | None, height: int | None, num_bytes: int | None) -> float:

@@ -23,15 +23,12 @@ log = logging.getLogger(__name__)
 
 
 class BackendHealth:
-    """Consecutive-failure ejection with time-gated re-admission, for one backend."""
+    """Consecutive-failure ejection with time-gated re-admission, for one backend (its bounds are
+    the settings': ``eject_after_failures`` at least 1, ``readmit_after_s`` not negative)."""
 
     __slots__ = ("consecutive_failures", "eject_after_failures", "ejected_at", "readmit_after_s")
 
     def __init__(self, *, eject_after_failures: int, readmit_after_s: float) -> None:
-        if eject_after_failures < 1:
-            raise ValueError("eject_after_failures must be at least 1")
-        if readmit_after_s < 0:
-            raise ValueError("readmit_after_s must not be negative")
         self.eject_after_failures = eject_after_failures
         self.readmit_after_s = readmit_after_s
         self.consecutive_failures = 0

@@ -1,12 +1,8 @@
-"""The fleet: the backends routed to, as it changes (``set_backends``), the models each serves
-(learnt from their ``/v1/models``), each one's health (``BackendHealth``, probed by ``probe_once``)
-and load (requests in flight from this gateway, ``begin``/``end``), and their metric series.
-
-A backend is known by its name, a hash key and a metric label (session ids and image keys are
-hash keys only, never labels). The fleet owns every backend object it was given and closes a
-retired one once its requests in flight have ended (``Retirements``). It keeps the record of
-holdings in step: a departed backend's holdings go, and a re-admitted backend (it may have
-restarted empty) holds nothing.
+"""The fleet: the backends routed to as it changes (docs/ROUTING.md, "The fleet at run time"), the
+models each serves (learnt from their ``/v1/models``), each one's health (``BackendHealth``, fed by
+the gateway's reports and ``probe_once``), its load (requests in flight from this gateway) and its
+metric series. A backend is known by its name: a hash key and a metric label (session ids and
+image keys are hash keys only, never labels).
 """
 
 from __future__ import annotations
@@ -15,6 +11,8 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
+
+from prometheus_client import CollectorRegistry
 
 from mmgate.backends import Backend
 from mmgate.config import GatewaySettings
@@ -46,8 +44,9 @@ class Fleet:
         _check_names(backends)
         self.backends = list(backends)
         self._current = {b.name: b for b in self.backends}
-        self._metrics = metrics
+        self._metrics = metrics if metrics is not None else GatewayMetrics(CollectorRegistry())
         self._health_timeout_s = settings.health_timeout_s
+        self._health_interval_s = settings.health_interval_s
         self.holdings = BackendHoldings.for_settings(settings)
         self._clock = clock
         self._new_health = lambda: BackendHealth(
@@ -62,20 +61,11 @@ class Fleet:
     # Membership -------------------------------------------------------------------------------
 
     def set_backends(self, backends: Sequence[Backend]) -> None:
-        """Make ``backends`` the fleet, at run time; call it on the event loop the router runs on.
-
-        A backend is known by its name. A name that stays keeps its health, load and holdings;
-        given as another object (rebuilt by a reload), the new object serves from now on and the
-        old one retires. A new name joins healthy, holding nothing; it becomes a candidate once a
-        background refresh (started here, never on the request path) has learnt its models. A name
-        that goes leaves at once: its health, load and holdings are forgotten and no new request
-        goes to it; requests already in flight on it finish. Rendezvous moves only the images and
-        sessions whose home came or went.
-
-        The router owns every ``Backend`` it was given: it closes a retired one (gone, or replaced)
-        once its requests in flight have ended (streams included), after ``--drain-timeout`` at
-        most, and ``close()`` closes any still waiting. A caller never closes a backend it handed over.
-        """
+        """Make ``backends`` the fleet, on the event loop the router runs on (docs/ROUTING.md, "The
+        fleet at run time"): a name that stays keeps its state, a new one joins healthy and empty
+        and becomes a candidate once a background refresh has learnt its models, one that goes is
+        forgotten at once. The fleet owns every backend it was given: it closes a retired one
+        (gone, or replaced by another object) once its requests in flight have ended."""
         _check_names(backends)
         asyncio.get_running_loop()  # retirements and the model refresh are tasks on it
         given = {b.name: b for b in backends}
@@ -88,7 +78,7 @@ class Fleet:
             if new is None:
                 self._retirements.name_left(name)
                 del self._health[name]
-                self._unpublish(name)
+                self._metrics.forget_backend(name)  # labels stay bounded by the fleet
         self.holdings.retain(given)  # also what requests answered by departed ones recorded since
         for backend in joined:
             self._health[backend.name] = self._new_health()
@@ -149,7 +139,7 @@ class Fleet:
         """One more request in flight to ``backend``, showing ``images``; pair every call with
         ``end``. Counts the image weight ``backend`` is believed to hold (the weight hit ratio)."""
         self._retirements.begin(backend)
-        if self._metrics is not None and images and backend.name in self._current:  # not one that left
+        if images and backend.name in self._current:  # not one that left
             hit = sum(i.weight for i in images if self.holdings.holds(backend.name, i.key))
             self._metrics.routing_image_weight.labels(backend.name, "hit").inc(hit)
             self._metrics.routing_image_weight.labels(backend.name, "miss").inc(sum(i.weight for i in images) - hit)
@@ -172,8 +162,7 @@ class Fleet:
         if health is not None and health.record_failure(self._clock()):
             log.warning("backend %s ejected after %d consecutive failure(s)", backend.name,
                         self._health[backend.name].consecutive_failures)
-            if self._metrics is not None:
-                self._metrics.backend_ejections.labels(backend.name).inc()
+            self._metrics.backend_ejections.labels(backend.name).inc()
             self._publish_health(backend)
 
     def report_success(self, backend: Backend) -> None:
@@ -196,28 +185,27 @@ class Fleet:
                 self.report_failure(backend)
         await self.refresh_models()
 
+    async def _probe_loop(self) -> None:
+        while True:
+            try:
+                await self.probe_once()
+            except Exception:
+                # A failed round must never kill the loop: the next round retries.
+                log.exception("health probe round failed")
+            await asyncio.sleep(self._health_interval_s)
+
     async def close_backends(self) -> None:
         """Close every backend, the retired ones still draining too."""
         closing = [*self.backends, *self._retirements.waiting()]
         await asyncio.gather(*(b.close() for b in closing), return_exceptions=True)
 
     def _adopt(self, backend: Backend) -> None:
-        """Count ``backend``'s requests in flight and publish its series (again: idempotent)."""
+        """Count ``backend``'s requests in flight and publish its series (again: idempotent); its
+        in-flight gauge is read when scraped."""
         self._retirements.track(backend)
         self._publish_health(backend)
-        self._publish_outstanding(backend)
+        name = backend.name
+        self._metrics.backend_in_flight(name, lambda: self._retirements.load(name, self._current.get(name)))
 
     def _publish_health(self, backend: Backend) -> None:
-        if self._metrics is not None:
-            self._metrics.backend_healthy.labels(backend.name).set(1 if self.is_healthy(backend) else 0)
-
-    def _unpublish(self, name: str) -> None:
-        """Drop a departed backend's label series (labels stay bounded by the fleet)."""
-        if self._metrics is not None:
-            self._metrics.forget_backend(name)
-
-    def _publish_outstanding(self, backend: Backend) -> None:
-        """``backend``'s in-flight gauge, read from the router when scraped (bound once per name)."""
-        if self._metrics is not None:
-            name = backend.name
-            self._metrics.backend_in_flight(name, lambda: self._retirements.load(name, self._current.get(name)))
+        self._metrics.backend_healthy.labels(backend.name).set(1 if self.is_healthy(backend) else 0)

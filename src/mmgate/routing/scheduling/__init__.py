@@ -1,22 +1,6 @@
-"""The choice of a backend for one request: filters, scorers and a picker, registered by name and
-combined in the profiles ``--routing`` names (``registry``, ``profiles``)."""
+"""The choice of a backend for one request: filters, scorers and a picker, each registered by name
+(``parts``), combined in the profiles ``--routing`` names (``profiles``) and run by ``policy``."""
 
 from mmgate.routing.scheduling.policy import RoutingPolicy
-from mmgate.routing.scheduling.registry import (
-    FILTERS,
-    PICKERS,
-    PROFILES,
-    SCORERS,
-    Filter,
-    FleetView,
-    Picker,
-    Profile,
-    Scorer,
-    register,
-)
-from mmgate.routing.scheduling.request import REASONS, Decision, Request
 
-__all__ = [
-    "FILTERS", "PICKERS", "PROFILES", "REASONS", "SCORERS", "Decision", "Filter", "FleetView", "Picker",
-    "Profile", "Request", "RoutingPolicy", "Scorer", "register",
-]
+__all__ = ["RoutingPolicy"]

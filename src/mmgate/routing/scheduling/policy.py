@@ -1,18 +1,18 @@
 """``RoutingPolicy`` runs the profile ``--routing`` names (``profiles``): its filters split the
-candidates into tiers (the kept ones, then their failovers), and each tier is scored and ordered
-by the profile's picker within its bounds. docs/ROUTING.md, "The parts", has each part. Pure."""
+fleet's backends into tiers (the kept ones, then their failovers), and each tier is scored and
+ordered by the profile's picker within its bounds. Pure but for reading the fleet."""
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from mmgate.backends import Backend
 from mmgate.config_routing import RoutingSettings
+from mmgate.routing.fleet import Fleet
 from mmgate.routing.holdings import BackendHoldings
+from mmgate.routing.scheduling.parts import FILTERS, PICKERS, SCORERS, Decision, Request
 from mmgate.routing.scheduling.profiles import PROFILES
-from mmgate.routing.scheduling.registry import FILTERS, PICKERS, SCORERS, FleetView
-from mmgate.routing.scheduling.request import Decision, Request
 from mmgate.routing.weights import RoutedImage
 
 
@@ -32,18 +32,16 @@ class RoutingPolicy:
         self._scorers = [SCORERS[name] for name in parts.scorers]
         self._picker = PICKERS[parts.picker]()
 
-    def rank(
-        self, fleet: FleetView, backends: list[Backend], model: str, session_id: str | None,
-        images: Sequence[RoutedImage], load: Callable[[Backend], int],
-    ) -> tuple[list[Backend], str | None]:
-        """``backends`` in the order to try them, and the first one's reason (None: no candidate)."""
-        tiers = [backends]
+    def rank(self, fleet: Fleet, model: str, session_id: str | None, images: Sequence[RoutedImage]
+             ) -> tuple[list[Backend], str | None]:
+        """The fleet's backends in the order to try them, and the first one's reason (None: no candidate)."""
+        tiers = [fleet.backends]
         for split in self._splits:
             tiers = [part for tier in tiers for part in split(tier, fleet, model) if part]
         order: list[Backend] = []
         reason = None
         for tier in tiers:
-            decision = self.decide([b.name for b in tier], [load(b) for b in tier], session_id, images)
+            decision = self.decide([b.name for b in tier], [fleet.outstanding(b) for b in tier], session_id, images)
             reason = reason or decision.reason
             order += [tier[i] for i in decision.order]
         return order, reason
@@ -57,4 +55,4 @@ class RoutingPolicy:
         unique = list({image.key: image for image in images}.values())  # an image shown twice counts once
         request = Request(names, loads, session_id, unique, self.holdings, self.load_factor, self._rng)
         scores = [(scorer, scorer.score(request)) for scorer in self._scorers] if unique else []
-        return self._picker.pick(request, scores, self._bounds)
+        return self._picker(request, scores, self._bounds)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import mmgate.routing.scheduling.filters
 import mmgate.routing.scheduling.pickers
 import mmgate.routing.scheduling.scorers  # noqa: F401
-from mmgate.routing.scheduling.registry import PROFILES, Profile, register
+from mmgate.routing.scheduling.parts import PROFILES, Profile, register
 
 register(PROFILES, "image-affinity", Profile(
     ("model", "health", "capacity"), ("session-home", "image-home", "image-held"), "highest-score"))

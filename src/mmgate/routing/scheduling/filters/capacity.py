@@ -10,19 +10,16 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from mmgate.routing.holdings import BackendHoldings
-from mmgate.routing.scheduling.registry import FILTERS, Filter, register
-from mmgate.routing.scheduling.request import Request
-from mmgate.routing.weights import RoutedImage
+from mmgate.routing.scheduling.parts import FILTERS, Filter, Request, register
 
 
-def free_backends(images: Sequence[RoutedImage], names: Sequence[str], holdings: BackendHoldings) -> list[int]:
-    """Backends where the request would process nothing it could avoid: each holds every image
+def free_backends(request: Request) -> list[int]:
+    """Candidates where the request would process nothing it could avoid: each holds every image
     of it that was shown before (a never-shown image costs the same anywhere)."""
-    free = set(range(len(names)))
-    for image in images:
-        if holdings.knows(image.key):
-            free &= {names.index(h) for h in holdings.holders(image.key) if h in names}
+    free = set(range(len(request.names)))
+    for image in request.images:
+        if request.holdings.knows(image.key):
+            free &= set(request.held_at(image.key))
     return sorted(free)
 
 
@@ -47,7 +44,7 @@ def spill(order: list[int], loads: Sequence[int], load_factor: float) -> tuple[l
 
 
 def bounded(request: Request, order: list[int]) -> tuple[list[int], bool]:
-    free = free_backends(request.images, request.names, request.holdings)
+    free = free_backends(request)
     if len(free) >= 2:
         best = min(free, key=lambda i: (request.loads[i], order.index(i)))
         order = [best, *(i for i in order if i != best)]

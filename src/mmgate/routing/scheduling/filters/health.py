@@ -5,10 +5,11 @@ the real error rather than a 503)."""
 from __future__ import annotations
 
 from mmgate.backends import Backend
-from mmgate.routing.scheduling.registry import FILTERS, Filter, FleetView, register
+from mmgate.routing.fleet import Fleet
+from mmgate.routing.scheduling.parts import FILTERS, Filter, register
 
 
-def healthy(backends: list[Backend], fleet: FleetView, model: str) -> tuple[list[Backend], list[Backend]]:
+def healthy(backends: list[Backend], fleet: Fleet, model: str) -> tuple[list[Backend], list[Backend]]:
     kept: list[Backend] = []
     ejected: list[Backend] = []
     for backend in backends:

@@ -5,10 +5,11 @@ backend while none ever answered). The others are never tried; a model no backen
 from __future__ import annotations
 
 from mmgate.backends import Backend
-from mmgate.routing.scheduling.registry import FILTERS, Filter, FleetView, register
+from mmgate.routing.fleet import Fleet
+from mmgate.routing.scheduling.parts import FILTERS, Filter, register
 
 
-def serving(backends: list[Backend], fleet: FleetView, model: str) -> tuple[list[Backend], list[Backend]]:
+def serving(backends: list[Backend], fleet: Fleet, model: str) -> tuple[list[Backend], list[Backend]]:
     given = {id(b) for b in backends}
     return [b for b in fleet.candidates(model) if id(b) in given], []
 

@@ -10,9 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from mmgate.routing.scheduling.balance import p2c_rank
-from mmgate.routing.scheduling.registry import PICKERS, Bound, Scores, register
+from mmgate.routing.scheduling.parts import PICKERS, Bound, Decision, Request, Scores, register
 from mmgate.routing.scheduling.rendezvous import rendezvous_rank
-from mmgate.routing.scheduling.request import Decision, Request
 
 
 def by_score(scores: Sequence[float], names: Sequence[str], tie_key: str) -> list[int]:
@@ -27,27 +26,24 @@ def pulls(scores: Scores, stays: bool, count: int) -> list[float]:
     return [sum(c) for c in zip(*columns, strict=True)] if columns else [0.0] * count
 
 
-class HighestScore:
-    """Stateless; see the module docstring."""
-
-    def pick(self, request: Request, scores: Scores, bounds: list[Bound]) -> Decision:
-        if not scores:
-            if request.session_id is not None:
-                return Decision(rendezvous_rank(request.session_id, request.names), "session")
-            return Decision(p2c_rank(request.loads, request.rng), "least_loaded")
-        staying, others = pulls(scores, True, len(request.names)), pulls(scores, False, len(request.names))
-        tie = next((key for s, _ in scores if s.tie_key is not None and (key := s.tie_key(request))), None)
-        order = by_score([a + b for a, b in zip(staying, others, strict=True)], request.names,
-                         tie or request.session_id or request.images[0].key)
-        first = order[0]
-        stays = next((s.reason for s, _ in scores if s.stays), None)
-        if stays is not None and request.session_id is not None and staying[first] >= others[first]:
-            return Decision(order, stays)
-        reason = next((s.reason for s, pull in scores if not s.stays and pull[first] > 0), "least_loaded")
-        for bound in bounds:
-            order, moved = bound(request, order)
-            reason = "load_spill" if moved else reason
-        return Decision(order, reason)
+def highest_score(request: Request, scores: Scores, bounds: list[Bound]) -> Decision:
+    if not scores:
+        if request.session_id is not None:
+            return Decision(rendezvous_rank(request.session_id, request.names), "session")
+        return Decision(p2c_rank(request.loads, request.rng), "least_loaded")
+    staying, others = pulls(scores, True, len(request.names)), pulls(scores, False, len(request.names))
+    tie = next((key for s, _ in scores if s.tie_key is not None and (key := s.tie_key(request))), None)
+    order = by_score([a + b for a, b in zip(staying, others, strict=True)], request.names,
+                     tie or request.session_id or request.images[0].key)
+    first = order[0]
+    stays = next((s.reason for s, _ in scores if s.stays), None)
+    if stays is not None and request.session_id is not None and staying[first] >= others[first]:
+        return Decision(order, stays)
+    reason = next((s.reason for s, pull in scores if not s.stays and pull[first] > 0), "least_loaded")
+    for bound in bounds:
+        order, moved = bound(request, order)
+        reason = "load_spill" if moved else reason
+    return Decision(order, reason)
 
 
-register(PICKERS, "highest-score", HighestScore)
+register(PICKERS, "highest-score", lambda: highest_score)  # stateless: one for every policy

@@ -2,21 +2,21 @@
 
 from __future__ import annotations
 
-from mmgate.routing.scheduling.registry import PICKERS, Bound, Scores, register
-from mmgate.routing.scheduling.request import Decision, Request
+import itertools
+
+from mmgate.routing.scheduling.parts import PICKERS, Bound, Decision, Picker, Request, Scores, register
 
 
-class RoundRobin:
-    """Each request starts one candidate further than the last."""
+def round_robin() -> Picker:
+    """A picker (one per policy) whose every request starts one candidate further than the last."""
+    turns = itertools.count()
 
-    def __init__(self) -> None:
-        self._turn = 0
-
-    def pick(self, request: Request, scores: Scores, bounds: list[Bound]) -> Decision:
+    def pick(request: Request, scores: Scores, bounds: list[Bound]) -> Decision:
         count = len(request.names)
-        start = self._turn % count
-        self._turn += 1
+        start = next(turns) % count
         return Decision([(start + i) % count for i in range(count)], "round_robin")
 
+    return pick
 
-register(PICKERS, "round-robin", RoundRobin)
+
+register(PICKERS, "round-robin", round_robin)

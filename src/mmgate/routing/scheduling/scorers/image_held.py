@@ -4,8 +4,7 @@ image's home, so an image processed away from home draws its next requests there
 
 from __future__ import annotations
 
-from mmgate.routing.scheduling.registry import SCORERS, Scorer, register
-from mmgate.routing.scheduling.request import Request
+from mmgate.routing.scheduling.parts import SCORERS, Request, Scorer, register
 
 HELD_WEIGHT = 1.2
 

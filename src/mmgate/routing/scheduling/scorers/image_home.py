@@ -4,9 +4,8 @@ state. Ties go by the rendezvous order of the request's first shared image."""
 
 from __future__ import annotations
 
-from mmgate.routing.scheduling.registry import SCORERS, Scorer, register
+from mmgate.routing.scheduling.parts import SCORERS, Request, Scorer, register
 from mmgate.routing.scheduling.rendezvous import rendezvous_pick
-from mmgate.routing.scheduling.request import Request
 
 
 def home_pull(request: Request) -> list[float]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mmgate.routing.scheduling.registry import SCORERS, Scorer, register
+from mmgate.routing.scheduling.parts import SCORERS, Scorer, register
 
 
 def load_scores(loads: Sequence[int]) -> list[float]:

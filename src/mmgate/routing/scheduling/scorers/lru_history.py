@@ -5,8 +5,7 @@ processes at least as many images as ``image-affinity`` on every workload of doc
 
 from __future__ import annotations
 
-from mmgate.routing.scheduling.registry import SCORERS, Scorer, register
-from mmgate.routing.scheduling.request import Request
+from mmgate.routing.scheduling.parts import SCORERS, Request, Scorer, register
 
 
 def held_share(request: Request) -> list[float]:

@@ -6,8 +6,7 @@ request stays there, unbounded (moving a conversation costs its images' processi
 
 from __future__ import annotations
 
-from mmgate.routing.scheduling.registry import SCORERS, Scorer, register
-from mmgate.routing.scheduling.request import Request
+from mmgate.routing.scheduling.parts import SCORERS, Request, Scorer, register
 from mmgate.routing.scheduling.scorers.image_held import HELD_WEIGHT
 
 NEW_IMAGE_SHARE = 0.1
