@@ -240,3 +240,14 @@ async def test_start_waits_at_most_its_timeout(make_pool: type[DecodeProcesses])
     go.set()
     await wait_until(lambda: len(pool._idle) == 2, timeout_s=30)  # they join the pool once up
     assert pool.live_workers == 2
+
+
+async def test_a_started_worker_has_done_its_start_before_it_is_handed_out(make_pool: type[DecodeProcesses]) -> None:
+    # Under pytest the main script is pytest's: each child imports it as it starts (CPython 3.11's
+    # forkserver does not preload a main script). That CPU must be spent before the worker is
+    # handed out, or a small image's first decode is charged with it (and refused as too costly).
+    pool = make_pool(2, time_limit_s=30, slow_after_s=10)
+    assert await pool.start(30) == 2
+    before = [w.cpu_seconds() for w in pool._idle]
+    await asyncio.sleep(0.5)
+    assert [w.cpu_seconds() for w in pool._idle] == before  # idle: nothing left of its start

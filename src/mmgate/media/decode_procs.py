@@ -69,8 +69,8 @@ class DecodeProcesses:
         self.time_limit_s = time_limit_s
         self.slow_after_s = slow_after_s
         self._ctx = multiprocessing.get_context("forkserver")
-        # "__main__": the server imports the main script once, so its children do not each
-        # import it again (multiprocessing's preparation skips a main the process already has).
+        # "__main__" would have the server import the main script once for all its children;
+        # CPython 3.11 drops it (``Worker.started`` waits for a child that imports it itself).
         self._ctx.set_forkserver_preload(["__main__", "mmgate.media.decode_worker"])
         # The server itself starts now, in the background: the first decode only forks.
         threading.Thread(target=multiprocessing.forkserver.ensure_running, name="mmgate-forkserver-start",
@@ -270,7 +270,7 @@ class DecodeProcesses:
         process = self._ctx.Process(target=serve, args=(child,), name="mmgate-decode", daemon=True)
         process.start()
         child.close()
-        return Worker(process, parent)
+        return Worker.started(process, parent)
 
     async def _acquire(self, tenant: str | None) -> None:
         if self._closed:

@@ -15,12 +15,17 @@ from mmgate.heap import keep_request_buffers
 from mmgate.media.validate import validate_image
 
 LOWEST_PRIORITY = 19
+READY = b"ready"
+# A process's start may import the parent's main script first (CPython 3.11's forkserver does not
+# preload it, whatever ``set_forkserver_preload`` says): seconds on a loaded machine.
+READY_TIMEOUT_S = 30.0
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def serve(conn: Connection) -> None:
     """A worker: validate each image it is sent until its parent closes the pipe."""
     keep_request_buffers()
+    conn.send_bytes(READY)  # started: what it imported to get here is not charged to a decode
     while True:
         try:
             data = conn.recv_bytes()
@@ -45,6 +50,19 @@ class Worker:
         self.process = process
         self.conn = conn
         self.lowered = False  # at the lowest CPU priority: replaced once its decode ends
+
+    @classmethod
+    def started(cls, process: BaseProcess, conn: Connection) -> Worker:
+        """The worker once its process says it is ready (blocking, ``READY_TIMEOUT_S`` at most):
+        the CPU a decode is charged is counted from then. OSError (the process killed) otherwise."""
+        worker = cls(process, conn)
+        try:
+            if conn.poll(READY_TIMEOUT_S) and conn.recv_bytes() == READY:
+                return worker
+        except (EOFError, OSError):
+            pass
+        worker.kill()
+        raise OSError(f"the image decode process did not start within {READY_TIMEOUT_S:g} s")
 
     def cpu_seconds(self) -> float | None:
         """CPU time the worker has used (user and system), or None where it cannot be read."""
