@@ -27,20 +27,12 @@ from typing import Any, Literal, TypeVar, Union, cast, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mmgate._env import env_bool, env_list, env_name, env_value
+from mmgate.errors import ConfigError as ConfigError  # re-exported: the settings' error
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB
 
 M = TypeVar("M", bound=BaseModel)
-
-
-class ConfigError(Exception):
-    """A setting is invalid: start-up fails with a message naming it (exit status 2)."""
-
-    def __init__(self, setting: str, message: str) -> None:
-        super().__init__(f"{setting}: {message}")
-        self.setting = setting
-        self.message = f"{setting}: {message}"
 
 
 class Frozen(BaseModel):

@@ -45,15 +45,13 @@ a gateway's "the server behind me failed"), and a backend's 500 is 502 on every 
     └── CacheError                    shared-cache trouble: always swallowed (fail-open)
 
 ``ConfigError`` (a bad setting: fails start-up, names the setting) is not in this tree: it never
-reaches a client, and the three programs share it, so it lives in ``mmgate._settings`` and is
-re-exported here.
+reaches a client. ``mmgate._settings`` re-exports it; it is defined here so that this module
+imports nothing of mmgate's (an image decode process imports it, and not pydantic).
 """
 
 from __future__ import annotations
 
 from typing import Any
-
-from mmgate._settings import ConfigError
 
 __all__ = [
     "AuthenticationError", "BackendBusyError", "BackendConnectError", "BackendProtocolError", "BackendStatusError",
@@ -64,6 +62,15 @@ __all__ = [
     "ResponseNotFoundError", "ShuttingDownError", "TenantConnectionsError", "TenantLimitError", "UnknownUUIDError", "UnsupportedEncodingError",
     "UnsupportedImageError", "UpstreamError", "origin_status_error", "relayed_status",
 ]
+
+
+class ConfigError(Exception):
+    """A setting is invalid: start-up fails with a message naming it (exit status 2)."""
+
+    def __init__(self, setting: str, message: str) -> None:
+        super().__init__(f"{setting}: {message}")
+        self.setting = setting
+        self.message = f"{setting}: {message}"
 
 
 class MmgateError(Exception):
