@@ -72,11 +72,16 @@ def vllm_replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Vll
     A missing vLLM venv fails the tests that use it (``make test`` builds it with ``make vllm``);
     only an explicit ``MMGATE_SKIP_VLLM=1`` skips them, and never under CI.
     """
+    with running_replicas(2, tmp_path_factory.mktemp("vllm"), setup=located_vllm()) as replicas:
+        yield replicas
+
+
+def located_vllm() -> VllmSetup:
+    """The vLLM venv and model: a missing venv fails the test; ``MMGATE_SKIP_VLLM=1`` skips it
+    (never under CI)."""
     if os.environ.get("MMGATE_SKIP_VLLM") == "1" and not os.environ.get("CI"):
         pytest.skip("MMGATE_SKIP_VLLM=1: real-vLLM tests skipped on request")
     try:
-        setup = VllmSetup.locate()
+        return VllmSetup.locate()
     except VllmUnavailable as exc:
         pytest.fail(str(exc), pytrace=False)
-    with running_replicas(2, tmp_path_factory.mktemp("vllm"), setup=setup) as replicas:
-        yield replicas

@@ -4,6 +4,7 @@ parts keyed by tenant, repeats stripped where held, references healed with the d
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -79,6 +80,16 @@ def test_an_audio_miss_is_healed_only_for_audio() -> None:
     assert not is_video_cache_miss(miss("image"), {"audio", "video"})
 
 
+def first_send_misses(request: Any, sent: list[Any]) -> Callable[[], Awaitable[str]]:
+    """A backend send that records each body's audio part; vLLM's cache misses it the first time."""
+    async def send() -> str:
+        sent.append(dict(request.body["messages"][0]["content"][0]))
+        if len(sent) == 1:
+            raise miss("audio")
+        return "ok"
+    return send
+
+
 async def test_an_audio_miss_is_healed_once_with_the_data() -> None:
     keys, urls = KeySpace(), VideoURLs()
     video_refs(parsed(audio("a1")).passthrough, keys, None, urls)
@@ -86,12 +97,7 @@ async def test_an_audio_miss_is_healed_once_with_the_data() -> None:
     refs = video_refs(request.passthrough, keys, None, urls)
     holdings = BackendHoldings(1 << 30, max_entries=10, max_keys=10)
     sent: list[Any] = []
-
-    async def send() -> str:
-        sent.append(dict(request.body["messages"][0]["content"][0]))
-        if len(sent) == 1:
-            raise miss("audio")
-        return "ok"
+    send = first_send_misses(request, sent)
 
     assert await send_healing_videos(send, refs, urls, holdings, "b0", with_uuid=True, strip=True,
                                      on_heal=lambda: None) == "ok"
@@ -111,13 +117,7 @@ async def test_another_gateway_heals_an_audio_reference_from_the_shared_tier(sta
     refs = video_refs(request.passthrough, keys, "t", second)
     assert second.get(refs[0].key) is None
     sent: list[Any] = []
-
-    async def send() -> str:
-        sent.append(dict(request.body["messages"][0]["content"][0]))
-        if len(sent) == 1:
-            raise miss("audio")
-        return "ok"
-
+    send = first_send_misses(request, sent)
     holdings = BackendHoldings(1 << 30, max_entries=10, max_keys=10)
     assert await send_healing_videos(send, refs, second, holdings, "b0", with_uuid=True, strip=True,
                                      on_heal=lambda: None) == "ok"

@@ -73,6 +73,7 @@ class VllmSetup:
     python: Path
     model_dir: Path
     start_timeout_s: float
+    maker: str = "tiny_qwen2vl.py"  # the tools/ script that writes the model directory
 
     @classmethod
     def locate(cls) -> VllmSetup:
@@ -86,7 +87,7 @@ class VllmSetup:
 
     def ensure_model(self, *flags: str) -> Path:
         """Write the tiny model directory (a no-op when its stamp matches)."""
-        subprocess.run([str(self.python), str(ROOT / "tools" / "tiny_qwen2vl.py"), "--out", str(self.model_dir),
+        subprocess.run([str(self.python), str(ROOT / "tools" / self.maker), "--out", str(self.model_dir),
                         *flags], check=True, timeout=120, capture_output=True)
         return self.model_dir
 

@@ -12,18 +12,24 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import os
-import subprocess
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.conftest import VLLM_TEST_TIMEOUT_S
+from tests.conftest import VLLM_TEST_TIMEOUT_S, located_vllm
 from tests.media.test_audio import wav
 from tests.support.gateway import gateway_settings, running_gateway, vllm_specs
 from tests.support.recorder import recording_proxy
-from tests.support.vllm import ROOT, GatewayProcess, VllmReplica, VllmSetup, running_gateway_process
+from tests.support.vllm import (
+    ROOT,
+    SERVED_MODEL,
+    GatewayProcess,
+    VllmReplica,
+    VllmSetup,
+    running_gateway_process,
+    running_replicas,
+)
 from tests.vllm.conftest import GATEWAY_FLAGS
 from tests.vllm.helpers import Answer, body, chat
 from tests.vllm.test_heal import _until_healthy
@@ -34,20 +40,11 @@ MODEL = "tiny-qwen2audio"
 
 @pytest.fixture(scope="module")
 def audio_replica(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmReplica]:
-    if os.environ.get("MMGATE_SKIP_VLLM") == "1" and not os.environ.get("CI"):
-        pytest.skip("MMGATE_SKIP_VLLM=1: real-vLLM tests skipped on request")
-    located = VllmSetup.locate()
-    setup = VllmSetup(located.python, ROOT / "build" / MODEL, located.start_timeout_s)
-    subprocess.run([str(setup.python), str(ROOT / "tools" / "tiny_qwen2audio.py"), "--out", str(setup.model_dir)],
-                   check=True, timeout=120, capture_output=True)
-    replica = VllmReplica(setup, tmp_path_factory.mktemp("vllm-audio") / "vllm.log",
-                          extra_args=("--limit-mm-per-prompt", '{"audio": 2}'))
-    replica.model = MODEL
-    try:
-        replica.start()
+    located = located_vllm()
+    setup = VllmSetup(located.python, ROOT / "build" / MODEL, located.start_timeout_s, maker="tiny_qwen2audio.py")
+    with running_replicas(1, tmp_path_factory.mktemp("vllm-audio"), setup=setup,
+                          extra_args=("--limit-mm-per-prompt", '{"audio": 2}')) as (replica,):
         yield replica
-    finally:
-        replica.stop()
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +64,7 @@ def input_audio(data: bytes | None, uuid: str | None = None) -> dict[str, Any]:
 
 async def ask(url: str, part: dict[str, Any], session: str) -> Answer:
     payload = body(part, text="What is this sound?")
-    payload["model"] = MODEL
+    payload["model"] = SERVED_MODEL
     return await chat(url, payload, {"x-session-id": session})
 
 

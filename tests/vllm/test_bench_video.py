@@ -24,7 +24,7 @@ from mmgate.bench.synth import SlidingWindowSpec, generate_sliding_window
 from tests.conftest import VLLM_TEST_TIMEOUT_S
 from tests.support.gateway import gateway_settings, running_gateway, vllm_specs
 from tests.support.recorder import Recorder, recording_proxy
-from tests.support.vllm import VllmReplica, VllmSetup
+from tests.support.vllm import VllmReplica, running_replicas
 
 pytestmark = pytest.mark.timeout(VLLM_TEST_TIMEOUT_S)
 
@@ -36,15 +36,9 @@ REPEATS = (TURNS - 1) * (WINDOW - 1)  # every turn after the first shows W-1 cli
 @pytest.fixture(scope="module")
 def video_replica(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmReplica]:
     """The module's own replica, taking a window of clips in one prompt."""
-    setup = VllmSetup.locate()
-    setup.ensure_model()
-    replica = VllmReplica(setup, tmp_path_factory.mktemp("vllm-bench-video") / "vllm.log",
-                          extra_args=("--limit-mm-per-prompt", f'{{"image": 1, "video": {WINDOW}}}'))
-    try:
-        replica.start()
+    extra = ("--limit-mm-per-prompt", f'{{"image": 1, "video": {WINDOW}}}')
+    with running_replicas(1, tmp_path_factory.mktemp("vllm-bench-video"), extra_args=extra) as (replica,):
         yield replica
-    finally:
-        replica.stop()
 
 
 @pytest.fixture(scope="module")

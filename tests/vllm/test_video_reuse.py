@@ -22,7 +22,7 @@ import pytest
 from tests.conftest import VLLM_TEST_TIMEOUT_S
 from tests.support.gateway import gateway_settings, running_gateway, vllm_specs
 from tests.support.recorder import recording_proxy
-from tests.support.vllm import GatewayProcess, VllmReplica, VllmSetup, running_gateway_process
+from tests.support.vllm import GatewayProcess, VllmReplica, running_gateway_process, running_replicas
 from tests.vllm.conftest import GATEWAY_FLAGS
 from tests.vllm.helpers import body, chat
 from tests.vllm.test_heal import _until_healthy
@@ -43,15 +43,9 @@ w.release()
 
 @pytest.fixture(scope="module")
 def video_replica(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmReplica]:
-    setup = VllmSetup.locate()
-    setup.ensure_model()
-    replica = VllmReplica(setup, tmp_path_factory.mktemp("vllm-video") / "vllm.log",
-                          extra_args=("--limit-mm-per-prompt", '{"image": 8, "video": 2}'))
-    try:
-        replica.start()
+    extra = ("--limit-mm-per-prompt", '{"image": 8, "video": 2}')
+    with running_replicas(1, tmp_path_factory.mktemp("vllm-video"), extra_args=extra) as (replica,):
         yield replica
-    finally:
-        replica.stop()
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from mmgate.bench.videos import make_clip
 from tests.conftest import VLLM_TEST_TIMEOUT_S
 from tests.support.gateway import gateway_settings, running_gateway, vllm_specs
 from tests.support.redis_servers import RedisServer
-from tests.support.vllm import VllmReplica, VllmSetup
+from tests.support.vllm import VllmReplica, running_replicas
 from tests.vllm.helpers import body, chat
 
 pytestmark = pytest.mark.timeout(VLLM_TEST_TIMEOUT_S)
@@ -24,15 +24,9 @@ pytestmark = pytest.mark.timeout(VLLM_TEST_TIMEOUT_S)
 
 @pytest.fixture(scope="module")
 def video_replica(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmReplica]:
-    setup = VllmSetup.locate()
-    setup.ensure_model()
-    replica = VllmReplica(setup, tmp_path_factory.mktemp("vllm-video-shared") / "vllm.log",
-                          extra_args=("--limit-mm-per-prompt", '{"image": 1, "video": 1}'))
-    try:
-        replica.start()
+    extra = ("--limit-mm-per-prompt", '{"image": 1, "video": 1}')
+    with running_replicas(1, tmp_path_factory.mktemp("vllm-video-shared"), extra_args=extra) as (replica,):
         yield replica
-    finally:
-        replica.stop()
 
 
 def video(url: str | None, uuid: str) -> dict[str, Any]:
