@@ -314,7 +314,7 @@ def _footprint(image: LoadedImage) -> int:
 
 
 def _checked_inline(source: bytes | DataURL) -> bool:
-    """A PNG under ``_INLINE_HASH_BYTES`` (a screenshot): its whole check (~0.2 ms; ~5 ms at
+    """A PNG under ``_INLINE_HASH_BYTES`` (a screenshot): its whole check (~0.2 ms; ~3 ms at
     ``check_structure``'s chunk limits) costs less on the loop than a trip to a thread and back
     (PERFORMANCE.md, "Agent capacity on real vLLM"). Other formats walk headers in Python: a thread."""
     if isinstance(source, DataURL):
