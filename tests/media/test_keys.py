@@ -37,7 +37,7 @@ def test_equivalent_urls_share_a_key_and_different_ones_do_not() -> None:
 
 
 def test_data_url_key() -> None:
-    assert data_url_key("ab" * 32) == "b64:" + "ab" * 32
+    assert data_url_key("ab" * 32) == "img:" + "ab" * 32
 
 
 def test_scoping_partitions_sessions_and_bypasses_without_one() -> None:

@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 import base64
+import hashlib
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -17,16 +20,55 @@ from tests.support.images import data_url, make_image
 
 @pytest.fixture
 def sha_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Counts the loader's SHA-256 keyings of data: URLs."""
+    """Counts the loader's keyings of data: URLs (a base64 decode and a SHA-256 of the bytes)."""
     calls: list[str] = []
-    real = loader_module.payload_digest
+    real = loader_module._decoded_digest
 
-    def counted(parsed: DataURL) -> str:
+    def counted(parsed: DataURL) -> tuple[bytes, str]:
         calls.append(parsed.payload[:16])
         return real(parsed)
 
-    monkeypatch.setattr(loader_module, "payload_digest", counted)
+    monkeypatch.setattr(loader_module, "_decoded_digest", counted)
     return calls
+
+
+@pytest.fixture
+def hashes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of what the loader hashes with SHA-256."""
+    sizes: list[int] = []
+
+    def sha256(data: bytes) -> Any:
+        sizes.append(len(data))
+        return hashlib.sha256(data)
+
+    monkeypatch.setattr(loader_module, "hashlib", SimpleNamespace(sha256=sha256))
+    return sizes
+
+
+@pytest.mark.parametrize("fmt", ["PNG", "JPEG"])
+async def test_a_new_image_is_hashed_once(make_loader: LoaderFactory, hashes: list[int], fmt: str) -> None:
+    """Its key and its digest are one SHA-256 of its bytes (the PNG checked on the loop, the JPEG
+    decoded in a worker process and hashed in the pool)."""
+    raw = make_image(fmt, 120, 80, seed=9)
+    image = await make_loader().load(data_url(raw, f"image/{fmt.lower()}"))
+    assert hashes == [len(raw)]
+    assert image.digest == hashlib.sha256(raw).hexdigest()
+
+
+async def test_every_spelling_of_the_same_bytes_is_one_entry(make_loader: LoaderFactory) -> None:
+    """Keyed by its decoded bytes, an image sent again under another type label or with
+    non-canonical base64 is a local hit on the entry the first spelling made."""
+    registry = CollectorRegistry()
+    loader = make_loader(registry=registry)
+    raw = next(r for seed in range(3, 50) if len(r := make_image("PNG", 64, 48, seed=seed)) % 3 == 2)
+    canonical = base64.b64encode(raw).decode()
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+    odd = canonical[:-2] + alphabet[alphabet.index(canonical[-2]) | 1] + "="
+    first = await loader.load("data:image/png;base64," + canonical)
+    assert await loader.load("data:image/png;base64," + odd) is first
+    assert await loader.load("data:image/x-png;base64," + canonical) is first
+    assert registry.get_sample_value("mmgate_image_loads_total", {"outcome": "origin"}) == 1
+    assert registry.get_sample_value("mmgate_image_loads_total", {"outcome": "local_hit"}) == 2
 
 
 async def test_a_repeat_costs_no_sha256(make_loader: LoaderFactory, sha_calls: list[str]) -> None:

@@ -2,14 +2,12 @@
 
 Only base64 payloads of ``image/*`` types are accepted; base64 is decoded strictly (no
 whitespace, correct padding). The decoded size is computed from the payload length and checked
-against the byte limit before anything is decoded. The cache key comes from a hash of the base64
-text (``payload_digest``), so a repeated data: URL is recognised without decoding it at all.
+against the byte limit before anything is decoded.
 """
 
 from __future__ import annotations
 
 import binascii
-import hashlib
 import re
 from dataclasses import dataclass
 
@@ -73,12 +71,3 @@ def decode_payload(data_url: DataURL) -> bytes:
         return pybase64.b64decode(data_url.payload, validate=True)
     except (binascii.Error, ValueError) as exc:  # ValueError: non-ASCII characters
         raise UnsupportedImageError(f"data: URL payload is not valid base64 ({exc})") from exc
-
-
-def payload_digest(data_url: DataURL) -> str:
-    """Hex SHA-256 of the base64 text itself: the cache key of a data: URL, found without
-    decoding. Decoding is a function, so equal digests mean equal bytes."""
-    try:
-        return hashlib.sha256(data_url.payload.encode("ascii")).hexdigest()
-    except UnicodeEncodeError as exc:
-        raise UnsupportedImageError("data: URL payload is not valid base64 (non-ASCII characters)") from exc

@@ -7,16 +7,16 @@
                                                                               (decode lanes)
 
 Only validated bytes ever enter a tier, so a bad image never poisons a cache and a hit needs no
-second decode. A ``data:`` URL is keyed by a hash of its base64 text: a repeat costs no base64
-or image decode, and one it has just seen no SHA-256 either (``mmgate.media.repeats``: a fast
-fingerprint, confirmed by comparing the text with the held image's). Every ``MediaError`` raised carries the caller's ``param``.
+second decode. A ``data:`` URL is keyed by the SHA-256 of its decoded bytes, its digest too: a new
+image is hashed once. One just seen costs no decode and no hash (``mmgate.media.repeats``: a fast
+fingerprint, confirmed by comparing texts). Every ``MediaError`` raised carries the caller's ``param``.
 
 Validation runs in two steps: a header probe (format, size: cheap, normal lane), then the full
 decode in a worker process, in the lane the image's size picks, after the request's ``PixelBudget``
 has been charged (``mmgate.media.decode``): one request's giant images neither hold up other
 requests nor cost more than the per-request pixel limit, and a decode nobody waits for is killed.
-A PNG is not decoded (its check is its chunks' CRCs, ``mmgate.media.validate``): probe, check and
-hash run in one call in the normal lane, so an agent's new screenshot costs one trip to a thread.
+A PNG is not decoded (its check is its chunks' CRCs, ``mmgate.media.validate``): check and hash
+run in one call, on the loop for a screenshot (``_checked_inline``), else in the normal lane.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from prometheus_client import CollectorRegistry
 
 from mmgate.config import CacheSettings, MediaSettings
 from mmgate.errors import ForbiddenURLError, MediaError, OriginError
-from mmgate.media.dataurl import DataURL, decode_payload, is_data_url, parse_data_url, payload_digest
+from mmgate.media.dataurl import DataURL, decode_payload, is_data_url, parse_data_url
 from mmgate.media.decode import DecodeLanes, PixelBudget
 from mmgate.media.dns import Lookup
 from mmgate.media.inflight import InflightMap
@@ -48,11 +48,10 @@ from mmgate.store import ByteLRU, LoadedImage, SharedTier
 
 log = logging.getLogger(__name__)
 
-# data: payloads at least this big are hashed in the thread pool, not on the event loop; URLs at
-# least _INLINE_PARSE_BYTES long are parsed there (slicing out the payload is a copy).
+# data: payloads at least this big are decoded and hashed in the thread pool, not on the event
+# loop; URLs at least _INLINE_PARSE_BYTES long are parsed there (slicing out the payload is a copy).
 _INLINE_HASH_BYTES = 256 * 1024
 _INLINE_PARSE_BYTES = 2 << 20
-_PNG_BASE64 = "iVBORw0KGg"  # base64 of the signature's first 60 bits: only a PNG can follow
 # Fingerprints of data: URLs the repeat index keeps (``mmgate.media.repeats``).
 REPEAT_INDEX_ENTRIES = 65536
 
@@ -203,14 +202,13 @@ class MediaLoader:
         else:
             parsed = parse_data_url(url, max_bytes=self._media.max_image_bytes)
         if parsed.num_bytes >= _INLINE_HASH_BYTES:
-            key = data_url_key(await self._in_pool(payload_digest, parsed))
+            data, digest = await self._in_pool(_decoded_digest, parsed)
         else:
-            key = data_url_key(payload_digest(parsed))
+            data, digest = _decoded_digest(parsed)
+        key = data_url_key(digest)
         self._repeats.remember(mark, key)
 
-        async def produce() -> LoadedImage:
-            return await self._validated(parsed, ticket, tenant_tag)
-
+        produce = functools.partial(self._validated, data, ticket, tenant_tag, digest)
         return await self._through_tiers(key, session_id, produce, ticket, tenant_tag)
 
     async def _through_tiers(
@@ -264,15 +262,16 @@ class MediaLoader:
         self.metrics.local_cache_bytes.set(self.local.num_cached_bytes)
         self.metrics.local_cache_entries.set(len(self.local))
 
-    async def _validated(self, source: bytes | DataURL, ticket: _Ticket | None, tenant_tag: str | None) -> LoadedImage:
-        """Decode (data: URLs) and probe ``source``, charge the request's budget and wait for its
-        admission (all its images together), then validate it in a decode process (the tenant's
-        turn, the lane its size picks) and hash it."""
+    async def _validated(
+        self, data: bytes, ticket: _Ticket | None, tenant_tag: str | None, digest: str | None = None
+    ) -> LoadedImage:
+        """Probe ``data``, charge the request's budget and wait for its admission (all its images
+        together), then validate it in a decode process (the tenant's turn, the lane its size
+        picks) and hash it (``digest``: its SHA-256 when already known)."""
         media = self._media
         try:
-            probe = (source, media.allowed_formats, media.max_image_pixels)
-            data, probed, checked = _decode_probe(*probe) if _checked_inline(source) else await self._in_pool(
-                _decode_probe, *probe)
+            probe = (data, media.allowed_formats, media.max_image_pixels, digest)
+            probed, checked = _probe(*probe) if _checked_inline(data) else await self._in_pool(_probe, *probe)
             pixels = probed.width * probed.height
             reserved = False
             if ticket is not None:
@@ -283,13 +282,13 @@ class MediaLoader:
             if ticket is not None:
                 ticket.stand_aside()  # failed before its admission, or needs none: a no-op once it asked
         if checked is not None:
-            digest, data_url = checked
+            sha, data_url = checked
             return LoadedImage(data=data, mime=probed.mime, width=probed.width, height=probed.height,
-                               digest=digest, _data_url=data_url)
+                               digest=sha, _data_url=data_url)
         info = await self._lanes.decode(pixels, tenant_tag, data, media.allowed_formats, media.max_image_pixels,
                                         reserved=reserved)
-        digest, data_url = await self._in_pool(_hash_encode, data, info.mime)
-        return LoadedImage(data=data, mime=info.mime, width=info.width, height=info.height, digest=digest,
+        sha, data_url = await self._in_pool(_hash_encode, data, info.mime, digest)
+        return LoadedImage(data=data, mime=info.mime, width=info.width, height=info.height, digest=sha,
                            _data_url=data_url)
 
     async def _in_pool(self, fn: Callable[..., _T], *args: object) -> _T:
@@ -313,33 +312,34 @@ def _footprint(image: LoadedImage) -> int:
     return image.footprint_bytes
 
 
-def _checked_inline(source: bytes | DataURL) -> bool:
+def _checked_inline(data: bytes) -> bool:
     """A PNG under ``_INLINE_HASH_BYTES`` (a screenshot): its whole check (~0.2 ms; ~3 ms at
     ``check_structure``'s chunk limits) costs less on the loop than a trip to a thread and back
     (PERFORMANCE.md, "Agent capacity on real vLLM"). Other formats walk headers in Python: a thread."""
-    if isinstance(source, DataURL):
-        return source.num_bytes < _INLINE_HASH_BYTES and source.payload.startswith(_PNG_BASE64)
-    return len(source) < _INLINE_HASH_BYTES and source.startswith(PNG_SIGNATURE)
+    return len(data) < _INLINE_HASH_BYTES and data.startswith(PNG_SIGNATURE)
 
 
-def _decode_probe(
-    source: bytes | DataURL, allowed_formats: tuple[str, ...], max_pixels: int
-) -> tuple[bytes, ImageInfo, tuple[str, str] | None]:
-    """The image's bytes and header; for a PNG, whose whole check is its chunks' CRCs (bounded by
-    its bytes, ``mmgate.media.validate``), that check and ``_hash_encode`` too, in this one call:
-    no decode process, no lane, no second trip to the pool (none at all: ``_checked_inline``)."""
-    data = decode_payload(source) if isinstance(source, DataURL) else source
+def _decoded_digest(parsed: DataURL) -> tuple[bytes, str]:
+    """A data: URL's bytes and their SHA-256 (its cache key and the image's digest)."""
+    return (data := decode_payload(parsed)), hashlib.sha256(data).hexdigest()
+
+
+def _probe(
+    data: bytes, allowed_formats: tuple[str, ...], max_pixels: int, digest: str | None
+) -> tuple[ImageInfo, tuple[str, str] | None]:
+    """The image's header; for a PNG (whose whole check is its chunks' CRCs, bounded by its bytes)
+    that check and ``_hash_encode`` too, in one open of the file: no decode process, no lane."""
+    if data.startswith(PNG_SIGNATURE) and "PNG" in allowed_formats:
+        info = validate_image(data, allowed_formats=("PNG",), max_pixels=max_pixels)
+        return info, _hash_encode(data, info.mime, digest)
     info = probe_image(data, allowed_formats=allowed_formats, max_pixels=max_pixels)
-    if info.format != "PNG":
-        return data, info, None
-    info = validate_image(data, allowed_formats=allowed_formats, max_pixels=max_pixels)
-    return data, info, _hash_encode(data, info.mime)
+    return info, None
 
 
-def _hash_encode(data: bytes, mime: str) -> tuple[str, str]:
-    """The image's SHA-256 and the data URL that will be forwarded: both release the GIL (hashlib,
-    pybase64), so neither stalls the event loop."""
-    return hashlib.sha256(data).hexdigest(), f"data:{mime};base64," + pybase64.b64encode_as_string(data)
+def _hash_encode(data: bytes, mime: str, digest: str | None = None) -> tuple[str, str]:
+    """The image's SHA-256 (``digest`` when already known) and the data URL that will be
+    forwarded: both release the GIL (hashlib, pybase64), so neither stalls the event loop."""
+    return digest or hashlib.sha256(data).hexdigest(), f"data:{mime};base64," + pybase64.b64encode_as_string(data)
 
 
 def _with_param(exc: MediaError, param: str | None) -> MediaError:

@@ -1,14 +1,14 @@
 """A repeated ``data:`` image found without SHA-256: the cheap half of an agent's turn.
 
 An agent resends its screenshots every turn. The cache key of a ``data:`` URL is the SHA-256 of its
-base64 text (``mmgate.media.keys``): ~100 µs for a 150 KB screenshot, three times a turn, on the
+decoded bytes (``mmgate.media.keys``): ~90 µs for a 150 KB screenshot, three times a turn, on the
 event loop. Here a repeat is found before the URL is even parsed, by XXH3-128 of a sample of its
 text (its ends and one character in 509: ~1.4 µs, no copy), and **confirmed by comparing the
 whole URL** with the one the held image forwards (a memory compare): a sample may collide, a
 confirmed match cannot — equal base64 text decodes to equal bytes. Anything not confirmed (a first
 sighting, an evicted image, another tenant's or session's entry, a client whose URL is not the
 canonical one the gateway forwards: another spelling of the type, base64 that is not canonical)
-takes the parse and SHA-256 path as before, so keys, tiers and what a tenant can reach are
+takes the parse, decode and SHA-256 path, so keys, tiers and what a tenant can reach are
 unchanged.
 
 The index maps a fingerprint to the SHA-256 key it was last seen with; it is bounded by entries
