@@ -16,7 +16,12 @@ forwards a URL or an id it has not checked):
 * any other media part in a message or tool output (chat's ``image_url``, ``video_url``,
   ``input_audio``, embeddings, …, or a media key on a text part): vLLM's chat parser would read
   it unpoliced, and the Responses API's image part is ``input_image``;
-* a message item without a ``role``: the gateway could not tell which parts vLLM renders.
+* a message item without a ``role``: the gateway could not tell which parts vLLM renders;
+* an item whose ``type`` is not a string.
+
+An item of any other type that carries a ``role`` is policed as a message: vLLM validates it
+loosely (its input is a union of TypedDicts, extra keys kept) and renders any item with a ``role``
+as a chat message, ``content`` and all.
 
 An ``mcp`` tool's ``server_url`` is returned in ``tool_urls`` for the URL policy (a string, else a
 400 naming it): vLLM 0.32 connects only to its own ``--tool-server`` by ``server_label``, but a
@@ -107,13 +112,17 @@ def _item_images(item: Any, where: str, slots: list[ImageSlot], *, max_images: i
             "screenshot as a function_call_output (an input_image in its output list) or a user message",
             param=f"{where}.type",
         )
-    if kind in (None, "message"):
+    if kind is not None and not isinstance(kind, str):
+        raise InvalidRequestError("an input item's 'type' must be a string", param=f"{where}.type")
+    if kind in _TOOL_OUTPUT_TYPES:
+        parts, at = item.get("output"), f"{where}.output"
+    elif kind in (None, "message") or "role" in item:
+        # vLLM hands any item with a ``role`` to its chat parser as a message, whatever its type
+        # says (an ``item_reference`` with a role and content): its parts are policed as one.
         if "role" not in item:
             raise InvalidRequestError("a message item needs a 'role' (user, assistant, system or developer)",
                                       param=f"{where}.role")
         parts, at = item.get("content"), f"{where}.content"
-    elif kind in _TOOL_OUTPUT_TYPES:
-        parts, at = item.get("output"), f"{where}.output"
     else:
         return
     if not isinstance(parts, list):
