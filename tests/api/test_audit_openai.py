@@ -105,3 +105,17 @@ async def test_a_responses_item_type_that_is_no_string_is_a_400_not_a_500(kind: 
         assert not posted(echo, "/v1/responses")
         status, reply = await post(gw.url + "/v1/responses", orjson.dumps({"model": "m1", "input": "hi"}))
         assert status == 200, reply
+
+
+@pytest.mark.parametrize("path", ["/tokenize", "/detokenize", "/v1/completions", "/v1/embeddings"])
+async def test_a_duplicate_key_cannot_carry_an_unpoliced_url_to_the_backend(path: str) -> None:
+    """JSON parsers disagree on duplicate keys (orjson and Python's keep the last, others the
+    first): a body the gateway found no media in must not reach the backend with its bytes, a first
+    ``messages`` holding a URL the policy never saw."""
+    hidden = orjson.dumps([{"role": "user", "content": [CHAT_IMAGE]}])
+    raw = b'{"model": "m1", "messages": ' + hidden + b', "messages": "hi"}'
+    async with gateway() as (gw, echo):
+        status, reply = await post(gw.url + path, raw)
+        assert status == 200, reply
+        (sent,) = posted(echo, path)
+        assert PRIVATE.encode() not in sent and orjson.loads(sent)["messages"] == "hi", sent

@@ -4,9 +4,10 @@ The route table (``CLIENT_ENDPOINTS``) says how each is treated (docs/ENDPOINTS.
 view of it):
 
 * ``json``: a JSON body, parsed once (only ``model`` is read for routing), its media fields
-  policed (``mmgate.api.police``) and the body forwarded as it came — byte for byte when it carries
-  no media; the reply relayed whole, or as an event stream when the backend streams (completions
-  with ``stream: true``), without re-framing;
+  policed (``mmgate.api.police``) and the body forwarded as it came — byte for byte when it cannot
+  name a media field (``may_carry_media``), else as the gateway parsed and policed it; the reply
+  relayed whole, or as an event stream when the backend streams (completions with ``stream:
+  true``), without re-framing;
 * ``json`` with ``pipeline``: a request with one chat conversation in ``messages`` runs the chat
   media pipeline (images loaded and namespaced by tenant, uuids, strips, heal) and its rewritten
   body is posted to the endpoint's own path (vLLM reads the uuids there); other shapes as ``json``;
@@ -173,9 +174,11 @@ async def _serve_json(request: web.Request, gateway: Gateway, endpoint: Endpoint
         async def check(url: str, param: str, kind: str) -> str:
             return await gateway.loader.check_passthrough(url, param=param, kind=kind)
 
-        if await police(body, check, max_uuid_length=settings.max_uuid_length, max_depth=settings.max_json_depth,
-                        media=settings.media):
-            raw = orjson.dumps(body)
+        await police(body, check, max_uuid_length=settings.max_uuid_length, max_depth=settings.max_json_depth,
+                     media=settings.media)
+        # What was policed is sent, not the client's bytes: a duplicate key could hide a media field
+        # there from the gateway's parser (the last wins) but not from a first-wins one.
+        raw = orjson.dumps(body)
     forwarded = await forwarder.send("POST", request.path_qs, raw, model=model, session_id=session_id, headers=_JSON)
     try:
         return await deliver(request, forwarded.reply, forwarded.headers, gateway)
