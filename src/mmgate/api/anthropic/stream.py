@@ -3,8 +3,10 @@
 in the same order, with the same fields (its ``exclude_unset`` dumps).
 
 ``StreamMapper.feed(data)`` takes one chat ``data:`` payload and returns the SSE bytes to send;
-``events(stream)`` frames a backend's raw bytes into payloads and maps them. Pure apart from that
-async wrapper.
+``events(stream)`` frames a backend's raw bytes into payloads and maps them, and raises
+``BackendProtocolError`` for a stream that ends before its ``[DONE]`` (cut mid-event, or just
+closed): the relay ends the client's stream with an Anthropic ``error`` event, not a stream that
+simply stops with no ``message_stop``. Pure apart from that async wrapper.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 import orjson
 
 from mmgate.api.anthropic.reply import anthropic_usage, stop_reason
+from mmgate.errors import BackendProtocolError
 
 # A backend frame longer than this is not a chat chunk: the stream is broken off with an error.
 MAX_FRAME_BYTES = 16 * 1024 * 1024
@@ -193,3 +196,6 @@ async def events(stream: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         if len(buffer) > MAX_FRAME_BYTES:
             yield mapper.feed("{broken")
             return
+    if not mapper.done:
+        where = "mid-event" if buffer.strip() else "without its [DONE]"
+        raise BackendProtocolError(f"the backend's stream was cut short: it ended {where}")
