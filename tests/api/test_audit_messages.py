@@ -1,10 +1,16 @@
 """``/v1/messages`` under attack, through a real gateway: a backend stream cut short ends with an
-Anthropic ``error`` event. Real gateway and a scripted chat backend (an aiohttp server on loopback)."""
+Anthropic ``error`` event, requests forwarded to the backend's own endpoint (thinking, inline
+system messages, count_tokens) get the tenant's prefix-cache salt, its image key space and the
+request's pixel limit as mapped ones do.
+Real gateway, real sim engines, echo backends (``tests.backends.echo_server``), a real image origin
+and a scripted chat backend (an aiohttp server on loopback)."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -12,10 +18,16 @@ from aiohttp import web
 
 from mmgate.app_runtime import start_app
 from mmgate.config import BackendSpec
+from tests.api.test_endpoints import call as raw_call
+from tests.api.test_endpoints import fleet
 from tests.support.agents import call
 from tests.support.gateway import gateway_settings, running_gateway
+from tests.support.images import make_image
+from tests.support.origin import ImageOrigin
 
 MODEL = "m1"
+A = {"Authorization": "Bearer key-a"}
+B = {"Authorization": "Bearer key-b"}
 
 
 @asynccontextmanager
@@ -64,3 +76,75 @@ async def test_a_stream_the_backend_ends_early_ends_with_an_error_event(tail: by
         error = reply.events[-1][1]
         assert error["type"] == "error" and "cut" in error["error"]["message"], error
         assert "message_stop" not in names
+
+
+@pytest.fixture
+async def origin() -> AsyncIterator[ImageOrigin]:
+    o = ImageOrigin()
+    await o.start()
+    try:
+        yield o
+    finally:
+        await o.stop()
+
+
+def keys_file(tmp_path: Path) -> str:
+    path = tmp_path / "keys.txt"
+    path.write_text("key-a tenant-a\nkey-b tenant-b\n")
+    return str(path)
+
+
+def forwarded(*blocks: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """A request the gateway forwards to the backend's own /v1/messages (inline system message)."""
+    return {"model": MODEL, "max_tokens": 4, **extra,
+            "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": [
+                {"type": "text", "text": "look"}, *blocks]}]}
+
+
+def url_image(url: str) -> dict[str, Any]:
+    return {"type": "image", "source": {"type": "url", "url": url}}
+
+
+async def test_forwarded_requests_get_the_tenants_cache_salt(tmp_path: Path) -> None:
+    async with fleet(models=((MODEL,),), api_keys_file=keys_file(tmp_path)) as (gw, (echo,)):
+        salts = []
+        for who in (A, B):
+            for extra in ({}, {"cache_salt": "mine"}):
+                for body in (forwarded(**extra), {**forwarded(**extra), "thinking": {"type": "disabled"}}):
+                    status, answer, _, _ = await raw_call("POST", gw.url + "/v1/messages", body=body, headers=who)
+                    assert status == 200, answer
+                    assert echo.seen[-1].path_qs == "/v1/messages"
+                    salts.append(orjson.loads(echo.seen[-1].body).get("cache_salt"))
+        # Per tenant, per client salt: never absent, never the client's own, never another tenant's.
+        assert None not in salts and "mine" not in salts
+        assert len(set(salts)) == 4 and salts[0] == salts[1] and salts[2] == salts[3]
+
+
+async def test_forwarded_images_load_in_the_tenants_key_space(tmp_path: Path, origin: ImageOrigin) -> None:
+    url = origin.add("a.png", make_image("PNG", seed=3))
+    async with fleet(models=((MODEL,),), api_keys_file=keys_file(tmp_path)) as (gw, (echo,)):
+        for who in (A, A, B):
+            status, answer, _, _ = await raw_call("POST", gw.url + "/v1/messages", body=forwarded(url_image(url)),
+                                                  headers=who)
+            assert status == 200, answer
+            source = orjson.loads(echo.seen[-1].body)["messages"][1]["content"][1]["source"]
+            assert source["type"] == "base64" and source["media_type"] == "image/png"
+        # A's repeat is A's cache hit; B's request does not see A's image (nor learn it was loaded).
+        assert origin.hits["/img/a.png"] == 2
+        status, answer, _, _ = await raw_call("POST", gw.url + "/v1/messages/count_tokens", headers=B, body={
+            "model": MODEL, "messages": [{"role": "user", "content": [url_image(url)]}]})
+        assert status == 200 and origin.hits["/img/a.png"] == 2  # B's own, held since its first load
+
+
+async def test_forwarded_images_count_against_the_request_pixel_limit(origin: ImageOrigin) -> None:
+    urls = [origin.add(f"{i}.png", make_image("PNG", seed=i)) for i in range(2)]  # 64x48 each
+    limit = {"max_request_pixels": 64 * 48 * 3 // 2}
+    async with fleet(models=((MODEL,),), media={"allowed_private": ("127.0.0.1",), **limit}) as (gw, (echo,)):
+        for path, body in (("/v1/messages", forwarded(*map(url_image, urls))),
+                           ("/v1/messages/count_tokens", {"model": MODEL, "messages": [
+                               {"role": "user", "content": [url_image(u) for u in urls]}]})):
+            status, answer, _, _ = await raw_call("POST", gw.url + path, body=body)
+            assert status == 400 and answer["type"] == "error", (path, answer)
+            assert "--max-request-pixels" in answer["error"]["message"]
+            assert "(param: messages[" in answer["error"]["message"]
+        assert not echo.seen  # refused before the backend saw anything

@@ -7,11 +7,14 @@ stripped to a cache-only reference on repeats, healed on a miss — and its repl
 (``reply``, ``stream``). vLLM's own ``/v1/messages`` cannot take a reference (it builds its image
 parts without a uuid), hence the mapping. A request the mapping cannot carry faithfully, and
 count_tokens (which generates nothing), go to the backend's own endpoint as they are, each image
-first loaded under the same policy and re-sent as the validated bytes (``_police``).
+first loaded under the same policy and limits (the request's pixel budget, the tenant's key space)
+and re-sent as the validated bytes (``_police``); with API keys a forwarded create carries the
+tenant's ``cache_salt``, as a mapped one does (``mmgate.reuse.namespace``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -35,8 +38,15 @@ from mmgate.api.forward import deliver as forward_deliver
 from mmgate.api.gateway import Gateway
 from mmgate.api.lifecycle import deliver, request_tenant, tracked
 from mmgate.app_runtime import json_response
-from mmgate.errors import BackendProtocolError, InvalidRequestError, MmgateError
+from mmgate.errors import (
+    BackendProtocolError,
+    ImageTooLargeError,
+    InvalidRequestError,
+    MmgateError,
+)
 from mmgate.jsonbody import dumps_body, loads_body
+from mmgate.reuse import client_cache_salt
+from mmgate.store import LoadedImage
 
 _JSON = {"Content-Type": "application/json"}
 MESSAGES_PATH = "/v1/messages"
@@ -78,7 +88,9 @@ class MessagesService:
         body = check_messages_body(body)
         gateway.router.candidates(body["model"])  # an unknown model is a 404 first, as on vLLM
         if forward_reason(body) is not None:
-            return await self._forward(request, body, MESSAGES_PATH, stream=bool(body.get("stream")))
+            if tenant is not None:  # vLLM salts its prefix cache with it: one partition per tenant
+                body["cache_salt"] = gateway.keys.cache_salt(tenant, client_cache_salt(body))
+            return await self._forward(request, body, tenant, MESSAGES_PATH, stream=bool(body.get("stream")))
         chat_body, params = to_chat_body(body)
         try:
             parsed = parse_chat_body(chat_body, max_images=settings.max_images_per_request,
@@ -105,19 +117,19 @@ class MessagesService:
             outcome.close()
 
     async def _count_tokens(self, request: web.Request) -> tuple[web.StreamResponse, bool]:
-        _, body = await self._body(request)
+        tenant, body = await self._body(request)
         body = check_messages_body(body, count_tokens=True)
-        return await self._forward(request, body, COUNT_TOKENS_PATH, stream=False)
+        return await self._forward(request, body, tenant, COUNT_TOKENS_PATH, stream=False)
 
     async def _forward(
-        self, request: web.Request, body: dict[str, Any], path: str, *, stream: bool
+        self, request: web.Request, body: dict[str, Any], tenant: str | None, path: str, *, stream: bool
     ) -> tuple[web.StreamResponse, bool]:
         """``body`` to the backend's own ``path``, its images policed and inlined first; the
         backend's answer, any status, relayed as it is (vLLM's own Anthropic-shaped errors)."""
         gateway = self.gateway
         session_id = gateway.session_id(request.headers)
         gateway.router.candidates(body["model"])  # an unknown model is a 404 before any image is loaded
-        await self._police(body, session_id)
+        await self._police(body, session_id, tenant)
         forwarded = await Forwarder(gateway).send(
             "POST", path, await dumps_body(body), model=body["model"], session_id=session_id,
             headers=_JSON, stream=stream)
@@ -127,15 +139,35 @@ class MessagesService:
         finally:
             forwarded.close()
 
-    async def _police(self, body: dict[str, Any], session_id: str | None) -> None:
-        """Load every image under the gateway's policy and limits; its source becomes the
+    async def _police(self, body: dict[str, Any], session_id: str | None, tenant: str | None) -> None:
+        """Load every image as the chat pipeline does — under the gateway's policy and limits, at
+        once, charged to one pixel budget, in the tenant's key space — and make its source the
         validated bytes (base64), so the backend fetches nothing the client named."""
         sources = list(image_sources(body))
-        limit = self.gateway.settings.max_images_per_request
+        gateway = self.gateway
+        limit = gateway.settings.max_images_per_request
         if len(sources) > limit:
             raise InvalidRequestError(f"too many images: at most {limit} per request", param=sources[limit][0])
-        for where, source in sources:
-            image = await self.gateway.loader.load(source_url(source), session_id=session_id, param=where)
+        if not sources:
+            return
+        loader = gateway.loader
+        tag = gateway.keys.tenant_tag(tenant) if tenant is not None else None
+        budget = loader.pixel_budget(loads=len(sources))
+        tasks = [asyncio.create_task(loader.load(source_url(source), session_id=session_id, param=where,
+                                                 budget=budget, tenant_tag=tag)) for where, source in sources]
+        try:
+            images: list[LoadedImage] = await asyncio.gather(*tasks)
+        except BaseException:
+            for task in tasks:  # the first failure is the answer: the other loads are abandoned
+                task.cancel()
+            budget.abandon()
+            raise
+        pixels, most = 0, gateway.settings.media.max_request_pixels
+        for (where, source), image in zip(sources, images, strict=True):
+            pixels += image.width * image.height  # cached ones too: the backend processes them all
+            if pixels > most:
+                raise ImageTooLargeError(f"the request's images add up to more than {most} pixels "
+                                         "(--max-request-pixels): send fewer or smaller images", param=where)
             source.clear()
             source.update({"type": "base64", "media_type": image.mime,
                            "data": base64.b64encode(image.data).decode("ascii")})
