@@ -1,7 +1,7 @@
 """``/v1/messages`` under attack, through a real gateway: a backend stream cut short ends with an
 Anthropic ``error`` event, requests forwarded to the backend's own endpoint (thinking, inline
 system messages, count_tokens) get the tenant's prefix-cache salt, its image key space and the
-request's pixel limit as mapped ones do.
+request's pixel limit as mapped ones do, and a refusal of any kind is in Anthropic's error shape.
 Real gateway, real sim engines, echo backends (``tests.backends.echo_server``), a real image origin
 and a scripted chat backend (an aiohttp server on loopback)."""
 
@@ -20,7 +20,7 @@ from mmgate.app_runtime import start_app
 from mmgate.config import BackendSpec
 from tests.api.test_endpoints import call as raw_call
 from tests.api.test_endpoints import fleet
-from tests.support.agents import call
+from tests.support.agents import call, is_anthropic_error
 from tests.support.gateway import gateway_settings, running_gateway
 from tests.support.images import make_image
 from tests.support.origin import ImageOrigin
@@ -148,3 +148,12 @@ async def test_forwarded_images_count_against_the_request_pixel_limit(origin: Im
             assert "--max-request-pixels" in answer["error"]["message"]
             assert "(param: messages[" in answer["error"]["message"]
         assert not echo.seen  # refused before the backend saw anything
+
+
+@pytest.mark.parametrize("method", ["GET", "PUT", "DELETE", "PATCH"])
+async def test_a_wrong_method_is_an_anthropic_error(method: str) -> None:
+    async with running_gateway() as gw:
+        for path in ("/v1/messages", "/v1/messages/count_tokens"):
+            reply = await call(gw.url, path, method=method)
+            assert reply.status == 405 and is_anthropic_error(reply), (path, reply.json)
+            assert method in reply.json["error"]["message"]

@@ -40,11 +40,13 @@ from mmgate.api.lifecycle import deliver, request_tenant, tracked
 from mmgate.app_runtime import json_response
 from mmgate.errors import (
     BackendProtocolError,
+    EndpointNotFoundError,
     ImageTooLargeError,
     InvalidRequestError,
     MmgateError,
 )
 from mmgate.jsonbody import dumps_body, loads_body
+from mmgate.metrics import UNMATCHED_ROUTE
 from mmgate.reuse import client_cache_salt
 from mmgate.store import LoadedImage
 
@@ -65,6 +67,14 @@ class MessagesService:
 
     async def count_tokens(self, request: web.Request) -> web.StreamResponse:
         return await tracked(self.gateway, COUNT_TOKENS_PATH, _anthropic_errors(lambda: self._count_tokens(request)))
+
+    async def wrong_method(self, request: web.Request) -> web.StreamResponse:
+        """405 for a method other than POST, counted as the gateway counts unmatched routes."""
+        self.gateway.metrics.observe(UNMATCHED_ROUTE, 405, 0.0)
+        error = EndpointNotFoundError(f"the gateway does not serve {request.method[:16]} {request.path}: send POST",
+                                      param="method")
+        error.status = 405
+        return json_response(error_body(error), status=405, headers={"Allow": "POST"})
 
     async def _body(self, request: web.Request) -> tuple[str | None, Any]:
         gateway = self.gateway
@@ -186,7 +196,8 @@ def _anthropic_errors(work: Work) -> Work:
 
 
 def register(app: web.Application, gateway: Gateway) -> None:
-    """Add the Messages routes to ``app``."""
+    """Add the Messages routes to ``app``; any other method on them is a 405 in Anthropic's shape."""
     service = MessagesService(gateway)
-    app.router.add_post(MESSAGES_PATH, service.create)
-    app.router.add_post(COUNT_TOKENS_PATH, service.count_tokens)
+    for path, handler in ((MESSAGES_PATH, service.create), (COUNT_TOKENS_PATH, service.count_tokens)):
+        app.router.add_post(path, handler)
+        app.router.add_route("*", path, service.wrong_method)
