@@ -7,6 +7,7 @@ and a scripted chat backend (an aiohttp server on loopback)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -30,11 +31,26 @@ A = {"Authorization": "Bearer key-a"}
 B = {"Authorization": "Bearer key-b"}
 
 
+RESET = b"<reset>"  # a tail that resets the connection instead of ending the response
+
+
+def sse(name: str, data: dict[str, Any]) -> bytes:
+    return b"event: " + name.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
+
+
 @asynccontextmanager
 async def cutting_backend(tail: bytes) -> AsyncIterator[str]:
-    """A chat backend whose streams send two good chunks, then ``tail``, then end the response."""
+    """A backend whose streams (chat completions, and its own /v1/messages) send their first events,
+    then ``tail``, then end the response (or reset the connection: ``RESET``)."""
     chunks = [{"id": "c", "model": MODEL, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]},
               {"id": "c", "model": MODEL, "choices": [{"index": 0, "delta": {"content": "hello"}}]}]
+    start = {"type": "message_start", "message": {"id": "m", "type": "message", "role": "assistant", "content": [],
+                                                  "model": MODEL, "usage": {"input_tokens": 1, "output_tokens": 0}}}
+    block = {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
+    delta = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "event: message_stop"}}
+    frames = {"/v1/chat/completions": [b"data: " + orjson.dumps(c) + b"\n\n" for c in chunks],
+              "/v1/messages": [sse("message_start", start), sse("content_block_start", block),
+                               sse("content_block_delta", delta)]}
 
     async def models(_: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": MODEL, "object": "model"}]})
@@ -42,21 +58,26 @@ async def cutting_backend(tail: bytes) -> AsyncIterator[str]:
     async def health(_: web.Request) -> web.Response:
         return web.Response()
 
-    async def chat(request: web.Request) -> web.StreamResponse:
+    async def stream(request: web.Request) -> web.StreamResponse:
         await request.read()
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
-        for chunk in chunks:
-            await response.write(b"data: " + orjson.dumps(chunk) + b"\n\n")
-        if tail:
-            await response.write(tail)
+        for frame in frames[request.path]:
+            await response.write(frame)
+        if tail == RESET:
+            await asyncio.sleep(0.05)  # the frames leave first
+            assert request.transport is not None
+            request.transport.abort()
+            return response
+        await response.write(tail)
         await response.write_eof()
         return response
 
     app = web.Application()
     app.router.add_get("/v1/models", models)
     app.router.add_get("/health", health)
-    app.router.add_post("/v1/chat/completions", chat)
+    for path in frames:
+        app.router.add_post(path, stream)
     runner, port = await start_app(app, "127.0.0.1", 0)
     try:
         yield f"http://127.0.0.1:{port}"
@@ -64,17 +85,24 @@ async def cutting_backend(tail: bytes) -> AsyncIterator[str]:
         await runner.cleanup()
 
 
-@pytest.mark.parametrize("tail", [b'data: {"id":"c","model":"m1","choi', b""], ids=["mid-event", "no-done"])
-async def test_a_stream_the_backend_ends_early_ends_with_an_error_event(tail: bytes) -> None:
-    async with cutting_backend(tail) as url, running_gateway(gateway_settings(
+CUTS = {"mid-event": b'data: {"id":"c","model":"m1","choi', "no-end": b"", "reset": RESET}
+MAPPED = {"model": MODEL, "max_tokens": 5, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+FORWARDED = {**MAPPED, "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "hi"}]}
+
+
+@pytest.mark.parametrize("cut", list(CUTS))
+@pytest.mark.parametrize("body", [MAPPED, FORWARDED], ids=["mapped", "forwarded"])
+async def test_a_stream_the_backend_ends_early_ends_with_an_error_event(cut: str, body: dict[str, Any]) -> None:
+    async with cutting_backend(CUTS[cut]) as url, running_gateway(gateway_settings(
             backends=(BackendSpec(kind="vllm", url=url, name="cut"),))) as gw:
-        reply = await call(gw.url, "/v1/messages", {"model": MODEL, "max_tokens": 5, "stream": True,
-                                                    "messages": [{"role": "user", "content": "hi"}]})
+        reply = await call(gw.url, "/v1/messages", body)
         names = [name for name, _ in reply.events]
         assert reply.status == 200 and names[0] == "message_start" and "content_block_delta" in names
-        assert names[-1] == "error", names  # not a stream that just stops: the SDK sees why
+        # Not a stream that just stops, nor an error in another API's shape: the SDK sees why.
+        assert names[-1] == "error", names
         error = reply.events[-1][1]
-        assert error["type"] == "error" and "cut" in error["error"]["message"], error
+        assert error["type"] == "error" and isinstance(error["error"]["type"], str), error
+        assert "backend" in error["error"]["message"], error
         assert "message_stop" not in names
 
 

@@ -30,7 +30,7 @@ from mmgate.api.anthropic.request import (
     source_url,
     to_chat_body,
 )
-from mmgate.api.anthropic.stream import events
+from mmgate.api.anthropic.stream import events, whole_events
 from mmgate.api.chat_request import check_depth, parse_chat_body
 from mmgate.api.edge import read_body
 from mmgate.api.forward import Forwarder
@@ -135,7 +135,8 @@ class MessagesService:
         self, request: web.Request, body: dict[str, Any], tenant: str | None, path: str, *, stream: bool
     ) -> tuple[web.StreamResponse, bool]:
         """``body`` to the backend's own ``path``, its images policed and inlined first; the
-        backend's answer, any status, relayed as it is (vLLM's own Anthropic-shaped errors)."""
+        backend's answer, any status, relayed as it is (vLLM's own Anthropic-shaped errors), a
+        stream in whole events (``whole_events``)."""
         gateway = self.gateway
         session_id = gateway.session_id(request.headers)
         gateway.router.candidates(body["model"])  # an unknown model is a 404 before any image is loaded
@@ -145,7 +146,12 @@ class MessagesService:
             headers=_JSON, stream=stream)
         try:
             headers = {**forwarded.headers, "x-mmgate-forwarded": "as-is"}
-            return await forward_deliver(request, forwarded.reply, headers, gateway)
+            reply = forwarded.reply
+            if reply.stream is None:
+                return await forward_deliver(request, reply, headers, gateway)
+            # Its end checked and any failure told in Anthropic's shape, not the generic relay's.
+            return await deliver(request, gateway, headers=headers, error_frame=error_event,
+                                 stream=whole_events(reply.stream), status=reply.status)
         finally:
             forwarded.close()
 

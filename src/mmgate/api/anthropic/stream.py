@@ -199,3 +199,30 @@ async def events(stream: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
     if not mapper.done:
         where = "mid-event" if buffer.strip() else "without its [DONE]"
         raise BackendProtocolError(f"the backend's stream was cut short: it ended {where}")
+
+
+_ENDS = (b"\nevent: message_stop\n", b"\nevent: error\n")
+
+
+async def whole_events(stream: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """A backend's own Anthropic event stream (a forwarded request), relayed in whole events, and
+    ``BackendProtocolError`` when it ends before its ``message_stop`` (or an ``error``): the relay
+    then ends it with an Anthropic ``error`` event, after the last whole event, not after half of
+    one (which would break the client's parsing of the error too)."""
+    carry = b""
+    ended = False
+    async for chunk in stream:
+        data = carry + chunk if carry else chunk
+        cut = data.rfind(b"\n\n") + 2
+        if cut < 2:
+            carry = data
+            if len(carry) > MAX_FRAME_BYTES:
+                raise BackendProtocolError(f"the backend sent an event longer than {MAX_FRAME_BYTES} bytes")
+            continue
+        whole, carry = data[:cut], data[cut:]
+        # A line that starts with "event:" is an event's name: a data line holds JSON, no raw newline.
+        ended = ended or any(end in b"\n" + whole for end in _ENDS)
+        yield whole
+    if not ended:
+        where = "mid-event" if carry.strip() else "without its message_stop"
+        raise BackendProtocolError(f"the backend's stream was cut short: it ended {where}")
