@@ -185,3 +185,21 @@ async def test_a_wrong_method_is_an_anthropic_error(method: str) -> None:
             reply = await call(gw.url, path, method=method)
             assert reply.status == 405 and is_anthropic_error(reply), (path, reply.json)
             assert method in reply.json["error"]["message"]
+
+
+TOOL_CHANGE = {"type": "tool_addition", "tool": {"type": "tool_reference", "name": "f"}}
+
+
+@pytest.mark.parametrize(("body", "param"), [
+    ({"messages": [{"role": "user", "content": [{"type": "text", "text": "x"}, TOOL_CHANGE]}]},
+     "messages[0].content[1].type"),
+    ({"messages": [{"role": "assistant", "content": [{**TOOL_CHANGE, "type": "tool_removal"}]}]},
+     "messages[0].content[0].type"),
+    ({"system": [TOOL_CHANGE], "messages": [{"role": "user", "content": "x"}]}, "system[0].type"),
+])
+async def test_tool_changes_outside_a_system_message_are_refused(body: dict[str, Any], param: str) -> None:
+    """vLLM refuses them there (400); the mapping dropped them and served the request."""
+    async with running_gateway() as gw:
+        reply = await call(gw.url, "/v1/messages", {"model": "mmgate-sim-vl", "max_tokens": 4, **body})
+        assert reply.status == 400 and is_anthropic_error(reply), reply.json
+        assert f"(param: {param})" in reply.json["error"]["message"]

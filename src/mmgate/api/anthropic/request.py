@@ -27,6 +27,7 @@ _BLOCK_TYPES = frozenset({
     "text", "image", "tool_use", "tool_result", "tool_reference", "thinking", "redacted_thinking",
     "tool_addition", "tool_removal",
 })
+_TOOL_CHANGES = ("tool_addition", "tool_removal")
 _TOOL_CHOICES = frozenset({"auto", "any", "tool", "none"})
 _BILLING = "x-anthropic-billing-header"
 # Request fields vLLM copies onto its chat request unchanged.
@@ -65,10 +66,10 @@ def check_messages_body(body: Any, *, count_tokens: bool = False) -> dict[str, A
             raise InvalidRequestError("each message must be an object", param=where)
         if message.get("role") not in _ROLES:
             raise InvalidRequestError("'role' must be one of user, assistant, system", param=f"{where}.role")
-        _check_content(message.get("content"), f"{where}.content", required=True)
+        _check_content(message.get("content"), f"{where}.content", tool_changes=message["role"] == "system")
     system = body.get("system")
     if system is not None:
-        _check_content(system, "system", required=True)
+        _check_content(system, "system", tool_changes=False)
     tools = body.get("tools")
     if tools is not None:
         if not isinstance(tools, list):
@@ -275,7 +276,8 @@ def _chat_tool(tool: dict[str, Any]) -> dict[str, Any]:
     return {"type": "function", "function": function}
 
 
-def _check_content(content: Any, where: str, *, required: bool) -> None:
+def _check_content(content: Any, where: str, *, tool_changes: bool) -> None:
+    """vLLM's checks of a ``content``; ``tool_changes``: tool_addition/tool_removal blocks allowed."""
     if isinstance(content, str):
         return
     if not isinstance(content, list):
@@ -289,6 +291,9 @@ def _check_content(content: Any, where: str, *, required: bool) -> None:
                 f"unknown content block type {block.get('type')!r}: one of {', '.join(sorted(_BLOCK_TYPES))}",
                 param=f"{at}.type",
             )
+        if block["type"] in _TOOL_CHANGES and not tool_changes:
+            raise InvalidRequestError(f"{block['type']} blocks are only allowed in messages with role 'system'",
+                                      param=f"{at}.type")
         for name in ("text", "id", "tool_use_id", "name", "thinking", "signature", "data", "tool_name"):
             _optional(block, name, str, "a string", where=f"{at}.")
         _optional(block, "source", dict, "an object", where=f"{at}.")
