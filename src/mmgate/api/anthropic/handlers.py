@@ -53,6 +53,7 @@ from mmgate.store import LoadedImage
 _JSON = {"Content-Type": "application/json"}
 MESSAGES_PATH = "/v1/messages"
 COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
+PATHS = frozenset({MESSAGES_PATH, COUNT_TOKENS_PATH})  # whose every error is in Anthropic's shape
 Work = Callable[[], Awaitable[tuple[web.StreamResponse, bool]]]
 
 
@@ -189,15 +190,20 @@ class MessagesService:
                            "data": base64.b64encode(image.data).decode("ascii")})
 
 
+def error_response(exc: MmgateError) -> web.Response:
+    """``exc`` as the answer: its status, Anthropic's error body, ``Retry-After`` when it has one."""
+    retry_after = getattr(exc, "retry_after_s", None)
+    headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
+    return json_response(error_body(exc), status=exc.status, headers=headers)
+
+
 def _anthropic_errors(work: Work) -> Work:
     """``work`` with every ``MmgateError`` answered in Anthropic's error shape."""
     async def run() -> tuple[web.StreamResponse, bool]:
         try:
             return await work()
         except MmgateError as exc:
-            retry_after = getattr(exc, "retry_after_s", None)
-            headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
-            return json_response(error_body(exc), status=exc.status, headers=headers), True
+            return error_response(exc), True
     return run
 
 
