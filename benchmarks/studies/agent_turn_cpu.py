@@ -16,7 +16,9 @@ same turn against real vLLM; this one isolates the gateway's share.
 /tmp/mm-base COMMIT``, then ``--baseline /tmp/mm-base/src``): each run's turns go to one and then
 the other, the order alternating, and the table has a row for each. ``--floor`` adds a row for
 ``benchmarks/servers/bare_relay.py`` on chat: aiohttp's server and client relaying the same turn
-(the whole body on, nothing parsed), the floor of any gateway built on them.
+(the whole body on, nothing parsed), the floor of any gateway built on them. ``--stream-gap-ms``
+spaces the backend's events as an engine's tokens are (each event its own read and write, as
+on real vLLM) rather than sending the stream in one write.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -61,19 +64,26 @@ _RESPONSES = b"".join([
     b'"completed","usage":{"input_tokens":600,"output_tokens":4,"total_tokens":604}}}\n\n'])
 
 
-async def _answer(request: web.Request) -> web.StreamResponse:
-    await request.read()
-    reply = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-    await reply.prepare(request)
-    await reply.write(_RESPONSES if request.path == "/v1/responses" else _CHAT)
-    await reply.write_eof()
-    return reply
+def _answerer(gap_s: float) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    async def answer(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        reply = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await reply.prepare(request)
+        stream = _RESPONSES if request.path == "/v1/responses" else _CHAT
+        for event in stream.split(b"\n\n")[:-1] if gap_s else [stream]:
+            await reply.write(event + b"\n\n" if gap_s else event)
+            await asyncio.sleep(gap_s)
+        await reply.write_eof()
+        return reply
+
+    return answer
 
 
-def serve_backend(port: int) -> None:
-    """The canned backend (its own process): any POST answered at once, ``/v1/models``, ``/health``."""
+def serve_backend(port: int, gap_s: float) -> None:
+    """The canned backend (its own process): any POST answered at once (its events ``gap_s``
+    apart, each in its own write, when not 0), ``/v1/models``, ``/health``."""
     app = web.Application(client_max_size=1 << 30)
-    app.router.add_post("/{tail:.*}", _answer)
+    app.router.add_post("/{tail:.*}", _answerer(gap_s))
     app.router.add_get("/v1/models", lambda _r: _json({"object": "list", "data": [
         {"id": MODEL, "object": "model", "owned_by": "bench", "max_model_len": 32768}]}))
     app.router.add_get("/health", lambda _r: _json({}))
@@ -173,14 +183,18 @@ def main() -> int:
     p.add_argument("--floor", action="store_true",
                    help="also run benchmarks/servers/bare_relay.py (chat, unmodified client): aiohttp's own "
                         "cost of relaying the turn, parsing nothing and sending the whole body on")
+    p.add_argument("--stream-gap-ms", type=float, default=0.0,
+                   help="the backend sends each event this long after the last, as an engine streams tokens "
+                        "(0: the whole stream in one write)")
     p.add_argument("--serve-backend", type=int, help=argparse.SUPPRESS)
     p.add_argument("--out", type=Path)
     args = parse_args(p, QUICK)
     if args.serve_backend:
-        serve_backend(args.serve_backend)
+        serve_backend(args.serve_backend, args.stream_gap_ms / 1000)
         return 0
     backend_port = free_port()
-    backend = start([__file__, "--serve-backend", str(backend_port)], backend_port, command=[sys.executable])
+    backend = start([__file__, "--serve-backend", str(backend_port), "--stream-gap-ms", str(args.stream_gap_ms)],
+                    backend_port, command=[sys.executable])
     trees = {"this": str(ROOT / "src")}
     if args.baseline is not None:
         trees["base"] = str(args.baseline.resolve())
