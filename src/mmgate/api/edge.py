@@ -62,21 +62,34 @@ def body_encoding(request: web.Request, max_inflation_ratio: int) -> str | None:
 
 def inflate(raw: bytes, encoding: str, *, max_bytes: int, ratio: int) -> bytes:
     """``raw`` inflated, to at most ``min(max_bytes, ratio * len(raw))`` bytes (blocking: call it in
-    a thread). 413 past the limit, 400 for data that is not what its encoding says."""
+    a thread). Every member of a gzip body (RFC 1952: a body may be several); 413 past the limit,
+    400 for data that is not what its encoding says, truncated or followed by other bytes."""
     limit = min(max_bytes, ratio * max(len(raw), 1))
-    inflater = zlib.decompressobj(_WBITS[encoding])
-    try:
-        out = inflater.decompress(raw, limit + 1)
-    except zlib.error as exc:
-        raise InvalidRequestError(f"request body is not valid {encoding} data: {exc}",
-                                  param="Content-Encoding") from exc
-    if len(out) > limit or inflater.unconsumed_tail:
-        raise BodyTooLargeError(
-            f"request body inflates past {limit} bytes ({len(raw)} compressed; the limits are "
-            f"--max-body-bytes and --max-inflation-ratio {ratio})")
-    if not inflater.eof:
-        raise InvalidRequestError(f"request body is truncated {encoding} data", param="Content-Encoding")
-    return out
+    gzip = _WBITS[encoding] == _WBITS["gzip"]
+    pieces: list[bytes] = []
+    size = 0
+    rest = raw
+    while True:
+        inflater = zlib.decompressobj(_WBITS[encoding])
+        try:
+            piece = inflater.decompress(rest, limit + 1 - size)
+        except zlib.error as exc:
+            raise InvalidRequestError(f"request body is not valid {encoding} data: {exc}",
+                                      param="Content-Encoding") from exc
+        size += len(piece)
+        pieces.append(piece)
+        if size > limit or inflater.unconsumed_tail:
+            raise BodyTooLargeError(
+                f"request body inflates past {limit} bytes ({len(raw)} compressed; the limits are "
+                f"--max-body-bytes and --max-inflation-ratio {ratio})")
+        if not inflater.eof:
+            raise InvalidRequestError(f"request body is truncated {encoding} data", param="Content-Encoding")
+        rest = inflater.unused_data
+        if not rest:
+            return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        if not gzip:
+            raise InvalidRequestError(f"request body has {len(rest)} bytes after its {encoding} data",
+                                      param="Content-Encoding")
 
 
 async def read_body(
