@@ -16,6 +16,7 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
+import yarl
 
 from mmgate.config import BackendSpec
 from mmgate.serve import RunningGateway
@@ -119,3 +120,15 @@ async def test_a_duplicate_key_cannot_carry_an_unpoliced_url_to_the_backend(path
         assert status == 200, reply
         (sent,) = posted(echo, path)
         assert PRIVATE.encode() not in sent and orjson.loads(sent)["messages"] == "hi", sent
+
+
+@pytest.mark.parametrize("method, suffix", [("GET", ""), ("POST", "/cancel")])
+async def test_a_stored_response_request_keeps_its_query_string_as_sent(method: str, suffix: str) -> None:
+    """The query reaches the backend as the client encoded it: decoded first, an escaped ``#``
+    ended it there (``stream`` after it was lost) and escaped CR/LF were dropped."""
+    query = "starting_after=a%23b%0D%0Ac&stream=true&x=%26y%3Dz"
+    async with gateway() as (gw, echo), aiohttp.ClientSession() as s:
+        url = yarl.URL(f"{gw.url}/v1/responses/resp_1{suffix}?{query}", encoded=True)
+        async with s.request(method, url) as r:
+            assert r.status == 200, await r.text()
+        assert echo.seen[-1].path_qs == f"/v1/responses/resp_1{suffix}?{query}"

@@ -116,8 +116,8 @@ class ResponsesService:
         backend = await self.locate(response_id, param="response_id", tenant_tag=tag)
         stream = request.query.get("stream", "").lower() == "true"
         path = f"{RESPONSES_PATH}/{response_id}{suffix}"
-        if request.query_string:
-            path += "?" + request.query_string
+        if request.rel_url.raw_query_string:  # as the client encoded it (decoded, an escaped '#' ends it)
+            path += "?" + request.rel_url.raw_query_string
         forwarded = await Forwarder(gateway).send(method, path, None, model=None, session_id=None, stream=stream,
                                                   backends=[backend])
         try:  # any status relayed as vLLM wrote it (a cancel of a finished response: its 400)
