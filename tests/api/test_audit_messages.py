@@ -8,6 +8,7 @@ and a scripted chat backend (an aiohttp server on loopback)."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -27,6 +28,7 @@ from tests.support.agents import call, is_anthropic_error
 from tests.support.gateway import gateway_settings, running_gateway
 from tests.support.images import make_image
 from tests.support.origin import ImageOrigin
+from tests.support.serve_process import serve_process
 
 MODEL = "m1"
 A = {"Authorization": "Bearer key-a"}
@@ -246,3 +248,35 @@ async def test_an_image_host_that_is_no_dns_name_is_a_400(host: str) -> None:
             "model": "mmgate-sim-vl",
             "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}}]}]})
         assert status == 400, raw[:200]
+
+
+async def test_a_body_of_many_small_blocks_leaves_the_gateway_serving(tmp_path: Path) -> None:
+    """Checking and mapping 300,000 blocks is pure Python for seconds: it runs in a thread, so
+    that the gateway (a real ``mmgate serve``) answers others meanwhile. The refusal at the end (a
+    private image URL) keeps the engine out of the timing."""
+    blocks = [{"type": "text", "text": "x"}] * 300_000 + [url_image("http://10.0.0.1/x.png")]
+    raw = orjson.dumps({"model": "mmgate-sim-vl", "max_tokens": 1, "messages": [{"role": "user", "content": blocks}]})
+    with serve_process(tmp_path) as gw:
+        async with aiohttp.ClientSession() as s:
+            worst = 0.0
+            done = asyncio.Event()
+
+            async def ping() -> None:
+                nonlocal worst
+                while not done.is_set():
+                    started = time.monotonic()
+                    async with s.get(gw.url + "/ping") as r:
+                        assert r.status == 200
+                    worst = max(worst, time.monotonic() - started)
+                    await asyncio.sleep(0.01)
+
+            pinger = asyncio.create_task(ping())
+            await asyncio.sleep(0.1)
+            started = time.monotonic()
+            async with s.post(gw.url + "/v1/messages", data=raw, headers={"Content-Type": "application/json"}) as r:
+                answer = await r.json()
+            took = time.monotonic() - started
+            done.set()
+            await pinger
+        assert r.status == 400 and "10.0.0.1" in answer["error"]["message"], answer
+        assert worst < took / 3, (worst, took)  # on the loop, a ping waited for the whole walk

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import base64
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from aiohttp import web
@@ -31,13 +31,14 @@ from mmgate.api.anthropic.request import (
     to_chat_body,
 )
 from mmgate.api.anthropic.stream import events, whole_events
-from mmgate.api.chat_request import check_depth, parse_chat_body
+from mmgate.api.chat_request import ChatRequest, check_depth, parse_chat_body
 from mmgate.api.edge import read_body
 from mmgate.api.forward import Forwarder
 from mmgate.api.forward import deliver as forward_deliver
 from mmgate.api.gateway import Gateway
 from mmgate.api.lifecycle import deliver, request_tenant, tracked
 from mmgate.app_runtime import json_response
+from mmgate.config import GatewaySettings
 from mmgate.errors import (
     BackendProtocolError,
     EndpointNotFoundError,
@@ -55,6 +56,9 @@ MESSAGES_PATH = "/v1/messages"
 COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
 PATHS = frozenset({MESSAGES_PATH, COUNT_TOKENS_PATH})  # whose every error is in Anthropic's shape
 Work = Callable[[], Awaitable[tuple[web.StreamResponse, bool]]]
+_T = TypeVar("_T")
+# A body at least this large is checked and mapped in a thread (``_run``).
+OFF_LOOP_BYTES = 256 * 1024
 
 
 class MessagesService:
@@ -77,40 +81,31 @@ class MessagesService:
         error.status = 405
         return json_response(error_body(error), status=405, headers={"Allow": "POST"})
 
-    async def _body(self, request: web.Request) -> tuple[str | None, Any]:
+    async def _body(self, request: web.Request, *, count_tokens: bool = False) -> tuple[str | None, Any, bool]:
+        """The tenant, the checked body, and whether it is large (its checks ran off the loop)."""
         gateway = self.gateway
         settings = gateway.settings
         tenant = request_tenant(request, gateway)
         gateway.session_id(request.headers)
         raw = await read_body(request, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_s,
                               max_inflation_ratio=settings.max_inflation_ratio,
-                          inflate_pool=gateway.inflate_pool)
+                              inflate_pool=gateway.inflate_pool)
         try:
             body = await loads_body(raw)
         except orjson.JSONDecodeError as exc:
             raise InvalidRequestError(f"request body is not valid JSON: {exc}") from exc
-        check_depth(body, settings.max_json_depth)
-        return tenant, body
+        large = len(raw) >= OFF_LOOP_BYTES
+        return tenant, await _run(large, _checked, body, settings.max_json_depth, count_tokens), large
 
     async def _create(self, request: web.Request) -> tuple[web.StreamResponse, bool]:
         gateway = self.gateway
-        settings = gateway.settings
-        tenant, body = await self._body(request)
-        body = check_messages_body(body)
+        tenant, body, large = await self._body(request)
         gateway.router.candidates(body["model"])  # an unknown model is a 404 first, as on vLLM
         if forward_reason(body) is not None:
             if tenant is not None:  # vLLM salts its prefix cache with it: one partition per tenant
                 body["cache_salt"] = gateway.keys.cache_salt(tenant, client_cache_salt(body))
             return await self._forward(request, body, tenant, MESSAGES_PATH, stream=bool(body.get("stream")))
-        chat_body, params = to_chat_body(body)
-        try:
-            parsed = parse_chat_body(chat_body, max_images=settings.max_images_per_request,
-                                     max_uuid_length=settings.max_uuid_length, max_depth=settings.max_json_depth)
-        except MmgateError as exc:
-            exc.param = params.get(exc.param or "", exc.param)
-            raise
-        for slot in parsed.slots:
-            slot.param = params.get(slot.param, slot.param)
+        parsed = await _run(large, _mapped, body, gateway.settings)
         outcome = await gateway.chat_parsed(parsed, request.headers, tenant)
         try:
             reply = outcome.reply
@@ -128,8 +123,7 @@ class MessagesService:
             outcome.close()
 
     async def _count_tokens(self, request: web.Request) -> tuple[web.StreamResponse, bool]:
-        tenant, body = await self._body(request)
-        body = check_messages_body(body, count_tokens=True)
+        tenant, body, _ = await self._body(request, count_tokens=True)
         return await self._forward(request, body, tenant, COUNT_TOKENS_PATH, stream=False)
 
     async def _forward(
@@ -188,6 +182,31 @@ class MessagesService:
             source.clear()
             source.update({"type": "base64", "media_type": image.mime,
                            "data": base64.b64encode(image.data).decode("ascii")})
+
+
+def _checked(body: Any, max_depth: int, count_tokens: bool) -> dict[str, Any]:
+    check_depth(body, max_depth)
+    return check_messages_body(body, count_tokens=count_tokens)
+
+
+def _mapped(body: dict[str, Any], settings: GatewaySettings) -> ChatRequest:
+    """The chat request ``body`` maps to, parsed; its errors and image slots name the client's fields."""
+    chat_body, params = to_chat_body(body)
+    try:
+        parsed = parse_chat_body(chat_body, max_images=settings.max_images_per_request,
+                                 max_uuid_length=settings.max_uuid_length, max_depth=settings.max_json_depth)
+    except MmgateError as exc:
+        exc.param = params.get(exc.param or "", exc.param)
+        raise
+    for slot in parsed.slots:
+        slot.param = params.get(slot.param, slot.param)
+    return parsed
+
+
+async def _run(large: bool, work: Callable[..., _T], *args: Any) -> _T:
+    """``work(*args)``: for a large body in a thread, so that walking its many blocks (pure Python,
+    seconds for a body of a million small blocks) leaves the event loop serving everyone else."""
+    return await asyncio.to_thread(work, *args) if large else work(*args)
 
 
 def error_response(exc: MmgateError) -> web.Response:
