@@ -280,3 +280,41 @@ async def test_a_body_of_many_small_blocks_leaves_the_gateway_serving(tmp_path: 
             await pinger
         assert r.status == 400 and "10.0.0.1" in answer["error"]["message"], answer
         assert worst < took / 3, (worst, took)  # on the loop, a ping waited for the whole walk
+
+
+@asynccontextmanager
+async def erring_backend() -> AsyncIterator[str]:
+    """A backend whose /v1/messages refuses as vLLM's request validation does (OpenAI's shape:
+    FastAPI's handler, not the Anthropic router's) and which does not serve count_tokens."""
+    async def models(_: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": MODEL, "object": "model"}]})
+
+    async def health(_: web.Request) -> web.Response:
+        return web.Response()
+
+    async def messages(request: web.Request) -> web.Response:
+        await request.read()
+        return web.json_response({"error": {"message": "1 validation error: thinking.budget_tokens >= 1024",
+                                             "type": "Bad Request", "param": None, "code": 400}}, status=400)
+
+    app = web.Application()
+    app.router.add_get("/v1/models", models)
+    app.router.add_get("/health", health)
+    app.router.add_post("/v1/messages", messages)
+    runner, port = await start_app(app, "127.0.0.1", 0)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+
+
+async def test_a_forwarded_refusal_reaches_the_client_in_anthropics_shape() -> None:
+    async with erring_backend() as url, running_gateway(gateway_settings(
+            backends=(BackendSpec(kind="vllm", url=url, name="err"),))) as gw:
+        reply = await call(gw.url, "/v1/messages", {**FORWARDED, "thinking": {"type": "enabled", "budget_tokens": 1}})
+        assert reply.status == 400 and is_anthropic_error(reply), reply.raw
+        assert reply.json["error"]["message"].startswith("1 validation error")
+        status, answer, _, raw = await raw_call("POST", gw.url + "/v1/messages/count_tokens",
+                                                body={"model": MODEL, "messages": []})
+        assert status == 404 and answer is not None and answer["type"] == "error", raw
+        assert answer["error"]["type"] == "not_found_error"

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import orjson
 from aiohttp import web
 
-from mmgate.api.anthropic.reply import error_body, error_event, message_from_chat
+from mmgate.api.anthropic.reply import error_body, error_event, message_from_chat, relayed_error
 from mmgate.api.anthropic.request import (
     check_messages_body,
     forward_reason,
@@ -130,8 +130,8 @@ class MessagesService:
         self, request: web.Request, body: dict[str, Any], tenant: str | None, path: str, *, stream: bool
     ) -> tuple[web.StreamResponse, bool]:
         """``body`` to the backend's own ``path``, its images policed and inlined first; the
-        backend's answer, any status, relayed as it is (vLLM's own Anthropic-shaped errors), a
-        stream in whole events (``whole_events``)."""
+        backend's answer, any status, relayed as it is (an error in Anthropic's shape:
+        ``relayed_error``), a stream in whole events (``whole_events``)."""
         gateway = self.gateway
         session_id = gateway.session_id(request.headers)
         gateway.router.candidates(body["model"])  # an unknown model is a 404 before any image is loaded
@@ -143,6 +143,8 @@ class MessagesService:
             headers = {**forwarded.headers, "x-mmgate-forwarded": "as-is"}
             reply = forwarded.reply
             if reply.stream is None:
+                if reply.status >= 400 and (shaped := relayed_error(reply.status, reply.body)) is not None:
+                    reply.body, reply.content_type = shaped, "application/json"
                 return await forward_deliver(request, reply, headers, gateway)
             # Its end checked and any failure told in Anthropic's shape, not the generic relay's.
             return await deliver(request, gateway, headers=headers, error_frame=error_event,

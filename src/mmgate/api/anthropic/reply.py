@@ -126,3 +126,22 @@ def error_body(exc: MmgateError) -> dict[str, Any]:
 def error_event(exc: MmgateError) -> bytes:
     """An SSE ``error`` event, for failures after a stream has started."""
     return b"event: error\ndata: " + orjson.dumps(error_body(exc)) + b"\n\n"
+
+
+def relayed_error(status: int, body: bytes | None) -> bytes | None:
+    """A backend's error answer to a forwarded request in Anthropic's shape, or None when it is
+    already: vLLM's request validation answers /v1/messages in OpenAI's (``{"error": {...}}``, its
+    FastAPI handler's, not its Anthropic router's), and a backend without the endpoint in plain text."""
+    try:
+        parsed = orjson.loads(body or b"null")
+    except orjson.JSONDecodeError:
+        parsed = None
+    if isinstance(parsed, dict) and parsed.get("type") == "error" and isinstance(parsed.get("error"), dict):
+        return None
+    inner = parsed.get("error") if isinstance(parsed, dict) else None
+    text = (body or b"")[:300].decode("utf-8", "replace").strip() or f"the backend answered HTTP {status}"
+    kind = _ERROR_TYPES.get(status, "invalid_request_error" if status < 500 else "api_error")
+    if isinstance(inner, dict):
+        kind = inner["type"] if isinstance(inner.get("type"), str) else kind
+        text = inner["message"] if isinstance(inner.get("message"), str) else text
+    return orjson.dumps({"type": "error", "error": {"type": kind, "message": text}})
