@@ -318,3 +318,24 @@ async def test_a_forwarded_refusal_reaches_the_client_in_anthropics_shape() -> N
                                                 body={"model": MODEL, "messages": []})
         assert status == 404 and answer is not None and answer["type"] == "error", raw
         assert answer["error"]["type"] == "not_found_error"
+
+
+@pytest.mark.parametrize(("path", "body", "param"), [
+    ("/v1/messages", {"messages": [{"role": {}, "content": "x"}]}, "messages[0].role"),
+    ("/v1/messages/count_tokens", {"messages": [{"role": ["user"], "content": "x"}]}, "messages[0].role"),
+    ("/v1/messages", {"messages": [{"role": "user", "content": [{"type": ["text"]}]}]}, "messages[0].content[0].type"),
+    ("/v1/messages", {"system": [{"type": {"a": 1}}], "messages": []}, "system[0].type"),
+    ("/v1/messages", {"tool_choice": {"type": []}, "messages": []}, "tool_choice.type"),
+    ("/v1/messages", {"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [
+        {"type": "text", "text": 5}]}]}]}, "messages[0].content[0].content[0].text"),
+    ("/v1/messages", {"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [
+        {"type": "text", "text": "a"}, {"type": "text", "text": None}]}]}]}, "messages[0].content[0].content[1].text"),
+])
+async def test_a_field_of_the_wrong_type_is_a_400_not_a_500(path: str, body: dict[str, Any], param: str) -> None:
+    """A list or an object where a name is expected was looked up in a set (unhashable: 500), and a
+    tool result's text item that is not a string was joined (500, as on vLLM)."""
+    async with running_gateway() as gw:
+        status, answer, _, raw = await raw_call("POST", gw.url + path, body={
+            "model": "mmgate-sim-vl", "max_tokens": 4, **body})
+        assert status == 400 and answer is not None and answer["type"] == "error", raw[:200]
+        assert f"(param: {param})" in answer["error"]["message"], answer
