@@ -232,11 +232,9 @@ async def test_the_tenant_limits_refusals_are_anthropic_errors(tmp_path: Path) -
             assert reply.json["error"]["type"] == "rate_limit_error" and reply.headers["retry-after"] == "1"
 
 
-# A host that is no DNS name (a label over 63 characters, an empty one) makes getaddrinfo's IDNA
-# encoding raise UnicodeError in mmgate.media.dns.PolicyResolver: aiohttp's plain 500. The fix is in
-# mmgate.media (the URL policy refusing such a host, or the resolver turning the error into a 400).
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="mmgate.media.dns lets getaddrinfo's UnicodeError through: a 500")
+# A host that is no DNS name (a label over 63 characters, an empty one) made getaddrinfo's IDNA
+# encoding raise UnicodeError in mmgate.media.dns.PolicyResolver: aiohttp's plain 500. The URL policy
+# refuses such a host now (400), before any tier or lookup.
 @pytest.mark.parametrize("host", ["a" * 64 + ".example", "a..example", ".a.example"])
 async def test_an_image_host_that_is_no_dns_name_is_a_400(host: str) -> None:
     url = f"http://{host}/x.png"

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from mmgate.config import MediaSettings
 from mmgate.errors import (
     ForbiddenURLError,
     ImageTooLargeError,
@@ -18,7 +19,9 @@ from mmgate.errors import (
     OriginTimeoutError,
     UnsupportedImageError,
 )
+from mmgate.media.dns import PolicyResolver
 from mmgate.media.loader import MediaLoader
+from mmgate.media.url_policy import UrlPolicy
 from tests.media.conftest import LoaderFactory
 from tests.support.images import data_url, make_image, truncated
 from tests.support.origin import ImageOrigin
@@ -208,6 +211,16 @@ async def test_dns_failure_is_an_origin_error(make_loader: LoaderFactory) -> Non
     with pytest.raises(OriginError, match="could not resolve") as info:
         await loader.load("http://no-such-host.test/a.png")
     assert info.value.status == 502
+
+
+async def test_the_resolver_refuses_a_name_getaddrinfo_cannot_encode() -> None:
+    """The real getaddrinfo raises UnicodeError (its IDNA step) on an empty or 64-character label,
+    before any lookup: a 400 naming the host, not an exception aiohttp turns into a 500."""
+    resolver = PolicyResolver(UrlPolicy(MediaSettings()), timeout_s=5)
+    for host in ("a..example", "a" * 64 + ".example"):
+        with pytest.raises(ForbiddenURLError, match="invalid host") as info:
+            await resolver.resolve(host, 80)
+        assert info.value.status == 400
 
 
 async def test_real_resolver_with_an_allowed_name(origin: ImageOrigin, make_loader: LoaderFactory) -> None:

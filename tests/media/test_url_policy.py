@@ -97,6 +97,10 @@ REFUSED = [
     "http://instance-data/",
     "http://256.1.1.1/",  # numeric but out of range
     "http://1.2.3.256/",
+    "http://" + "a" * 64 + ".example/",  # not DNS names: getaddrinfo's IDNA step raises on them
+    "http://a..example/",
+    "http://.a.example/",
+    "http://" + ".".join(["a" * 63] * 4) + "/",  # 255 characters
 ]
 
 
@@ -119,6 +123,8 @@ ACCEPTED = [
     "https://Images.Example.ORG:8443/a.jpg",
     "http://0xdeadbeef.com/",  # a name, not a number
     "http://1e100.net/",
+    "http://" + "a" * 63 + ".example./x.png",  # the longest label, a trailing dot
+    "http://" + ".".join(["a" * 63] * 3 + ["a" * 61]) + "/",  # 253 characters
 ]
 
 
@@ -126,6 +132,13 @@ ACCEPTED = [
 def test_accepted_by_default(url: str) -> None:
     checked = policy().check_url(url)
     assert checked.host
+
+
+@pytest.mark.parametrize("host", ["a" * 64 + ".example", "a..example", ".a.example", "a.example.."])
+def test_a_host_that_is_no_dns_name_is_refused_by_name(host: str) -> None:
+    with pytest.raises(ForbiddenURLError, match="not a DNS name") as info:
+        policy().check_url(f"http://{host}/x.png", what="video_url URL")
+    assert info.value.status == 400
 
 
 def test_non_canonical_public_address_is_refused_with_the_canonical_form() -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 from aiohttp.abc import AbstractResolver, ResolveResult
 
-from mmgate.errors import OriginTimeoutError
+from mmgate.errors import ForbiddenURLError, OriginTimeoutError
 from mmgate.media.addresses import IPAddress
 from mmgate.media.url_policy import UrlPolicy
 
@@ -50,6 +50,8 @@ class PolicyResolver(AbstractResolver):
             raise OriginTimeoutError(
                 f"timed out resolving host {host} (limit {self._timeout_s:g}s)"
             ) from exc
+        except UnicodeError as exc:  # getaddrinfo's IDNA step: a host the URL policy let through
+            raise ForbiddenURLError(f"invalid host {host!r}: {exc}") from exc
         results: list[ResolveResult] = []
         checked: list[IPAddress] = []
         for fam, _type, proto, _canon, sockaddr in infos:

@@ -57,8 +57,9 @@ async def check_passthrough_url(
                 infos = await _lookup(host, checked.url.port or 0, lookup)
         except TimeoutError as exc:
             raise OriginTimeoutError(f"timed out resolving host {host} (limit {timeout_s:g}s)") from exc
-        except OSError as exc:
-            raise ForbiddenURLError(f"cannot resolve host {host} of {what} {shown}: {exc.strerror or exc}") from exc
+        except (OSError, UnicodeError) as exc:  # UnicodeError: getaddrinfo's IDNA step
+            raise ForbiddenURLError(f"cannot resolve host {host} of {what} {shown}: "
+                                    f"{getattr(exc, 'strerror', None) or exc}") from exc
         addresses: list[IPAddress] = []
         for info in infos:
             if info[0] in (socket.AF_INET, socket.AF_INET6):

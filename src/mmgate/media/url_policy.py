@@ -167,7 +167,11 @@ class UrlPolicy:
             why = self.address_refusal(legacy)
             detail = f", {why}" if why else f"; write it as {legacy}"
             raise ForbiddenURLError(f"refused host {host!r}: a non-canonical spelling of {legacy}{detail}")
-        name = host.rstrip(".").lower()
+        name = host[:-1].lower() if host.endswith(".") else host.lower()
+        if len(name) > 253 or not all(0 < len(label) < 64 for label in name.split(".")):
+            # What getaddrinfo's IDNA step raises UnicodeError on: refused before any lookup.
+            raise ForbiddenURLError(f"invalid host {host!r}: not a DNS name (labels of 1-63 characters, "
+                                    "253 in all)")
         if name in METADATA_HOSTNAMES:
             raise ForbiddenURLError(f"refused host {host}: a cloud metadata endpoint (always refused)")
         if (name == "localhost" or name.endswith(".localhost")) and not self.is_host_allowed(name):
