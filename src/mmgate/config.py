@@ -203,6 +203,11 @@ class GatewaySettings(Frozen):
         help="request body bytes held at once, all requests together (each costs several times its size "
         "until answered); past it 429 with Retry-After, unless the body is the only one: size it to the "
         "memory limit")
+    allow_transfer_params: bool = setting(
+        False, flag="--allow-transfer-params", advanced=True, group="http edge",
+        help="forward clients' kv_transfer_params and ec_transfer_params (vLLM's disaggregated serving: "
+        "they make a replica connect to the host they name and pull cache blocks by id); only when the "
+        "clients are a trusted prefill/decode proxy. Off: a 400 naming the field")
     max_json_depth: int = setting(
         64, flag="--max-json-depth", advanced=True, group="http edge", ge=2, le=254,
         help="deepest JSON nesting accepted in a request body (400 past it); at most 254, the "

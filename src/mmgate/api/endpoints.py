@@ -33,7 +33,7 @@ from mmgate.api.edge import read_body
 from mmgate.api.forward import FORWARDER_KEY, Upload, deliver
 from mmgate.api.gateway import Gateway
 from mmgate.api.lifecycle import request_tenant, tracked_handler
-from mmgate.api.police import REFUSED_KEYS, may_carry_media, police, refused_key
+from mmgate.api.police import REFUSED_KEYS, may_carry_media, police, refuse_transfer_params, refused_key
 from mmgate.errors import InvalidRequestError
 from mmgate.reuse import client_cache_salt
 
@@ -155,6 +155,7 @@ async def _serve_json(request: web.Request, gateway: Gateway, endpoint: Endpoint
                           inflate_pool=gateway.inflate_pool)
     body = parse_json_object(raw)
     refuse_unpoliced(body, endpoint)
+    refuse_transfer_params(body, settings.allow_transfer_params)
     model = model_of(body)
     forwarder = request.app[FORWARDER_KEY]
     if endpoint.pipeline and is_conversation(body.get("messages")):

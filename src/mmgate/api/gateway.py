@@ -3,9 +3,8 @@ tenant (API key) → parse → load images → plan reuse (keys) → route (sess
 send (healing a backend cache miss).
 
 ``Gateway`` owns the long-lived parts (media loader, router, reuse sender with its UUID store and
-the router's record of what each backend holds, metrics) and is what the HTTP layer (``mmgate.api.app``) calls. It knows nothing of
-aiohttp's server side. The backend order is taken right before sending, after the images loaded,
-so the router's outstanding-request counts are fresh.
+the router's record of what each backend holds, metrics); the HTTP layer (``mmgate.api.app``) calls
+it. The backend order is taken right before sending, after the images loaded (fresh load counts).
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from mmgate.api.chat_request import ChatRequest, parse_chat_request, parse_chat_request_async
+from mmgate.api.police import refuse_transfer_params
 from mmgate.app_runtime import lower_thread_priority
 from mmgate.backends import CHAT_PATH, Backend, BackendReply
 from mmgate.config import GatewaySettings
@@ -199,10 +199,9 @@ class Gateway:
     ) -> ChatOutcome:
         """The pipeline after parsing (policy, load, plan, route, send/heal) for a request the
         caller already holds parsed: the mapped Messages API and the Responses API come in here.
-
         ``path``: the backend endpoint the rewritten body is POSTed to. ``pin``: the one backend
-        that must answer (a stored response lives on one replica): no other is tried.
-        """
+        that must answer (a stored response lives on one replica): no other is tried."""
+        refuse_transfer_params(request.body, self.settings.allow_transfer_params)
         session_id = self.session_id(headers)
         if not request.model:
             model = self.default_model()

@@ -67,6 +67,23 @@ def refused_key(key: str, param: str) -> InvalidRequestError:
                                "it; send a chat request (messages with image_url parts) instead", param=param)
 
 
+# vLLM's disaggregated-serving fields: with a KV (or encoder-cache) connector, a replica connects to
+# the host they name and pulls cache blocks by id, whoever sent them (``--allow-transfer-params``).
+TRANSFER_FIELDS = ("kv_transfer_params", "ec_transfer_params")
+
+
+def refuse_transfer_params(body: dict[str, Any], allowed: bool) -> None:
+    """400 naming a ``TRANSFER_FIELDS`` field of ``body`` unless the operator allows them."""
+    if allowed:
+        return
+    for field in TRANSFER_FIELDS:
+        if field in body:
+            raise InvalidRequestError(
+                f"'{field}' is not accepted from clients: it tells a disaggregated vLLM which host to "
+                "pull cache blocks from; an operator whose clients are a trusted prefill/decode proxy "
+                "allows it with --allow-transfer-params", param=field)
+
+
 def may_carry_media(raw: bytes) -> bool:
     """False when ``raw`` cannot name a media field: the walk is skipped."""
     return any(s in raw for s in _SNIFF)
