@@ -209,10 +209,8 @@ async def test_tool_changes_outside_a_system_message_are_refused(body: dict[str,
         assert f"(param: {param})" in reply.json["error"]["message"]
 
 
-# The guard (mmgate.api.app._guard) answers what it refuses before the handler in OpenAI's shape;
-# the fix is there: ``anthropic.error_response(exc) if request.path in anthropic.PATHS``.
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="api/app.py's guard shapes its 401/429 as OpenAI errors on /v1/messages")
+# The guard (mmgate.api.app._guard) answers what it refuses before the handler runs: on the
+# Messages paths in Anthropic's shape (it answered in OpenAI's).
 async def test_the_tenant_limits_refusals_are_anthropic_errors(tmp_path: Path) -> None:
     """With API keys the guard authenticates and counts a request before its handler runs: its 401
     and 429 on /v1/messages are in Anthropic's shape too."""

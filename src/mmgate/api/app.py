@@ -23,7 +23,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from mmgate.api import agents
+from mmgate.api import agents, anthropic
 from mmgate.api.admin import ADMIN_HEADER, ADMIN_KEY, add_operator_endpoints, is_admin
 from mmgate.api.edge import read_body
 from mmgate.api.endpoints import add_client_endpoints
@@ -82,7 +82,8 @@ def _guard(gateway: Gateway, slots: TenantSlots | None, bodies: InflightBodies) 
     * with API keys, each tenant's requests in flight are capped (``--max-tenant-requests``);
     * the request bodies held at once are capped in bytes (``--max-body-bytes-in-flight``,
       ``mmgate.api.inflight_bodies``): what a request reserved is released when it ends;
-    * every ``MmgateError`` and aiohttp HTTP error becomes an OpenAI-style error body. Anything
+    * every ``MmgateError`` and aiohttp HTTP error becomes an OpenAI-style error body (an
+      ``MmgateError`` on the Messages paths an Anthropic one). Anything
       else is a bug of ours: aiohttp answers it with its plain 500 and logs the traceback.
     """
 
@@ -93,8 +94,8 @@ def _guard(gateway: Gateway, slots: TenantSlots | None, bodies: InflightBodies) 
                     gateway, slots, request.headers,
                     exempt=slots is None or request.path in _OPEN_PATHS or is_admin(request)):
                 return await handler(request)
-        except MmgateError as exc:
-            return error_response(exc)
+        except MmgateError as exc:  # its API's shape: a 401 or 429 on /v1/messages is Anthropic's
+            return anthropic.error_response(exc) if request.path in anthropic.PATHS else error_response(exc)
         except web.HTTPException as exc:
             if exc.status in (404, 405):
                 # Outside the route table (no handler counted it): a JSON error naming the path.
