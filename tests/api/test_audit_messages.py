@@ -335,3 +335,19 @@ async def test_a_field_of_the_wrong_type_is_a_400_not_a_500(path: str, body: dic
             "model": "mmgate-sim-vl", "max_tokens": 4, **body})
         assert status == 400 and answer is not None and answer["type"] == "error", raw[:200]
         assert f"(param: {param})" in answer["error"]["message"], answer
+
+
+@pytest.mark.parametrize("field", ["kv_transfer_params", "ec_transfer_params"])
+async def test_a_forwarded_request_does_not_carry_transfer_params(field: str) -> None:
+    """A request forwarded to the backend's own /v1/messages (here: thinking) skips the chat
+    pipeline that refuses them (api.police.refuse_transfer_params): refused there too."""
+    params = {"do_remote_prefill": True, "remote_host": "10.0.0.7", "remote_port": 5600}
+    async with fleet(models=((MODEL,),)) as (gw, (echo,)):
+        body = {**forwarded(), "thinking": {"type": "adaptive"}, field: params}
+        reply = await call(gw.url, "/v1/messages", body)
+        assert reply.status == 400 and is_anthropic_error(reply), reply.raw
+        assert f"(param: {field})" in reply.json["error"]["message"]
+        assert not echo.seen
+    async with fleet(models=((MODEL,),), allow_transfer_params=True) as (gw, (echo,)):
+        reply = await call(gw.url, "/v1/messages", body)
+        assert reply.status == 200 and orjson.loads(echo.seen[-1].body)[field] == params

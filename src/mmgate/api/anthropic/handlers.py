@@ -37,6 +37,7 @@ from mmgate.api.forward import Forwarder
 from mmgate.api.forward import deliver as forward_deliver
 from mmgate.api.gateway import Gateway
 from mmgate.api.lifecycle import deliver, request_tenant, tracked
+from mmgate.api.police import refuse_transfer_params
 from mmgate.app_runtime import json_response
 from mmgate.config import GatewaySettings
 from mmgate.errors import (
@@ -102,6 +103,8 @@ class MessagesService:
         tenant, body, large = await self._body(request)
         gateway.router.candidates(body["model"])  # an unknown model is a 404 first, as on vLLM
         if forward_reason(body) is not None:
+            # What the chat pipeline refuses for a mapped request (chat_parsed), refused here too.
+            refuse_transfer_params(body, gateway.settings.allow_transfer_params)
             if tenant is not None:  # vLLM salts its prefix cache with it: one partition per tenant
                 body["cache_salt"] = gateway.keys.cache_salt(tenant, client_cache_salt(body))
             return await self._forward(request, body, tenant, MESSAGES_PATH, stream=bool(body.get("stream")))
