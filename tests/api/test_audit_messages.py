@@ -351,3 +351,17 @@ async def test_a_forwarded_request_does_not_carry_transfer_params(field: str) ->
     async with fleet(models=((MODEL,),), allow_transfer_params=True) as (gw, (echo,)):
         reply = await call(gw.url, "/v1/messages", body)
         assert reply.status == 200 and orjson.loads(echo.seen[-1].body)[field] == params
+
+
+async def test_a_messages_path_the_gateway_does_not_serve_is_an_anthropic_404() -> None:
+    """The Anthropic SDK's other /v1/messages/... calls (batches) get its error shape; the operator
+    endpoint under the same prefix is still the operator's."""
+    async with running_gateway() as gw:
+        for method, path in (("POST", "/v1/messages/batches"), ("GET", "/v1/messages/batches/msgbatch_1/results"),
+                             ("POST", "/v1/messages/"),
+                             ("DELETE", "/v1/messages/batches/msgbatch_1")):
+            reply = await call(gw.url, path, {} if method == "POST" else None, method=method)
+            assert reply.status == 404 and is_anthropic_error(reply), (path, reply.raw)
+            assert reply.json["error"]["type"] == "not_found_error" and path in reply.json["error"]["message"]
+        status, answer, _, raw = await raw_call("POST", gw.url + "/v1/messages/render", body={})
+        assert status == 403 and answer["error"]["code"] == "admin_key_required", raw

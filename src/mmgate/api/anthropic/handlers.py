@@ -82,6 +82,13 @@ class MessagesService:
         error.status = 405
         return json_response(error_body(error), status=405, headers={"Allow": "POST"})
 
+    async def not_served(self, request: web.Request) -> web.StreamResponse:
+        """404 for a path under /v1/messages/ the gateway does not serve, counted as unmatched."""
+        self.gateway.metrics.observe(UNMATCHED_ROUTE, 404, 0.0)
+        shown = request.path if len(request.path) <= 200 else request.path[:200] + "…"
+        return error_response(EndpointNotFoundError(
+            f"the gateway does not serve {shown} (docs/ENDPOINTS.md lists what it serves)", param="path"))
+
     async def _body(self, request: web.Request, *, count_tokens: bool = False) -> tuple[str | None, Any, bool]:
         """The tenant, the checked body, and whether it is large (its checks ran off the loop)."""
         gateway = self.gateway
@@ -232,8 +239,12 @@ def _anthropic_errors(work: Work) -> Work:
 
 
 def register(app: web.Application, gateway: Gateway) -> None:
-    """Add the Messages routes to ``app``; any other method on them is a 405 in Anthropic's shape."""
+    """Add the Messages routes to ``app``; any other method on them is a 405, any other path under
+    ``/v1/messages/`` a 404, in Anthropic's shape."""
     service = MessagesService(gateway)
     for path, handler in ((MESSAGES_PATH, service.create), (COUNT_TOKENS_PATH, service.count_tokens)):
         app.router.add_post(path, handler)
         app.router.add_route("*", path, service.wrong_method)
+    # The rest of the prefix (the SDK's batches): a 404 in its shape. A path registered in full
+    # (the operator's /v1/messages/render) is matched before this one, whatever the order.
+    app.router.add_route("*", MESSAGES_PATH + "/{rest:.*}", service.not_served)
