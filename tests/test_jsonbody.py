@@ -10,14 +10,17 @@ from typing import Any
 import orjson
 import pytest
 
+from mmgate.errors import InvalidRequestError
 from mmgate.jsonbody import (
     BIG_STRING_BYTES,
     CUT_LOADS_BYTES,
     LARGE_BODY_BYTES,
+    MAX_CONTAINERS,
     THREAD_JOIN_BYTES,
     _big_strings,
     dumps_body,
     loads_body,
+    loads_bounded,
 )
 
 
@@ -129,3 +132,33 @@ async def test_a_big_string_reads_as_orjson_reads_it_whatever_it_holds(inside: b
     mutated = raw[:at] + inside + raw[at:]
     expected = orjson.loads(mutated)
     assert await loads_body(mutated) == expected
+
+
+def tiny_objects(n: int, *, image: bool) -> bytes:
+    """A chat body of ``n`` one-letter text parts (and one large image, cut out before parsing)."""
+    parts: list[Any] = [{"type": "text", "text": "a"} for _ in range(n)]
+    if image:
+        parts.append({"type": "image_url", "image_url": {"url": data_url(BIG_STRING_BYTES * 4, 7)}})
+    return orjson.dumps({"model": "m", "messages": [{"role": "user", "content": parts}]})
+
+
+@pytest.mark.parametrize("image", [False, True])
+async def test_a_large_body_of_too_many_objects_is_refused_before_it_is_parsed(image: bool) -> None:
+    """Each tiny object parses to ~600 bytes: past ``MAX_CONTAINERS`` a large body is a 400, on the
+    async path (its big strings cut out) and the plain one; one under the bound parses as orjson does."""
+    over = tiny_objects(MAX_CONTAINERS, image=image)  # + the body's own object, list and message
+    assert len(over) >= CUT_LOADS_BYTES
+    with pytest.raises(InvalidRequestError, match=f"more than {MAX_CONTAINERS} JSON objects"):
+        await loads_body(over)
+    with pytest.raises(InvalidRequestError, match="JSON objects and arrays"):
+        loads_bounded(over)
+    under = tiny_objects(MAX_CONTAINERS - 6, image=image)
+    assert await loads_body(under) == loads_bounded(under) == orjson.loads(under)
+
+
+async def test_brackets_inside_the_big_strings_are_not_counted() -> None:
+    """An image's base64 holds none, but a big text string cut out like one may: only the skeleton
+    the bound protects is counted."""
+    text = "data:" + "{" * (MAX_CONTAINERS + 10) + "x" * BIG_STRING_BYTES
+    body = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": text}]})
+    assert (await loads_body(body))["messages"][0]["content"] == text

@@ -12,6 +12,11 @@ so both directions cut them out:
 * ``dumps_body``: big strings are swapped for placeholders in a copy of the containers, the small
   rest is written in one go, and each big string is written on its own and spliced back in.
 
+A large body is also bounded in what it parses to: at most ``MAX_CONTAINERS`` JSON objects and
+arrays (counted as its opening brackets, outside the big strings: an over-count, strings included).
+Parsed, a tiny object costs ~600 bytes where its text took ~27: a 256 MB body of them would parse to
+several GB and hold the loop for seconds; past the bound it is a 400 before orjson reads it.
+
 Bodies under ``CUT_LOADS_BYTES`` (parsing) and ``LARGE_BODY_BYTES`` (writing) take plain orjson in
 one go (the cut would only cost them; it parses an agent's 700 KB turn of four screenshots in 121 µs
 where orjson takes 276). The cut keeps the JSON's
@@ -30,11 +35,15 @@ from typing import Any
 import numpy
 import orjson
 
+from mmgate.errors import InvalidRequestError
+
 LARGE_BODY_BYTES = 1 << 20  # smaller bodies are written by plain orjson
 CUT_LOADS_BYTES = 256 << 10  # smaller bodies are parsed by plain orjson
 BIG_STRING_BYTES = 64 << 10  # strings at least this long are parsed or written on their own
 _YIELD_EVERY_BYTES = 4 << 20  # the loop is given back after about this much string work
 THREAD_JOIN_BYTES = 4 << 20  # bodies written at least this big are joined in a thread
+# Objects and arrays a large body may hold (a long agent session: ~10 a turn); ~80 MB parsed at most.
+MAX_CONTAINERS = 1 << 17
 _KEY_OR_URL = b'"data'  # a "data:…" string, or a "data" key
 _BASE64_START = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")
 _WHITESPACE = b" \t\r\n"
@@ -102,14 +111,28 @@ def _big_strings(raw: bytes | bytearray) -> list[tuple[int, int]]:
     return spans
 
 
+def check_containers(text: bytes | bytearray) -> None:
+    """400 when ``text`` may hold more than ``MAX_CONTAINERS`` objects and arrays (module docstring)."""
+    if text.count(b"{") + text.count(b"[") > MAX_CONTAINERS:
+        raise InvalidRequestError(f"the request body holds more than {MAX_CONTAINERS} JSON objects and arrays")
+
+
+def loads_bounded(raw: bytes | bytearray) -> Any:
+    """``orjson.loads(raw)``, a large body bounded by ``check_containers`` first."""
+    if len(raw) >= CUT_LOADS_BYTES:
+        check_containers(raw)
+    return orjson.loads(raw)
+
+
 async def loads_body(raw: bytes | bytearray) -> Any:
-    """``orjson.loads(raw)``, giving the loop back between the big strings of a large body.
-    Raises ``orjson.JSONDecodeError`` exactly where orjson would."""
+    """``orjson.loads(raw)``, giving the loop back between the big strings of a large body, which
+    ``check_containers`` bounds (outside its big strings). Raises ``orjson.JSONDecodeError`` exactly
+    where orjson would, ``InvalidRequestError`` past the bound."""
     if len(raw) < CUT_LOADS_BYTES:
         return orjson.loads(raw)
     spans = _big_strings(raw)
     if not spans:
-        return orjson.loads(raw)
+        return loads_bounded(raw)
     nonce = secrets.token_hex(8)
     pieces: list[bytes | bytearray] = []
     pos = 0
@@ -118,7 +141,9 @@ async def loads_body(raw: bytes | bytearray) -> Any:
         pieces.append(f'"@mmgate-{nonce}-{i}"'.encode())
         pos = end + 1
     pieces.append(raw[pos:])
-    skeleton = orjson.loads(b"".join(pieces))
+    text = b"".join(pieces)
+    check_containers(text)
+    skeleton = orjson.loads(text)
     view = memoryview(raw)
     values: dict[str, Any] = {}
     done = 0

@@ -16,7 +16,7 @@ import orjson
 
 from mmgate.api.content_parts import ImageSpec, PassthroughSpec, parse_part
 from mmgate.errors import InvalidRequestError
-from mmgate.jsonbody import loads_body
+from mmgate.jsonbody import loads_body, loads_bounded
 from mmgate.media.audio import media_value
 from mmgate.reuse import ImageSlot
 from mmgate.reuse.videos import VideoRef
@@ -60,7 +60,7 @@ def parse_chat_request(
 ) -> ChatRequest:
     """Parse ``raw`` JSON; raise ``InvalidRequestError`` naming the offending field."""
     try:
-        body = orjson.loads(raw)
+        body = loads_bounded(raw)
     except orjson.JSONDecodeError as exc:
         raise InvalidRequestError(f"request body is not valid JSON: {exc}") from exc
     return _parsed(raw, body, max_images=max_images, max_uuid_length=max_uuid_length, max_depth=max_depth)

@@ -35,6 +35,7 @@ from mmgate.api.gateway import Gateway
 from mmgate.api.lifecycle import request_tenant, tracked_handler
 from mmgate.api.police import REFUSED_KEYS, may_carry_media, police, refuse_transfer_params, refused_key
 from mmgate.errors import InvalidRequestError
+from mmgate.jsonbody import loads_bounded
 from mmgate.reuse import client_cache_salt
 
 # Status counted for a client that went away before its answer was complete (nginx's convention).
@@ -102,7 +103,7 @@ def add_client_endpoints(app: web.Application) -> None:
 def parse_json_object(raw: bytes) -> dict[str, Any]:
     """The request body as a JSON object (400 otherwise)."""
     try:
-        body = orjson.loads(raw)
+        body = loads_bounded(raw)
     except orjson.JSONDecodeError as exc:
         raise InvalidRequestError(f"request body is not valid JSON: {exc}") from exc
     if not isinstance(body, dict):
