@@ -4,6 +4,7 @@ they came, routed by model, streamed, errors relayed, media policed, unknown pat
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -12,7 +13,9 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
+from aiohttp import web
 
+from mmgate.app_runtime import start_app
 from mmgate.config import BackendSpec
 from mmgate.serve import RunningGateway
 from tests.backends.echo_server import EchoBackend, echo_backend
@@ -180,3 +183,31 @@ async def test_a_backend_that_went_away_is_failed_over_and_ejected() -> None:
             assert all(status == 200 and body["backend"] == "e0" for status, body, _, _ in answers)
             health = (await call("GET", gw.url + "/health"))[1]
             assert [b["healthy"] for b in health["backends"]] == [True, False]
+
+
+async def test_listing_the_models_does_not_fan_out_per_request() -> None:
+    """``/v1/models`` is open without a key: a burst of listings asks each backend for its cards
+    once (one round shared by the concurrent ones, kept for ``--health-interval``), not once each."""
+    asked = [0]
+
+    async def listing(_request: web.Request) -> web.Response:
+        asked[0] += 1
+        await asyncio.sleep(0.05)
+        return web.json_response({"object": "list", "data": [{"id": "m1", "object": "model", "max_model_len": 7}]})
+
+    async def health(_request: web.Request) -> web.Response:
+        return web.json_response({})
+
+    app = web.Application()
+    app.router.add_get("/v1/models", listing)
+    app.router.add_get("/health", health)
+    runner, port = await start_app(app, "127.0.0.1", 0)
+    try:
+        spec = BackendSpec(kind="vllm", url=f"http://127.0.0.1:{port}", name="b0")
+        async with running_gateway(gateway_settings(backends=(spec,), health_interval_s=60.0)) as gw:
+            before = asked[0]  # the gateway's own start-up refresh
+            answers = await asyncio.gather(*(call("GET", gw.url + "/v1/models") for _ in range(50)))
+            assert all(a[0] == 200 and a[1]["data"][0]["max_model_len"] == 7 for a in answers)
+            assert asked[0] - before == 1, asked
+    finally:
+        await runner.cleanup()

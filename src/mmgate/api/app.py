@@ -130,6 +130,7 @@ def build_app(gateway: Gateway, *, admin_key: str | None = None) -> web.Applicat
     app[GATEWAY_KEY] = gateway
     app[FORWARDER_KEY] = Forwarder(gateway)
     app.router.add_post(CHAT_ROUTE, tracked_handler(CHAT_ROUTE, _serve_chat))
+    app[MODEL_CARDS_KEY] = _ModelCards(settings.health_interval_s)
     app.router.add_get("/v1/models", _models)
     app.router.add_get("/health", _health)
     app.router.add_get("/ping", _ping)
@@ -177,22 +178,47 @@ async def _serve_chat(request: web.Request, gateway: Gateway) -> tuple[web.Strea
         outcome.close()
 
 
+class _ModelCards:
+    """The backends' model cards, asked for at most once per ``--health-interval`` however many
+    clients list the models (the path is open without a key: one request must not fan out to
+    every backend), concurrent listings sharing one round of asking."""
+
+    def __init__(self, max_age_s: float) -> None:
+        self.max_age_s = max_age_s
+        self._cards: dict[str, dict[str, object]] = {}
+        self._at = -max_age_s
+        self._asking: asyncio.Task[dict[str, dict[str, object]]] | None = None
+
+    async def get(self, backends: list[Backend], timeout_s: float) -> dict[str, dict[str, object]]:
+        if time.monotonic() - self._at < self.max_age_s:
+            return self._cards
+        if self._asking is None or self._asking.done():
+            self._asking = asyncio.create_task(self._ask(backends, timeout_s), name="mmgate-model-cards")
+        return await asyncio.shield(self._asking)  # a client that leaves does not cancel the others'
+
+    async def _ask(self, backends: list[Backend], timeout_s: float) -> dict[str, dict[str, object]]:
+        cards: dict[str, dict[str, object]] = {}
+        for listing in await asyncio.gather(*(_listing(b, timeout_s) for b in backends)):
+            for card in listing:
+                if isinstance(model := card.get("id"), str):
+                    cards.setdefault(model, card)
+        self._cards, self._at = cards, time.monotonic()
+        return cards
+
+
+MODEL_CARDS_KEY = web.AppKey("model_cards", _ModelCards)
+
+
 async def _models(request: web.Request) -> web.StreamResponse:
     """Every model the fleet serves, each with the model card of the first backend (healthy ones
-    first) that lists it: vLLM's fields (``max_model_len``, ``root``, ``parent``, ``permission``,
-    ...) kept; a model no backend describes right now gets a minimal card."""
+    first) that lists it (``_ModelCards``): vLLM's fields (``max_model_len``, ``root``, ``parent``,
+    ``permission``, ...) kept; a model no backend describes right now gets a minimal card."""
     gateway = request.app[GATEWAY_KEY]
     router = gateway.router
     if not router.models:
         await router.refresh_models()
-    backends = request.app[FORWARDER_KEY].anywhere()
-    answers = await asyncio.gather(*(_listing(b, gateway.settings.health_timeout_s) for b in backends))
-    cards: dict[str, dict[str, object]] = {}
-    for listing in answers:
-        for card in listing:
-            model = card.get("id")
-            if isinstance(model, str):
-                cards.setdefault(model, card)
+    cards = await request.app[MODEL_CARDS_KEY].get(request.app[FORWARDER_KEY].anywhere(),
+                                                   gateway.settings.health_timeout_s)
     data = [cards.get(m) or {"id": m, "object": "model", "created": 0, "owned_by": "mmgate"} for m in router.models]
     return json_response({"object": "list", "data": data})
 
