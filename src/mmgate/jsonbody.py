@@ -128,11 +128,17 @@ async def loads_body(raw: bytes | bytearray) -> Any:
     """``orjson.loads(raw)``, giving the loop back between the big strings of a large body, which
     ``check_containers`` bounds (outside its big strings). Raises ``orjson.JSONDecodeError`` exactly
     where orjson would, ``InvalidRequestError`` past the bound."""
+    return (await loads_sized(raw))[0]
+
+
+async def loads_sized(raw: bytes | bytearray) -> tuple[Any, int]:
+    """``loads_body``, and the bytes of ``raw`` outside its big strings: what a walk of the value
+    costs grows with (an agent's turn: ~1 KB of its 800)."""
     if len(raw) < CUT_LOADS_BYTES:
-        return orjson.loads(raw)
+        return orjson.loads(raw), len(raw)
     spans = _big_strings(raw)
     if not spans:
-        return loads_bounded(raw)
+        return loads_bounded(raw), len(raw)
     nonce = secrets.token_hex(8)
     pieces: list[bytes | bytearray] = []
     pos = 0
@@ -153,7 +159,7 @@ async def loads_body(raw: bytes | bytearray) -> Any:
         if done >= _YIELD_EVERY_BYTES:
             done = 0
             await asyncio.sleep(0)
-    return _restore(skeleton, values)
+    return _restore(skeleton, values), len(text)
 
 
 def _string_token(raw: bytes | bytearray, view: memoryview, start: int, end: int) -> Any:

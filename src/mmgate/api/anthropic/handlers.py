@@ -47,7 +47,7 @@ from mmgate.errors import (
     InvalidRequestError,
     MmgateError,
 )
-from mmgate.jsonbody import dumps_body, loads_body
+from mmgate.jsonbody import dumps_body, loads_sized
 from mmgate.metrics import UNMATCHED_ROUTE
 from mmgate.reuse import client_cache_salt
 from mmgate.store import LoadedImage
@@ -58,8 +58,10 @@ COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
 PATHS = frozenset({MESSAGES_PATH, COUNT_TOKENS_PATH})  # whose every error is in Anthropic's shape
 Work = Callable[[], Awaitable[tuple[web.StreamResponse, bool]]]
 _T = TypeVar("_T")
-# A body at least this large is checked and mapped in a thread (``_run``).
-OFF_LOOP_BYTES = 256 * 1024
+# A body with at least this much text outside its big strings (~2,500 blocks: tens of ms of pure
+# Python) is checked and mapped in a thread (``_run``); an agent's turn of big images (~1 KB of it)
+# stays on the loop, where the trip to a thread and back would cost more than its checks.
+OFF_LOOP_BYTES = 64 * 1024
 
 
 class MessagesService:
@@ -99,10 +101,10 @@ class MessagesService:
                               max_inflation_ratio=settings.max_inflation_ratio,
                               inflate_pool=gateway.inflate_pool)
         try:
-            body = await loads_body(raw)
+            body, skeleton = await loads_sized(raw)
         except orjson.JSONDecodeError as exc:
             raise InvalidRequestError(f"request body is not valid JSON: {exc}") from exc
-        large = len(raw) >= OFF_LOOP_BYTES
+        large = skeleton >= OFF_LOOP_BYTES  # many blocks, not an agent turn's few big images
         return tenant, await _run(large, _checked, body, settings.max_json_depth, count_tokens), large
 
     async def _create(self, request: web.Request) -> tuple[web.StreamResponse, bool]:
