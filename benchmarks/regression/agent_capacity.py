@@ -326,7 +326,8 @@ def main() -> int:
     gateways: dict[str, GatewayProcess] = {"mmgate": gateway, "mmgate-strip": gateway}
     if args.baseline is not None:
         gateways[BASELINE_MODE] = BaselineGateway(tmp / "gateway-base.log", args.baseline.resolve())
-        args.modes.append(BASELINE_MODE)
+        if BASELINE_MODE not in args.modes:  # named in --modes too: once a round, where it is named
+            args.modes.append(BASELINE_MODE)
     print(f"starting vLLM ({args.model.name}) and mmgate; logs in {tmp}", file=sys.stderr, flush=True)
     vllm.start()
     try:
