@@ -110,15 +110,6 @@ async def test_a_stream_the_backend_ends_early_ends_with_an_error_event(cut: str
         assert "message_stop" not in names
 
 
-@pytest.fixture
-async def origin() -> AsyncIterator[ImageOrigin]:
-    o = ImageOrigin()
-    await o.start()
-    try:
-        yield o
-    finally:
-        await o.stop()
-
 
 def keys_file(tmp_path: Path) -> str:
     path = tmp_path / "keys.txt"

@@ -5,7 +5,6 @@ gateway, real image origin, echo backends that keep the bodies they received."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
@@ -18,15 +17,6 @@ from tests.support.origin import ImageOrigin
 
 WAV = data_url(wav(0.1))  # a real one: the policed endpoints check a data: audio's container
 
-
-@pytest.fixture
-async def origin() -> AsyncIterator[ImageOrigin]:
-    o = ImageOrigin()
-    await o.start()
-    try:
-        yield o
-    finally:
-        await o.stop()
 
 
 def conversation(*parts: Any) -> list[dict[str, Any]]:

@@ -9,7 +9,7 @@ answer is the reference, not a status written down here.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -21,15 +21,6 @@ from tests.support.vllm import SERVED_MODEL, GatewayProcess, VllmReplica
 from tests.vllm.helpers import REQUEST_TIMEOUT, fresh_jpeg
 
 UNDECODABLE = "data:image/png;base64,AAAA"
-
-
-@pytest.fixture
-async def origin() -> AsyncIterator[ImageOrigin]:
-    origin = await ImageOrigin().start()
-    try:
-        yield origin
-    finally:
-        await origin.stop()
 
 
 def client(url: str) -> openai.AsyncOpenAI:
