@@ -13,6 +13,7 @@ import aiohttp
 import orjson
 import pytest
 
+from mmgate.api.edge import MAX_GZIP_MEMBERS
 from tests.support.gateway import gateway_settings, running_gateway
 from tests.support.serve_process import GatewayProcess, serve_process
 
@@ -92,13 +93,14 @@ async def test_allowed_bodies_inflate_under_the_ratio_and_the_cap(tmp_path: Path
 
 async def test_every_gzip_member_is_inflated_and_trailing_bytes_refused() -> None:
     """A gzip body may be several members (RFC 1952): all are the body, none is dropped; bytes after
-    the compressed data are a 400, not silently cut off."""
+    the compressed data are a 400, not silently cut off; so are more than ``MAX_GZIP_MEMBERS``."""
     half = len(CHAT) // 2
     members = gzip.compress(CHAT[:half]) + gzip.compress(CHAT[half:])
     async with running_gateway(gateway_settings(max_inflation_ratio=20)) as gw, aiohttp.ClientSession() as s:
         for body, encoding, status in ((members, "gzip", 200), (gzip.compress(CHAT) + b"junk", "gzip", 400),
                                        (zlib.compress(CHAT) + b"junk", "deflate", 400),
-                                       (gzip.compress(CHAT) + gzip.compress(b" "), "gzip", 200)):
+                                       (gzip.compress(CHAT) + gzip.compress(b" "), "gzip", 200),
+                                       (gzip.compress(CHAT) + gzip.compress(b"") * MAX_GZIP_MEMBERS, "gzip", 400)):
             headers = {"Content-Type": "application/json", "Content-Encoding": encoding}
             async with s.post(gw.url + "/v1/chat/completions", data=body, headers=headers) as r:
                 answer = await r.json(content_type=None)

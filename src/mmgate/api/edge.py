@@ -43,6 +43,9 @@ _JOIN_IN_THREAD_BYTES = 1 << 20
 # zlib's wbits for each Content-Encoding accepted: gzip framing, and deflate as zlib framing or raw
 # (HTTP's "deflate" is zlib framing; some clients send raw deflate: 47 detects gzip or zlib).
 _WBITS = {"gzip": 31, "x-gzip": 31, "deflate": 47}
+# Members a gzip body may be made of: a writer makes one, a few concatenated files make a few; a
+# body of many empty ones costs a zlib object each and inflates to nothing.
+MAX_GZIP_MEMBERS = 64
 
 
 def body_encoding(request: web.Request, max_inflation_ratio: int) -> str | None:
@@ -89,6 +92,9 @@ def inflate(raw: bytes, encoding: str, *, max_bytes: int, ratio: int) -> bytes:
             return pieces[0] if len(pieces) == 1 else b"".join(pieces)
         if not gzip:
             raise InvalidRequestError(f"request body has {len(rest)} bytes after its {encoding} data",
+                                      param="Content-Encoding")
+        if len(pieces) == MAX_GZIP_MEMBERS:
+            raise InvalidRequestError(f"request body has more than {MAX_GZIP_MEMBERS} gzip members",
                                       param="Content-Encoding")
 
 
