@@ -10,7 +10,7 @@ it. The backend order is taken right before sending, after the images loaded (fr
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -249,7 +249,7 @@ class Gateway:
         images = {} if self.settings.cache.session_scoping else known_by_uuid(self.store, slots, keys, tenant)
         tag = keys.tenant_tag(tenant) if tenant is not None else None
         images.update(await self._load_images([s for s in slots if s.index not in images], session_id, tag))
-        self._check_request_pixels(slots, images)
+        self.check_request_pixels((s.param, images[s.index]) for s in slots if s.index in images)
         plans = plan_slots(self.store, slots, images, keys, tenant)
         return plans, routed_images(self.store, plans)
 
@@ -287,39 +287,40 @@ class Gateway:
         headers = reply_headers(backend.name, counts)
         return ChatOutcome(reply=reply, backend=backend, headers=headers, on_finish=lambda: router.end(backend))
 
-    def _check_request_pixels(self, slots: list[ImageSlot], images: dict[int, LoadedImage]) -> None:
-        """Every image the request sends counts against ``--max-request-pixels``, decoded now or
-        known already: a cached giant costs the gateway nothing, but the backend would process it."""
+    def check_request_pixels(self, sent: Iterable[tuple[str, LoadedImage]]) -> None:
+        """Every image the request sends (its param, the image) counts against
+        ``--max-request-pixels``, decoded now or known already: a cached giant costs the gateway
+        nothing, but the backend would process it."""
         limit = self.settings.media.max_request_pixels
         total = 0
-        for slot in slots:
-            image = images.get(slot.index)
-            if image is not None:
-                total += image.width * image.height
-                if total > limit:
-                    raise ImageTooLargeError(
-                        f"the request's images add up to more than {limit} pixels "
-                        "(--max-request-pixels): send fewer or smaller images", param=slot.param)
+        for param, image in sent:
+            total += image.width * image.height
+            if total > limit:
+                raise ImageTooLargeError(f"the request's images add up to more than {limit} pixels "
+                                         "(--max-request-pixels): send fewer or smaller images", param=param)
 
     async def _load_images(
         self, slots: list[ImageSlot], session_id: str | None, tenant_tag: str | None = None
     ) -> dict[int, LoadedImage]:
-        """Load every URL-backed slot concurrently, in the tenant's key space; the first failure
-        cancels the rest."""
-        to_load = [(s, s.url) for s in slots if s.url is not None]
-        if not to_load:
-            return {}
-        # The pixels this request may have decoded, and its large decodes admitted all together.
-        budget = self.loader.pixel_budget(loads=len(to_load))
-        if len(to_load) == 1:
-            slot, url = to_load[0]
-            return {slot.index: await self._load_one(slot, url, session_id, budget, tenant_tag)}
-        tasks = [
-            asyncio.create_task(self._load_one(slot, url, session_id, budget, tenant_tag))
-            for slot, url in to_load
-        ]
+        """Load every URL-backed slot (``load_urls``)."""
+        to_load = [s for s in slots if s.url is not None]
+        loaded = await self.load_urls([(s.param, s.url) for s in to_load if s.url is not None], session_id, tenant_tag)
+        return {slot.index: image for slot, image in zip(to_load, loaded, strict=True)}
+
+    async def load_urls(
+        self, wanted: list[tuple[str, str]], session_id: str | None, tenant_tag: str | None = None
+    ) -> list[LoadedImage]:
+        """Load every (param, URL) concurrently, in the tenant's key space, under one pixel budget
+        (its large decodes admitted all together); the first failure cancels the rest."""
+        if not wanted:
+            return []
+        budget = self.loader.pixel_budget(loads=len(wanted))
+        if len(wanted) == 1:
+            return [await self._load_one(*wanted[0], session_id, budget, tenant_tag)]
+        tasks = [asyncio.create_task(self._load_one(param, url, session_id, budget, tenant_tag))
+                 for param, url in wanted]
         try:
-            loaded = await asyncio.gather(*tasks)
+            return list(await asyncio.gather(*tasks))
         except BaseException:
             # The first failure is the answer; the other loads are abandoned (their fetches are
             # shared through in-flight dedup and finish for any other waiter).
@@ -327,15 +328,14 @@ class Gateway:
                 task.cancel()
             budget.abandon()  # a load cancelled before it started never reports to the budget
             raise
-        return {slot.index: image for (slot, _), image in zip(to_load, loaded, strict=True)}
 
     async def _load_one(
-        self, slot: ImageSlot, url: str, session_id: str | None, budget: PixelBudget, tenant_tag: str | None,
+        self, param: str, url: str, session_id: str | None, budget: PixelBudget, tenant_tag: str | None,
     ) -> LoadedImage:
         """One image, in its own span (which tier answered, or the origin) when the request is traced."""
-        with span("load", {"mmgate.image.param": slot.param}) as loading:
+        with span("load", {"mmgate.image.param": param}) as loading:
             image, source = await self.loader.load_with_outcome(
-                url, session_id=session_id, param=slot.param, budget=budget, tenant_tag=tenant_tag)
+                url, session_id=session_id, param=param, budget=budget, tenant_tag=tenant_tag)
             loading.set_attribute("mmgate.image.source", source)
             loading.set_attribute("mmgate.image.bytes", image.num_bytes)
         return image

@@ -43,14 +43,12 @@ from mmgate.config import GatewaySettings
 from mmgate.errors import (
     BackendProtocolError,
     EndpointNotFoundError,
-    ImageTooLargeError,
     InvalidRequestError,
     MmgateError,
 )
 from mmgate.jsonbody import dumps_body, loads_sized
 from mmgate.metrics import UNMATCHED_ROUTE
 from mmgate.reuse import client_cache_salt
-from mmgate.store import LoadedImage
 
 _JSON = {"Content-Type": "application/json"}
 MESSAGES_PATH = "/v1/messages"
@@ -173,26 +171,10 @@ class MessagesService:
         limit = gateway.settings.max_images_per_request
         if len(sources) > limit:
             raise InvalidRequestError(f"too many images: at most {limit} per request", param=sources[limit][0])
-        if not sources:
-            return
-        loader = gateway.loader
         tag = gateway.keys.tenant_tag(tenant) if tenant is not None else None
-        budget = loader.pixel_budget(loads=len(sources))
-        tasks = [asyncio.create_task(loader.load(source_url(source), session_id=session_id, param=where,
-                                                 budget=budget, tenant_tag=tag)) for where, source in sources]
-        try:
-            images: list[LoadedImage] = await asyncio.gather(*tasks)
-        except BaseException:
-            for task in tasks:  # the first failure is the answer: the other loads are abandoned
-                task.cancel()
-            budget.abandon()
-            raise
-        pixels, most = 0, gateway.settings.media.max_request_pixels
-        for (where, source), image in zip(sources, images, strict=True):
-            pixels += image.width * image.height  # cached ones too: the backend processes them all
-            if pixels > most:
-                raise ImageTooLargeError(f"the request's images add up to more than {most} pixels "
-                                         "(--max-request-pixels): send fewer or smaller images", param=where)
+        images = await gateway.load_urls([(where, source_url(source)) for where, source in sources], session_id, tag)
+        gateway.check_request_pixels(zip((where for where, _ in sources), images, strict=True))
+        for (_, source), image in zip(sources, images, strict=True):
             source.clear()
             source.update({"type": "base64", "media_type": image.mime,
                            "data": base64.b64encode(image.data).decode("ascii")})
