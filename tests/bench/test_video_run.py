@@ -4,15 +4,18 @@ APIs that carry no video)."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import orjson
 import pytest
+from aiohttp import web
 
-from mmgate.bench.client import ResponseResult
+from mmgate.bench.client import ChatClient, ResponseResult
 from mmgate.bench.compare import flatten
 from mmgate.bench.dataset import load_dataset
-from mmgate.bench.engine_metrics import EngineCounters, metrics_url, parse_counters
+from mmgate.bench.engine_metrics import EngineCounters, EngineMetrics, metrics_url, parse_counters
 from mmgate.bench.errors import BenchError
 from mmgate.bench.images import DatasetImages
 from mmgate.bench.payload import BodyOptions, build_request
@@ -25,6 +28,7 @@ from mmgate.bench.synth import SlidingWindowSpec, generate_sliding_window
 from tests.bench.conftest import Recorder
 from tests.bench.test_run_sim import quiet
 from tests.support.gateway import running_gateway
+from tests.support.ports import free_port
 
 
 @pytest.fixture(scope="module")
@@ -65,19 +69,78 @@ async def test_video_bytes_sent_against_unique_bytes(clips: Path) -> None:
     assert engine["video_bytes_est_per_unique"] == 1.0  # the engine got what the client sent
 
 
-def test_engine_counters_from_a_prometheus_page() -> None:
-    page = """# HELP vllm:mm_cache_queries_total x
+PAGE = """# HELP vllm:mm_cache_queries_total x
 vllm:mm_cache_queries_total{engine="0",model_name="m"} 12.0
 vllm:mm_cache_hits_total{engine="0",model_name="m"} 6.0
 http_request_size_bytes_sum{handler="/v1/chat/completions"} 1000.0
 http_request_size_bytes_sum{handler="/v1/models"} 0.0
 http_request_size_bytes_count{handler="/v1/models"} 3.0
 """
+
+
+def test_engine_counters_from_a_prometheus_page() -> None:
+    page = PAGE
     assert parse_counters(page) == EngineCounters(12, 6, 1000)
     assert parse_counters("") == EngineCounters()
     assert metrics_url("http://h:1/") == "http://h:1/metrics" == metrics_url("http://h:1/metrics")
     with pytest.raises(BenchError, match="--engine-metrics"):
         metrics_url("h:1")
+
+
+@pytest.fixture
+async def chunked_metrics() -> AsyncIterator[str]:
+    """A real HTTP server whose /metrics page comes in two writes, its counters in the second (as a
+    real engine's long page does); /big/metrics serves a page over the reader's cap."""
+    async def metrics(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/plain"})
+        await resp.prepare(request)
+        await resp.write(b"# HELP padding\n" * 1000)
+        await asyncio.sleep(0.05)
+        await resp.write(PAGE.encode())
+        await resp.write_eof()
+        return resp
+
+    async def big(request: web.Request) -> web.Response:
+        return web.Response(body=b"#" * (9 << 20))
+
+    async def refuse(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(status=400, headers={"Content-Type": "application/json"})
+        await resp.prepare(request)
+        await resp.write(b'{"error": {"message": "' + b"x" * 2000)
+        await asyncio.sleep(0.05)
+        await resp.write(b' the end", "type": "BadRequestError"}}')
+        await resp.write_eof()
+        return resp
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    app.router.add_post("/v1/chat/completions", refuse)
+    app.router.add_get("/big/metrics", big)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+
+
+async def test_engine_counters_read_the_whole_page(chunked_metrics: str) -> None:
+    """The counters after the first chunk are read too (a first-chunk read saw none of them, and a
+    benchmark's before-read of 0 bytes counted every earlier run's bytes as its own)."""
+    async with EngineMetrics([chunked_metrics]) as probe:
+        assert await probe.read() == EngineCounters(12, 6, 1000)
+    async with EngineMetrics([chunked_metrics + "/big"]) as probe:
+        with pytest.raises(BenchError, match="over"):
+            await probe.read()
+
+
+async def test_an_error_body_is_read_whole(chunked_metrics: str) -> None:
+    """A backend's error that comes in two chunks is reported with its whole message."""
+    async with ChatClient(chunked_metrics) as client:
+        result = await client.chat(b"{}", session_id=None, stream=True)
+    assert result.status == 400 and result.error is not None and result.error.endswith(" the end")
 
 
 async def test_video_against_the_sim_is_refused_before_sending(clips: Path, recorder: Recorder) -> None:

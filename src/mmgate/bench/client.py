@@ -151,7 +151,9 @@ class ChatClient:
             async with self.session.post(self.chat_url, data=body, headers=headers) as resp:
                 result.status = resp.status
                 if resp.status >= 300:
-                    raw = await resp.content.read(_ERROR_BODY_LIMIT)
+                    raw = b""  # up to the limit, over as many chunks as it comes in
+                    while len(raw) < _ERROR_BODY_LIMIT and (chunk := await resp.content.read(_ERROR_BODY_LIMIT - len(raw))):
+                        raw += chunk
                     message = _error_message(raw)
                     result.error = f"HTTP {resp.status}: {message}"
                     result.cache_miss = cache_miss_index(resp.status, {"message": message}) is not None

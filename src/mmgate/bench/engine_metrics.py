@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import aiohttp
 
+from mmgate.backends.session import ReplyTooLarge, read_capped
 from mmgate.bench.errors import BenchError
 
 _METRICS = ("vllm:mm_cache_queries_total", "vllm:mm_cache_hits_total", "http_request_size_bytes_sum")
@@ -84,9 +85,12 @@ class EngineMetrics:
         for url in self.urls:
             try:
                 async with self._session.get(url, headers={"Accept": "text/plain"}) as resp:
-                    body = await resp.content.read(_MAX_BODY)
                     if resp.status != 200:
                         raise BenchError(f"GET {url} answered {resp.status}", param="--engine-metrics")
+                    # The whole page: its counters come last, often in a later chunk than the first.
+                    body = await read_capped(resp, _MAX_BODY)
+            except ReplyTooLarge as exc:
+                raise BenchError(f"GET {url}: {exc} is over {_MAX_BODY} bytes", param="--engine-metrics") from exc
             except (TimeoutError, aiohttp.ClientError, OSError) as exc:
                 raise BenchError(f"cannot read {url}: {exc or type(exc).__name__}", param="--engine-metrics") from exc
             counters = parse_counters(body.decode("utf-8", "replace"))
