@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from mmgate.backends.session import ReplyTooLarge, read_capped
 from mmgate.bench.errors import BenchError
 
 _METRICS = ("vllm:mm_cache_queries_total", "vllm:mm_cache_hits_total", "http_request_size_bytes_sum")
@@ -88,9 +87,11 @@ class EngineMetrics:
                     if resp.status != 200:
                         raise BenchError(f"GET {url} answered {resp.status}", param="--engine-metrics")
                     # The whole page: its counters come last, often in a later chunk than the first.
-                    body = await read_capped(resp, _MAX_BODY)
-            except ReplyTooLarge as exc:
-                raise BenchError(f"GET {url}: {exc} is over {_MAX_BODY} bytes", param="--engine-metrics") from exc
+                    body = bytearray()
+                    while chunk := await resp.content.readany():
+                        body += chunk
+                        if len(body) > _MAX_BODY:
+                            raise BenchError(f"GET {url}: a page over {_MAX_BODY} bytes", param="--engine-metrics")
             except (TimeoutError, aiohttp.ClientError, OSError) as exc:
                 raise BenchError(f"cannot read {url}: {exc or type(exc).__name__}", param="--engine-metrics") from exc
             counters = parse_counters(body.decode("utf-8", "replace"))
