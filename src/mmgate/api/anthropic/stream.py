@@ -176,7 +176,9 @@ class StreamMapper:
 
 
 async def events(stream: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """The Anthropic events for a backend's chat SSE bytes (frames split on blank lines)."""
+    """The Anthropic events for a backend's chat SSE bytes (frames split on blank lines). After
+    the last event the backend's reply is read to its end (``_drained``), so that its connection
+    goes back to the pool rather than being closed."""
     mapper = StreamMapper()
     buffer = b""
     async for chunk in stream:
@@ -192,6 +194,7 @@ async def events(stream: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
                     if out:
                         yield out
         if mapper.done:
+            await _drained(stream, len(buffer))
             return
         if len(buffer) > MAX_FRAME_BYTES:
             yield mapper.feed("{broken")
@@ -199,6 +202,20 @@ async def events(stream: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
     if not mapper.done:
         where = "mid-event" if buffer.strip() else "without its [DONE]"
         raise BackendProtocolError(f"the backend's stream was cut short: it ended {where}")
+
+
+# What is read of a reply after its [DONE] (vLLM sends nothing more), at most.
+_DRAIN_BYTES = 64 * 1024
+
+
+async def _drained(stream: AsyncIterator[bytes], received: int) -> None:
+    """Read what the backend sends after its ``[DONE]`` (vLLM: nothing, then the reply's end), at
+    most ``_DRAIN_BYTES``: a reply read to its end leaves its connection open for the next
+    request; one abandoned early is closed (a new connection a turn, for the gateway and vLLM)."""
+    async for chunk in stream:
+        received += len(chunk)
+        if received > _DRAIN_BYTES:
+            return
 
 
 _ENDS = (b"\nevent: message_stop\n", b"\nevent: error\n")

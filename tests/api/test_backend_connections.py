@@ -1,0 +1,81 @@
+"""A backend's connection is used again by the next request once a streamed reply has been read to
+its end, on every API that streams through the chat pipeline. The backend is a real aiohttp server
+on loopback that streams a chat reply event by event, its end a moment after ``[DONE]`` (as vLLM's
+comes in a write of its own), and records the client port of each request it serves."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from mmgate.app_runtime import start_app
+from mmgate.config import BackendSpec
+from tests.support.gateway import gateway_settings, running_gateway
+
+MODEL = "m"
+FRAMES = [
+    b'data: {"id":"c","object":"chat.completion.chunk","model":"m","choices":[{"index":0,'
+    b'"delta":{"role":"assistant","content":""},"finish_reason":null}]}\n\n',
+    b'data: {"id":"c","object":"chat.completion.chunk","model":"m","choices":[{"index":0,'
+    b'"delta":{"content":"hi"},"finish_reason":null}]}\n\n',
+    b'data: {"id":"c","object":"chat.completion.chunk","model":"m","choices":[{"index":0,'
+    b'"delta":{},"finish_reason":"stop"}]}\n\n',
+    b"data: [DONE]\n\n",
+]
+BODIES = {
+    "/v1/chat/completions": {"model": MODEL, "stream": True, "max_tokens": 4,
+                             "messages": [{"role": "user", "content": "hi"}]},
+    "/v1/messages": {"model": MODEL, "stream": True, "max_tokens": 4,
+                     "messages": [{"role": "user", "content": "hi"}]},
+}
+
+
+@asynccontextmanager
+async def streaming_backend(ports: list[int]) -> AsyncIterator[str]:
+    async def models(_: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": MODEL, "object": "model"}]})
+
+    async def health(_: web.Request) -> web.Response:
+        return web.Response()
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        ports.append(peer[1] if peer else -1)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for frame in FRAMES:
+            await response.write(frame)
+            await asyncio.sleep(0.005)
+        await asyncio.sleep(0.05)  # the reply's end comes apart from its last event
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_get("/v1/models", models)
+    app.router.add_get("/health", health)
+    app.router.add_post("/v1/chat/completions", chat)
+    runner, port = await start_app(app, "127.0.0.1", 0)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+
+
+@pytest.mark.parametrize("path", list(BODIES))
+async def test_a_streamed_reply_read_to_its_end_keeps_its_connection(path: str) -> None:
+    ports: list[int] = []
+    async with streaming_backend(ports) as url, running_gateway(gateway_settings(
+            backends=(BackendSpec(kind="vllm", url=url, name="b"),))) as gw, aiohttp.ClientSession() as client:
+        for _ in range(4):
+            async with client.post(gw.url + path, json=BODIES[path]) as resp:
+                text = await resp.text()
+            assert resp.status == 200, text
+            assert ("message_stop" if path == "/v1/messages" else "[DONE]") in text
+    assert len(ports) == 4
+    assert len(set(ports)) == 1, f"a new backend connection per request: client ports {ports}"
