@@ -35,7 +35,7 @@ from mmgate.api.gateway import Gateway
 from mmgate.api.lifecycle import request_tenant, tracked_handler
 from mmgate.api.police import REFUSED_KEYS, may_carry_media, police, refuse_transfer_params, refused_key
 from mmgate.errors import InvalidRequestError
-from mmgate.jsonbody import loads_bounded
+from mmgate.jsonbody import loads_body
 from mmgate.reuse import client_cache_salt
 
 # Status counted for a client that went away before its answer was complete (nginx's convention).
@@ -100,10 +100,11 @@ def add_client_endpoints(app: web.Application) -> None:
         app.router.add_route(endpoint.method, endpoint.path, tracked_handler(endpoint.path, run))
 
 
-def parse_json_object(raw: bytes) -> dict[str, Any]:
-    """The request body as a JSON object (400 otherwise)."""
+async def parse_json_object(raw: bytes) -> dict[str, Any]:
+    """The request body as a JSON object (400 otherwise), a large one parsed as chat's is
+    (``loads_body``: the loop given back between its big strings)."""
     try:
-        body = loads_bounded(raw)
+        body = await loads_body(raw)
     except orjson.JSONDecodeError as exc:
         raise InvalidRequestError(f"request body is not valid JSON: {exc}") from exc
     if not isinstance(body, dict):
@@ -154,7 +155,7 @@ async def _serve_json(request: web.Request, gateway: Gateway, endpoint: Endpoint
     raw = await read_body(request, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_s,
                           max_inflation_ratio=settings.max_inflation_ratio,
                           inflate_pool=gateway.inflate_pool)
-    body = parse_json_object(raw)
+    body = await parse_json_object(raw)
     refuse_unpoliced(body, endpoint)
     refuse_transfer_params(body, settings.allow_transfer_params)
     model = model_of(body)
