@@ -3,12 +3,13 @@ pipeline costs for a turn of one new 1280x800 PNG screenshot and three repeats, 
 
 Stages, with the gateway's own functions (``_agent_turns`` makes the bodies):
 
-* parse      the API's parser: chat (``parse_chat_request``), Responses (JSON + its rewrite's
-             parser), Messages (JSON, its checks, the mapping onto chat, the chat parser)
-* repeat     ``MediaLoader.load`` of a screenshot the gateway holds (key from a hash of the
-             base64 text, a local-cache hit), per image
-* new        ``MediaLoader.load`` of a screenshot it has not seen (key, base64 decode, header
-             probe, the PNG check in a decode process, SHA-256 and the data URL), per image
+* parse      the API's parse, as its handler does it: chat (``parse_chat_request_async``), Responses
+             (``loads_body`` + its rewrite's parser), Messages (``loads_body``, its checks, the
+             mapping onto chat, the chat parser)
+* repeat     ``MediaLoader.load`` of a screenshot the gateway holds (its fingerprint, confirmed
+             by comparing the text, a local-cache hit), per image
+* new        ``MediaLoader.load`` of a screenshot it has not seen (base64 decode, SHA-256 of the
+             bytes, the PNG probe and CRC check, the data URL), per image
 * plan+body  reuse plan, rendering and the forwarded body's JSON
 * decode     for comparison: a full Pillow decode of the screenshot (what ``new`` did before
              PNGs were checked by their CRCs)
@@ -38,20 +39,21 @@ from benchmarks._agent_turns import screenshots, turn_body
 from benchmarks._run import parse_args, write_results
 from benchmarks._table import Column, print_table
 from mmgate.api.anthropic.request import check_messages_body, to_chat_body
-from mmgate.api.chat_request import ChatRequest, parse_chat_body, parse_chat_request
+from mmgate.api.chat_request import ChatRequest, parse_chat_body, parse_chat_request_async
 from mmgate.api.openai_responses.parse import parse_responses_body
 from mmgate.config import CacheSettings, MediaSettings
-from mmgate.jsonbody import dumps_body
+from mmgate.jsonbody import dumps_body, loads_body
 from mmgate.media import MediaLoader
 from mmgate.reuse import KeySpace, UUIDStore, plan_slots, render
 
 QUICK = {"repeats": 3}
 
 
-def parse(api: str, raw: bytes) -> ChatRequest:
+async def parse(api: str, raw: bytes) -> ChatRequest:
+    """The API's parse, as its handler does it (the loop given back between a large body's big strings)."""
     if api == "chat":
-        return parse_chat_request(raw, max_images=16, max_uuid_length=256)
-    body = orjson.loads(raw)
+        return await parse_chat_request_async(raw, max_images=16, max_uuid_length=256)
+    body = await loads_body(raw)
     if api == "responses":
         return parse_responses_body(body, max_images=16, max_uuid_length=256, max_depth=64).chat
     check_messages_body(body)
@@ -81,7 +83,7 @@ async def measure(api: str, shots: list[str], fresh: list[str], repeats: int) ->
         row: dict[str, Any] = {"api": api, "body_kib": len(raw) / 1024}
 
         async def parsed() -> None:
-            parse(api, raw)
+            await parse(api, raw)
         row["parse"] = await timed(parsed, repeats)
 
         async def repeat() -> None:
@@ -97,7 +99,7 @@ async def measure(api: str, shots: list[str], fresh: list[str], repeats: int) ->
 
         samples = []
         for _ in range(repeats):
-            request = parse(api, raw)  # rendering rewrites the parts: a fresh parse each time
+            request = await parse(api, raw)  # rendering rewrites the parts: a fresh parse each time
             started = time.perf_counter()
             plans = plan_slots(store, request.slots, images, keys, None)
             render(plans, with_uuid=True, already_sent={p.key for p in plans[:-1]})
