@@ -130,11 +130,47 @@ def test_mapping_follows_vllms_rules() -> None:
     assert params == {}
 
 
-@pytest.mark.parametrize("extra", [{"thinking": {"type": "disabled"}}, {"output_config": {"effort": "low"}}])
+FORWARDED_SETTINGS = [
+    {"thinking": {"type": "disabled"}},  # the effort it means is a probe of the chat template
+    # Shapes vLLM's own validation judges (it refuses or coerces them): forwarded, never guessed.
+    {"thinking": {"type": "enabled", "budget_tokens": 1023}},
+    {"thinking": {"type": "enabled", "budget_tokens": 2048}, "max_tokens": 2048},  # not under max_tokens
+    {"thinking": {"type": "enabled", "budget_tokens": "2048"}},
+    {"thinking": {"type": "enabled", "budget_tokens": True}},
+    {"thinking": {"type": "enabled"}},
+    {"thinking": {"type": "sometimes"}},
+    {"thinking": {"type": "adaptive", "display": "verbose"}},
+    {"thinking": "enabled"},
+    {"output_config": {"effort": "extreme"}},
+    {"output_config": {"format": {"type": "text"}}},
+    {"output_config": {"format": {"schema": "not an object"}}},
+    {"output_config": []},
+]
+
+
+@pytest.mark.parametrize("extra", FORWARDED_SETTINGS)
 def test_template_dependent_fields_are_forwarded(extra: dict[str, Any]) -> None:
-    assert forward_reason(check_messages_body({"model": "m", "max_tokens": 1, "messages": [], **extra}))
+    assert forward_reason(check_messages_body({"model": "m", "max_tokens": 4096, "messages": [], **extra}))
     inline = {"model": "m", "max_tokens": 1, "messages": [{"role": "system", "content": "s"}]}
     assert forward_reason(check_messages_body(inline)) == "inline system message"
+
+
+def test_plain_thinking_and_output_config_are_mapped_as_vllm_maps_them() -> None:
+    """What an agent sends with extended thinking maps onto chat (so its screenshots are stripped)."""
+    schema = {"type": "object", "properties": {"x": {"type": "integer"}}}
+    body = check_messages_body({
+        "model": "m", "max_tokens": 2049, "messages": [{"role": "user", "content": "hi"}],
+        "thinking": {"type": "enabled", "budget_tokens": 2048, "display": "omitted"},
+        "output_config": {"effort": "high", "format": {"type": "json_schema", "schema": schema}},
+    })
+    assert forward_reason(body) is None
+    chat, _ = to_chat_body(body)
+    assert chat["thinking_token_budget"] == 2048 and chat["reasoning_effort"] == "high"
+    assert chat["response_format"] == {"type": "json_schema", "json_schema": {"name": "json_schema", "schema": schema}}
+    adaptive, _ = to_chat_body(check_messages_body({
+        "model": "m", "max_tokens": 9, "messages": [{"role": "user", "content": "hi"}],
+        "thinking": {"type": "adaptive"}, "output_config": {"format": {"schema": {}}}}))
+    assert not {"thinking_token_budget", "reasoning_effort", "response_format"} & set(adaptive)
 
 
 def test_count_tokens_needs_no_max_tokens() -> None:

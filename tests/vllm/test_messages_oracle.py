@@ -75,6 +75,15 @@ REQUESTS: list[dict[str, Any]] = [
     {"model": "m", "max_tokens": 5, "tools": TOOLS, "tool_choice": {"type": "any"},
      "messages": [{"role": "user", "content": [{"type": "text", "text": ""}]}, {"role": "user", "content": "x"}]},
     {"model": "m", "max_tokens": 5, "tool_choice": {"type": "none"}, "messages": [{"role": "assistant", "content": []}]},
+    # Extended thinking and output settings in their plain shapes are mapped, not forwarded.
+    {"model": "m", "max_tokens": 5000, "messages": [{"role": "user", "content": [IMG]}],
+     "thinking": {"type": "enabled", "budget_tokens": 4096, "display": "summarized"},
+     "output_config": {"effort": "xhigh", "format": {"type": "json_schema",
+                                                     "schema": {"type": "object", "required": ["a"]}}}},
+    {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}],
+     "thinking": {"type": "adaptive"}, "output_config": {"effort": "low", "format": {"schema": {}}}},
+    {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}],
+     "thinking": {"type": "adaptive", "budget_tokens": 7}, "output_config": {"format": None}},
 ]
 
 

@@ -4,10 +4,13 @@
 the same prompt and samples the same way — but every image becomes a chat ``image_url`` part the
 gateway's pipeline loads, labels and strips on repeats.
 
-Requests whose mapping depends on the serving replica's own state are not mapped (``FORWARD``
-reasons): vLLM probes its chat template to decide how inline ``system`` messages are merged and
-which reasoning effort ``thinking: disabled`` means. Those go to the backend's ``/v1/messages``
-as they are, their images policed first (``mmgate.api.anthropic.handlers``).
+Requests whose mapping depends on the serving replica's own state are not mapped (``forward_reason``):
+vLLM probes its chat template to decide how inline ``system`` messages are merged and which
+reasoning effort ``thinking: disabled`` means. Nor are ``thinking`` and ``output_config`` settings
+of another shape than the plain ones (``enabled`` with an integer budget of 1024 or more,
+``adaptive``; an effort of vLLM's list, a JSON schema format), which vLLM's own validation judges.
+Those go to the backend's ``/v1/messages`` as they are, their images policed first
+(``mmgate.api.anthropic.handlers``).
 
 The checks before it (``check_messages_body``, re-exported here) are ``mmgate.api.anthropic.checks``.
 Pure logic: no I/O.
@@ -31,15 +34,57 @@ _COPIED = ("temperature", "top_p", "top_k", "watermarking", "cache_salt", "kv_tr
 STREAM_OPTIONS = {"include_usage": True, "continuous_usage_stats": True}
 
 
+# vLLM's Literal values for these fields (``vllm/entrypoints/anthropic/protocol.py``).
+_EFFORTS = frozenset({"low", "medium", "high", "xhigh", "max"})
+_DISPLAYS = frozenset({"summarized", "omitted", "updates"})
+
+
 def forward_reason(body: dict[str, Any]) -> str | None:
     """Why this request cannot be mapped faithfully (it is then forwarded as it is), or None."""
-    if body.get("thinking") is not None:
-        return "thinking"  # 'disabled' maps to an effort vLLM probes from its chat template
-    if body.get("output_config") is not None:
+    if body.get("thinking") is not None and _thinking_fields(body) is None:
+        # 'disabled' maps to an effort vLLM probes from its chat template; a shape other than
+        # the plain ones vLLM's own validation judges (and refuses or coerces).
+        return "thinking"
+    if body.get("output_config") is not None and _output_config(body["output_config"]) is None:
         return "output_config"
     if any(m.get("role") == "system" for m in body["messages"]):
         return "inline system message"  # merged or not by a probe of the chat template
     return None
+
+
+def _thinking_fields(body: dict[str, Any]) -> dict[str, Any] | None:
+    """The chat fields vLLM sets for a plain ``thinking``: ``enabled`` with an integer budget of at
+    least 1024 tokens, under ``max_tokens`` (``thinking_token_budget``), or ``adaptive`` (none);
+    None for any other shape (forwarded)."""
+    thinking = body["thinking"]
+    if not isinstance(thinking, dict) or thinking.get("display") not in (None, *_DISPLAYS):
+        return None
+    if thinking.get("type") == "adaptive":
+        return {}
+    budget, max_tokens = thinking.get("budget_tokens"), body.get("max_tokens")
+    if thinking.get("type") == "enabled" and type(budget) is int and type(max_tokens) is int and \
+            1024 <= budget < max_tokens:
+        return {"thinking_token_budget": budget}
+    return None
+
+
+def _output_config(config: Any) -> dict[str, Any] | None:
+    """The chat fields vLLM sets for a plain ``output_config`` (an effort of its list, a JSON
+    schema format), or None for any other shape (forwarded)."""
+    if not isinstance(config, dict) or config.get("effort") not in (None, *_EFFORTS):
+        return None
+    fields: dict[str, Any] = {}
+    form = config.get("format")
+    if form is not None:
+        if not isinstance(form, dict) or form.get("type", "json_schema") != "json_schema" or \
+                not isinstance(form.get("schema"), dict | None):
+            return None
+        if form.get("schema"):  # vLLM: only a schema makes a response format
+            fields["response_format"] = {"type": "json_schema",
+                                         "json_schema": {"name": "json_schema", "schema": form["schema"]}}
+    if config.get("effort") is not None:
+        fields["reasoning_effort"] = config["effort"]
+    return fields
 
 
 def to_chat_body(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
@@ -72,6 +117,11 @@ def to_chat_body(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
             chat["tool_choice"] = {"type": "function", "function": {"name": choice["name"]}}
         else:
             chat["tool_choice"] = {"auto": "auto", "any": "required", "none": "none"}[kind]
+    # vLLM's order: output_config, then thinking (whose 'disabled' effort would win; forwarded).
+    if body.get("output_config") is not None:
+        chat.update(_output_config(body["output_config"]) or {})
+    if body.get("thinking") is not None:
+        chat.update(_thinking_fields(body) or {})
     tools = body.get("tools")
     if tools is not None:
         chat["tools"] = [_chat_tool(tool) for tool in tools]
