@@ -169,6 +169,9 @@ async def test_tenant_keys_guard_passthrough_endpoints(tmp_path: Path) -> None:
         status, body, _, _ = await call("POST", gw.url + "/v1/completions", body={"model": "m1", "prompt": "x"},
                                         headers={"Authorization": "Bearer k-alpha"})
         assert status == 200 and body["authorization"] is None
+        # /version is open, as on vLLM (its key guards /v1 paths), and outside the tenant limit.
+        status, body, _, _ = await call("GET", gw.url + "/version")
+        assert status == 200 and body["path"] == "/version"
 
 
 async def test_a_backend_that_went_away_is_failed_over_and_ejected() -> None:

@@ -207,7 +207,7 @@ async def _serve_upload(request: web.Request, gateway: Gateway, endpoint: Endpoi
 
 
 async def _serve_get(request: web.Request, gateway: Gateway, endpoint: Endpoint) -> tuple[web.StreamResponse, bool]:
-    request_tenant(request, gateway)
+    # Open without an API key, as on vLLM (its key guards /v1 paths only): ``app._OPEN_PATHS``.
     forwarder = request.app[FORWARDER_KEY]
     forwarded = await forwarder.send("GET", request.path_qs, None, model=None, session_id=None,
                                      backends=forwarder.anywhere())
