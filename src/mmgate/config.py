@@ -286,7 +286,8 @@ class GatewaySettings(Frozen):
         "a backend's URL as given to --backend (or its name); each key goes to that backend only")
     admin_key_file: str | None = setting(
         None, flag="--admin-key-file", group="server",
-        help="file holding the operator's key: with it, requests carrying it in X-Mmgate-Admin-Key may use "
+        help="file holding the operator's key: with it, requests carrying it (X-Mmgate-Admin-Key, or "
+        "Authorization: Bearer) may use "
         "vLLM's operator endpoints (sleep, wake_up, reset caches, LoRA, profiling, ...); unset: refused (403)")
     access_log: Literal["logfmt", "json", "off"] = setting(
         "logfmt", flag="--access-log", group=OBSERVE_GROUP,

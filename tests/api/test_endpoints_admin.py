@@ -41,6 +41,10 @@ async def test_the_admin_key_opens_them_for_one_backend_or_all(tmp_path: Path) -
                                               headers={"X-Mmgate-Admin-Key": ADMIN, "X-Mmgate-Backend": "e1"})
         assert status == 200 and body["backend"] == "e1" and body["path"] == "/sleep?level=1"
         assert headers["x-mmgate-backend"] == "e1"
+        # As a vLLM client sends its key; the key goes no further than the gateway.
+        status, body, _, _ = await call("POST", gw.url + "/sleep?level=1", raw=b"",
+                                        headers={"Authorization": f"Bearer {ADMIN}", "X-Mmgate-Backend": "e0"})
+        assert status == 200 and body["backend"] == "e0" and body["authorization"] is None
         status, body, _, _ = await call("GET", gw.url + "/is_sleeping", headers={"X-Mmgate-Admin-Key": ADMIN})
         assert status == 200 and [b["backend"] for b in body["backends"]] == ["e0", "e1"]
         assert all(b["status"] == 200 and b["body"]["method"] == "GET" for b in body["backends"])

@@ -2,8 +2,9 @@
 resume, ``collective_rpc``, LoRA loading, elastic EP, scale-out internals, …): refused unless the
 request carries the operator's admin key.
 
-Without ``--admin-key-file`` every one is refused (403); with it, a request whose
-``X-Mmgate-Admin-Key`` header holds the key goes to
+Without ``--admin-key-file`` every one is refused (403); with it, a request that carries the key
+(``X-Mmgate-Admin-Key``, or ``Authorization: Bearer <admin key>`` as a vLLM client sends its key)
+goes to
 
 * the backend named by ``X-Mmgate-Backend`` (its name, as ``/health`` lists it), relayed as it
   answers; or
@@ -91,10 +92,9 @@ def check_admin(request: web.Request) -> None:
     if key is None:
         raise ForbiddenError(f"{request.path} is an operator endpoint: the gateway has no admin key "
                              "(--admin-key-file), so it is not reachable through the gateway")
-    given = request.headers.get(ADMIN_HEADER, "")
-    if not given or not hmac.compare_digest(given.encode("utf-8", "replace"), key.encode()):
+    if not carries_admin_key(key, request.headers):
         raise ForbiddenError(f"{request.path} is an operator endpoint: send the gateway's admin key in "
-                             f"{ADMIN_HEADER}", param=ADMIN_HEADER)
+                             f"{ADMIN_HEADER} (or Authorization: Bearer <admin key>)", param=ADMIN_HEADER)
 
 
 async def _operator(request: web.Request, gateway: Gateway) -> tuple[web.StreamResponse, bool]:
