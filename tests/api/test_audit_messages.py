@@ -19,12 +19,12 @@ import orjson
 import pytest
 from aiohttp import web
 
-from mmgate.app_runtime import start_app
 from mmgate.config import BackendSpec
 from mmgate.sim.config import SimSettings
 from tests.api.test_endpoints import call as raw_call
 from tests.api.test_endpoints import fleet
 from tests.support.agents import call, is_anthropic_error
+from tests.support.apps import serving, vllm_like
 from tests.support.gateway import gateway_settings, running_gateway
 from tests.support.images import make_image
 from tests.support.origin import ImageOrigin
@@ -56,12 +56,6 @@ async def cutting_backend(tail: bytes) -> AsyncIterator[str]:
               "/v1/messages": [sse("message_start", start), sse("content_block_start", block),
                                sse("content_block_delta", delta)]}
 
-    async def models(_: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": MODEL, "object": "model"}]})
-
-    async def health(_: web.Request) -> web.Response:
-        return web.Response()
-
     async def stream(request: web.Request) -> web.StreamResponse:
         await request.read()
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
@@ -77,16 +71,8 @@ async def cutting_backend(tail: bytes) -> AsyncIterator[str]:
         await response.write_eof()
         return response
 
-    app = web.Application()
-    app.router.add_get("/v1/models", models)
-    app.router.add_get("/health", health)
-    for path in frames:
-        app.router.add_post(path, stream)
-    runner, port = await start_app(app, "127.0.0.1", 0)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        await runner.cleanup()
+    async with serving(vllm_like(MODEL, dict.fromkeys(frames, stream))) as url:
+        yield url
 
 
 CUTS = {"mid-event": b'data: {"id":"c","model":"m1","choi', "no-end": b"", "reset": RESET}
@@ -273,26 +259,13 @@ async def test_a_body_of_many_small_blocks_leaves_the_gateway_serving(tmp_path: 
 async def erring_backend() -> AsyncIterator[str]:
     """A backend whose /v1/messages refuses as vLLM's request validation does (OpenAI's shape:
     FastAPI's handler, not the Anthropic router's) and which does not serve count_tokens."""
-    async def models(_: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": MODEL, "object": "model"}]})
-
-    async def health(_: web.Request) -> web.Response:
-        return web.Response()
-
     async def messages(request: web.Request) -> web.Response:
         await request.read()
         return web.json_response({"error": {"message": "1 validation error: thinking.budget_tokens >= 1024",
                                              "type": "Bad Request", "param": None, "code": 400}}, status=400)
 
-    app = web.Application()
-    app.router.add_get("/v1/models", models)
-    app.router.add_get("/health", health)
-    app.router.add_post("/v1/messages", messages)
-    runner, port = await start_app(app, "127.0.0.1", 0)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        await runner.cleanup()
+    async with serving(vllm_like(MODEL, {"/v1/messages": messages})) as url:
+        yield url
 
 
 async def test_a_forwarded_refusal_reaches_the_client_in_anthropics_shape() -> None:

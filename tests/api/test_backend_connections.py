@@ -13,8 +13,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from mmgate.app_runtime import start_app
 from mmgate.config import BackendSpec
+from tests.support.apps import serving, vllm_like
 from tests.support.gateway import gateway_settings, running_gateway
 
 MODEL = "m"
@@ -37,12 +37,6 @@ BODIES = {
 
 @asynccontextmanager
 async def streaming_backend(ports: list[int]) -> AsyncIterator[str]:
-    async def models(_: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": MODEL, "object": "model"}]})
-
-    async def health(_: web.Request) -> web.Response:
-        return web.Response()
-
     async def chat(request: web.Request) -> web.StreamResponse:
         await request.read()
         peer = request.transport.get_extra_info("peername") if request.transport else None
@@ -56,15 +50,8 @@ async def streaming_backend(ports: list[int]) -> AsyncIterator[str]:
         await response.write_eof()
         return response
 
-    app = web.Application()
-    app.router.add_get("/v1/models", models)
-    app.router.add_get("/health", health)
-    app.router.add_post("/v1/chat/completions", chat)
-    runner, port = await start_app(app, "127.0.0.1", 0)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        await runner.cleanup()
+    async with serving(vllm_like(MODEL, {"/v1/chat/completions": chat})) as url:
+        yield url
 
 
 @pytest.mark.parametrize("path", list(BODIES))

@@ -27,8 +27,8 @@ from mmgate.bench.settings import BenchSettings
 from mmgate.bench.synth import SlidingWindowSpec, generate_sliding_window
 from tests.bench.conftest import Recorder
 from tests.bench.test_run_sim import quiet
+from tests.support.apps import serving
 from tests.support.gateway import running_gateway
-from tests.support.ports import free_port
 
 
 @pytest.fixture(scope="module")
@@ -116,14 +116,8 @@ async def chunked_metrics() -> AsyncIterator[str]:
     app.router.add_get("/metrics", metrics)
     app.router.add_post("/v1/chat/completions", refuse)
     app.router.add_get("/big/metrics", big)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        await runner.cleanup()
+    async with serving(app) as url:
+        yield url
 
 
 async def test_engine_counters_read_the_whole_page(chunked_metrics: str) -> None:
