@@ -36,7 +36,8 @@ BODIES = {
 
 
 @asynccontextmanager
-async def streaming_backend(ports: list[int]) -> AsyncIterator[str]:
+async def streaming_backend(ports: list[int], *, reset: bool = False) -> AsyncIterator[str]:
+    """``reset``: the connection is reset after ``[DONE]`` instead of the reply ending."""
     async def chat(request: web.Request) -> web.StreamResponse:
         await request.read()
         peer = request.transport.get_extra_info("peername") if request.transport else None
@@ -47,6 +48,9 @@ async def streaming_backend(ports: list[int]) -> AsyncIterator[str]:
             await response.write(frame)
             await asyncio.sleep(0.005)
         await asyncio.sleep(0.05)  # the reply's end comes apart from its last event
+        if reset and request.transport is not None:
+            request.transport.abort()
+            return response
         await response.write_eof()
         return response
 
@@ -66,3 +70,16 @@ async def test_a_streamed_reply_read_to_its_end_keeps_its_connection(path: str) 
             assert ("message_stop" if path == "/v1/messages" else "[DONE]") in text
     assert len(ports) == 4
     assert len(set(ports)) == 1, f"a new backend connection per request: client ports {ports}"
+
+
+async def test_a_reply_cut_after_its_done_still_ends_the_message_cleanly() -> None:
+    """The client had its whole answer at [DONE]: a reset while the rest is read costs the backend
+    connection, and adds no error event after message_stop."""
+    ports: list[int] = []
+    async with streaming_backend(ports, reset=True) as url, running_gateway(gateway_settings(
+            backends=(BackendSpec(kind="vllm", url=url, name="b"),))) as gw, aiohttp.ClientSession() as client:
+        async with client.post(gw.url + "/v1/messages", json=BODIES["/v1/messages"]) as resp:
+            text = await resp.text()
+    assert resp.status == 200, text
+    events = [line for line in text.splitlines() if line.startswith("event:")]
+    assert events[-1] == "event: message_stop" and "event: error" not in events, events

@@ -11,6 +11,7 @@ simply stops with no ``message_stop``. Pure apart from that async wrapper.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
 from collections.abc import AsyncIterator
@@ -19,7 +20,7 @@ from typing import Any
 import orjson
 
 from mmgate.api.anthropic.reply import anthropic_usage, stop_reason
-from mmgate.errors import BackendProtocolError
+from mmgate.errors import BackendProtocolError, MmgateError
 
 # A backend frame longer than this is not a chat chunk: the stream is broken off with an error.
 MAX_FRAME_BYTES = 16 * 1024 * 1024
@@ -211,11 +212,13 @@ _DRAIN_BYTES = 64 * 1024
 async def _drained(stream: AsyncIterator[bytes], received: int) -> None:
     """Read what the backend sends after its ``[DONE]`` (vLLM: nothing, then the reply's end), at
     most ``_DRAIN_BYTES``: a reply read to its end leaves its connection open for the next
-    request; one abandoned early is closed (a new connection a turn, for the gateway and vLLM)."""
-    async for chunk in stream:
-        received += len(chunk)
-        if received > _DRAIN_BYTES:
-            return
+    request; one abandoned early is closed (a new connection a turn, for the gateway and vLLM).
+    The client has its whole answer already: a failure here costs the connection, nothing more."""
+    with contextlib.suppress(MmgateError):
+        async for chunk in stream:
+            received += len(chunk)
+            if received > _DRAIN_BYTES:
+                return
 
 
 _ENDS = (b"\nevent: message_stop\n", b"\nevent: error\n")
