@@ -8,6 +8,8 @@ and a scripted chat backend (an aiohttp server on loopback)."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import io
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -18,6 +20,7 @@ import aiohttp
 import orjson
 import pytest
 from aiohttp import web
+from PIL import Image
 
 from mmgate.config import BackendSpec
 from mmgate.sim.config import SimSettings
@@ -132,12 +135,18 @@ async def test_forwarded_requests_get_the_tenants_cache_salt(tmp_path: Path) -> 
 async def test_forwarded_images_load_in_the_tenants_key_space(tmp_path: Path, origin: ImageOrigin) -> None:
     url = origin.add("a.png", make_image("PNG", seed=3))
     async with fleet(models=((MODEL,),), api_keys_file=keys_file(tmp_path)) as (gw, (echo,)):
+        sent = []
         for who in (A, A, B):
             status, answer, _, _ = await raw_call("POST", gw.url + "/v1/messages", body=forwarded(url_image(url)),
                                                   headers=who)
             assert status == 200, answer
             source = orjson.loads(echo.seen[-1].body)["messages"][1]["content"][1]["source"]
             assert source["type"] == "base64" and source["media_type"] == "image/png"
+            sent.append(base64.b64decode(source["data"]))
+        # vLLM keys such an image by its bytes: each tenant's carry its own mark, the same pixels.
+        assert sent[0] == sent[1] != sent[2] and all(len(b) > len(make_image("PNG", seed=3)) for b in sent)
+        pixels = {Image.open(io.BytesIO(b)).convert("RGB").tobytes() for b in sent}
+        assert pixels == {Image.open(io.BytesIO(make_image("PNG", seed=3))).convert("RGB").tobytes()}
         # A's repeat is A's cache hit; B's request does not see A's image (nor learn it was loaded).
         assert origin.hits["/img/a.png"] == 2
         status, answer, _, _ = await raw_call("POST", gw.url + "/v1/messages/count_tokens", headers=B, body={

@@ -60,3 +60,28 @@ async def test_a_stored_response_is_its_tenants(vllm_replicas: list[VllmReplica]
         assert mine.status == 200 and mine.json["id"] == made.json["id"]
         theirs = await call(gw.url, f"/v1/responses/{made.json['id']}", method="GET", headers=b)
         assert theirs.status == 404 and theirs.json["error"]["code"] == "response_not_found"
+
+
+async def test_a_forwarded_messages_image_is_its_tenants_in_vllms_cache(
+    vllm_replicas: list[VllmReplica], tmp_path: Path,
+) -> None:
+    """A Messages request vLLM must map itself (here: a system message inside ``messages``) goes to
+    its /v1/messages, which takes no uuid: vLLM's processor cache keys the image by its bytes. Each
+    tenant's bytes carry its mark, so tenant B's copy of A's image is a miss (it cannot time A's),
+    and A's repeat still a hit."""
+    keys = tmp_path / "keys.txt"
+    keys.write_text("key-a tenant-a\nkey-b tenant-b\n")
+    shot = fresh_jpeg().split(",", 1)[1]
+    request = {"model": SERVED_MODEL, "max_tokens": 2, "temperature": 0, "messages": [
+        {"role": "system", "content": "Be terse."},
+        {"role": "user", "content": [{"type": "text", "text": "What is this?"}, {
+            "type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": shot}}]}]}
+    replica = vllm_replicas[0]
+    with running_gateway_process([replica.url], tmp_path / "gw.log", "--api-keys-file", str(keys),
+                                 *GATEWAY_FLAGS) as gw:
+        queries, hits = replica.cache_counters()
+        for key in ("key-a", "key-a", "key-b"):
+            reply = await call(gw.url, "/v1/messages", request, headers={"Authorization": f"Bearer {key}"})
+            assert reply.status == 200 and reply.headers.get("x-mmgate-forwarded") == "as-is", reply.json
+        after_queries, after_hits = replica.cache_counters()
+    assert (after_queries - queries, after_hits - hits) == (3, 1)

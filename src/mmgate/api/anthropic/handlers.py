@@ -165,7 +165,8 @@ class MessagesService:
     async def _police(self, body: dict[str, Any], session_id: str | None, tenant: str | None) -> None:
         """Load every image as the chat pipeline does — under the gateway's policy and limits, at
         once, charged to one pixel budget, in the tenant's key space — and make its source the
-        validated bytes (base64), so the backend fetches nothing the client named."""
+        validated bytes (base64), so the backend fetches nothing the client named. With tenants the
+        bytes end with the tenant's mark (``tenant_marked``)."""
         sources = list(image_sources(body))
         gateway = self.gateway
         limit = gateway.settings.max_images_per_request
@@ -175,9 +176,18 @@ class MessagesService:
         images = await gateway.load_urls([(where, source_url(source)) for where, source in sources], session_id, tag)
         gateway.check_request_pixels(zip((where for where, _ in sources), images, strict=True))
         for (_, source), image in zip(sources, images, strict=True):
+            data = image.data if tag is None else tenant_marked(image.data, tag)
             source.clear()
-            source.update({"type": "base64", "media_type": image.mime,
-                           "data": base64.b64encode(image.data).decode("ascii")})
+            source.update({"type": "base64", "media_type": image.mime, "data": base64.b64encode(data).decode("ascii")})
+
+
+def tenant_marked(data: bytes, tag: str) -> bytes:
+    """``data`` with the tenant's tag after the image's end. vLLM's Messages endpoint takes no uuid,
+    and its processor cache keys an image by its bytes: unmarked, one tenant could time whether
+    another had sent the same image. Decoders stop at the image's own end (PNG's IEND, JPEG's EOI,
+    GIF's trailer, WebP's RIFF size, BMP's and TIFF's offsets), so the pixels are the same; a
+    tenant's repeats carry the same mark and still hit."""
+    return data + b"\x00mmgate-tenant:" + tag.encode("ascii")
 
 
 def _checked(body: Any, max_depth: int, count_tokens: bool) -> dict[str, Any]:
