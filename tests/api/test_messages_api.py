@@ -173,6 +173,16 @@ def test_plain_thinking_and_output_config_are_mapped_as_vllm_maps_them() -> None
     assert not {"thinking_token_budget", "reasoning_effort", "response_format"} & set(adaptive)
 
 
+def test_disabled_thinking_is_mapped_once_its_effort_is_known() -> None:
+    """Its effort is a probe of the replica's chat template (mmgate.api.anthropic.effort): unknown,
+    the request is forwarded; known, it is vLLM's reasoning_effort, over output_config's."""
+    body = check_messages_body({"model": "m", "max_tokens": 9, "messages": [{"role": "user", "content": "hi"}],
+                                "thinking": {"type": "disabled"}, "output_config": {"effort": "high"}})
+    assert forward_reason(body) == "thinking" and forward_reason(body, "low") is None
+    assert to_chat_body(body, "low")[0]["reasoning_effort"] == "low"
+    assert to_chat_body(body, "none")[0]["reasoning_effort"] == "none"
+
+
 def test_count_tokens_needs_no_max_tokens() -> None:
     check_messages_body({"model": "m", "messages": []}, count_tokens=True)
     with pytest.raises(InvalidRequestError) as caught:

@@ -5,6 +5,7 @@ answered with a 4xx in Anthropic's error shape, never a 500."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -61,7 +62,7 @@ CORPUS: dict[str, dict[str, Any]] = {
     "inline-system": req([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yes?"},
                           {"role": "system", "content": "Be terse."}, {"role": "user", "content": "Go"}]),
     "thinking-disabled": req([{"role": "user", "content": [{"type": "text", "text": "Hi"}, img()]}],
-                             thinking={"type": "disabled"}),
+                             thinking={"type": "disabled"}),  # vLLM probes its effort, and so does the gateway
     # Mapped: an agent with extended thinking gets its repeats stripped (vLLM's own mapping). The
     # test replicas have no reasoning parser, so vLLM refuses a thinking budget, mapped or not.
     "thinking-adaptive": req([{"role": "user", "content": [{"type": "text", "text": "Hi"}, img()]}],
@@ -106,9 +107,23 @@ async def test_same_answer_as_vllms_own_endpoint(
     if via.status == 200 and stream:
         names = [event for event, _ in via.events]
         assert names[0] == "message_start" and names[-2:] == ["message_delta", "message_stop"]
-    forwarded = name in ("inline-system", "thinking-disabled")
+    forwarded = name == "inline-system"  # thinking: disabled is mapped once the gateway probed its effort
     if via.status == 200:
         assert (via.headers.get("x-mmgate-forwarded") == "as-is") == forwarded, name
+
+
+async def test_disabled_thinking_means_the_effort_vllm_probes(
+    gateway: GatewayProcess, vllm_replicas: list[VllmReplica],
+) -> None:
+    """The gateway probes what thinking: disabled means on the replicas' template as vLLM does, and
+    logs the answer in vLLM's words: the same effort."""
+    body = req([{"role": "user", "content": "Hi"}], thinking={"type": "disabled"})
+    via, direct = await _pair(gateway, vllm_replicas, "/v1/messages", body)
+    assert via.status == direct.status == 200 and via.headers.get("x-mmgate-forwarded") is None
+    said = re.compile(r"thinking\.type=disabled maps to reasoning_effort='(\w+)'")
+    ours = said.findall(gateway.log_path.read_text())
+    theirs = [e for r in vllm_replicas for e in said.findall(r.log_path.read_text())]
+    assert ours and theirs and set(ours) == set(theirs), (ours, theirs)
 
 
 async def test_count_tokens_same_as_vllm(gateway: GatewayProcess, vllm_replicas: list[VllmReplica]) -> None:

@@ -6,7 +6,8 @@ gateway's pipeline loads, labels and strips on repeats.
 
 Requests whose mapping depends on the serving replica's own state are not mapped (``forward_reason``):
 vLLM probes its chat template to decide how inline ``system`` messages are merged and which
-reasoning effort ``thinking: disabled`` means. Nor are ``thinking`` and ``output_config`` settings
+reasoning effort ``thinking: disabled`` means (the gateway probes the latter the same way on a
+replica's renderer, ``mmgate.api.anthropic.effort``, and maps it once known). Nor are ``thinking`` and ``output_config`` settings
 of another shape than the plain ones (``enabled`` with an integer budget of 1024 or more,
 ``adaptive``; an effort of vLLM's list, a JSON schema format), which vLLM's own validation judges.
 Those go to the backend's ``/v1/messages`` as they are, their images policed first
@@ -25,7 +26,8 @@ from typing import Any
 
 from mmgate.api.anthropic.checks import check_messages_body
 
-__all__ = ["STREAM_OPTIONS", "check_messages_body", "forward_reason", "image_sources", "source_url", "to_chat_body"]
+__all__ = ["STREAM_OPTIONS", "check_messages_body", "forward_reason", "image_sources", "is_disabled_thinking",
+           "source_url", "to_chat_body"]
 
 _BILLING = "x-anthropic-billing-header"
 # Request fields vLLM copies onto its chat request unchanged.
@@ -39,11 +41,13 @@ _EFFORTS = frozenset({"low", "medium", "high", "xhigh", "max"})
 _DISPLAYS = frozenset({"summarized", "omitted", "updates"})
 
 
-def forward_reason(body: dict[str, Any]) -> str | None:
-    """Why this request cannot be mapped faithfully (it is then forwarded as it is), or None."""
-    if body.get("thinking") is not None and _thinking_fields(body) is None:
-        # 'disabled' maps to an effort vLLM probes from its chat template; a shape other than
-        # the plain ones vLLM's own validation judges (and refuses or coerces).
+def forward_reason(body: dict[str, Any], disabled_effort: str | None = None) -> str | None:
+    """Why this request cannot be mapped faithfully (it is then forwarded as it is), or None.
+    ``disabled_effort``: the effort ``thinking: disabled`` means on the model's replicas, when
+    known (``mmgate.api.anthropic.effort``)."""
+    if body.get("thinking") is not None and _thinking_fields(body, disabled_effort) is None:
+        # 'disabled' with its effort not known; a shape other than the plain ones, which vLLM's
+        # own validation judges (and refuses or coerces).
         return "thinking"
     if body.get("output_config") is not None and _output_config(body["output_config"]) is None:
         return "output_config"
@@ -52,15 +56,23 @@ def forward_reason(body: dict[str, Any]) -> str | None:
     return None
 
 
-def _thinking_fields(body: dict[str, Any]) -> dict[str, Any] | None:
+def is_disabled_thinking(body: dict[str, Any]) -> bool:
+    """Whether ``body`` turns thinking off (``{"type": "disabled"}``)."""
+    thinking = body.get("thinking")
+    return isinstance(thinking, dict) and thinking.get("type") == "disabled"
+
+
+def _thinking_fields(body: dict[str, Any], disabled_effort: str | None) -> dict[str, Any] | None:
     """The chat fields vLLM sets for a plain ``thinking``: ``enabled`` with an integer budget of at
-    least 1024 tokens, under ``max_tokens`` (``thinking_token_budget``), or ``adaptive`` (none);
-    None for any other shape (forwarded)."""
+    least 1024 tokens, under ``max_tokens`` (``thinking_token_budget``), ``adaptive`` (none), or
+    ``disabled`` with its effort known (``reasoning_effort``); None for any other (forwarded)."""
     thinking = body["thinking"]
     if not isinstance(thinking, dict) or thinking.get("display") not in (None, *_DISPLAYS):
         return None
     if thinking.get("type") == "adaptive":
         return {}
+    if thinking.get("type") == "disabled":
+        return None if disabled_effort is None else {"reasoning_effort": disabled_effort}
     budget, max_tokens = thinking.get("budget_tokens"), body.get("max_tokens")
     if thinking.get("type") == "enabled" and type(budget) is int and type(max_tokens) is int and \
             1024 <= budget < max_tokens:
@@ -87,7 +99,7 @@ def _output_config(config: Any) -> dict[str, Any] | None:
     return fields
 
 
-def to_chat_body(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+def to_chat_body(body: dict[str, Any], disabled_effort: str | None = None) -> tuple[dict[str, Any], dict[str, str]]:
     """The chat-completions body vLLM builds for ``body`` (checked, and with no forward reason),
     and each image part's chat path → its Anthropic path (``messages[0].content[1].source``), so
     errors name the client's field."""
@@ -117,11 +129,11 @@ def to_chat_body(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
             chat["tool_choice"] = {"type": "function", "function": {"name": choice["name"]}}
         else:
             chat["tool_choice"] = {"auto": "auto", "any": "required", "none": "none"}[kind]
-    # vLLM's order: output_config, then thinking (whose 'disabled' effort would win; forwarded).
+    # vLLM's order: output_config, then thinking (whose 'disabled' effort wins).
     if body.get("output_config") is not None:
         chat.update(_output_config(body["output_config"]) or {})
     if body.get("thinking") is not None:
-        chat.update(_thinking_fields(body) or {})
+        chat.update(_thinking_fields(body, disabled_effort) or {})
     tools = body.get("tools")
     if tools is not None:
         chat["tools"] = [_chat_tool(tool) for tool in tools]
