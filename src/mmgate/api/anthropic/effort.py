@@ -9,7 +9,7 @@ chat (and its repeated images stripped) instead of going to vLLM's ``/v1/message
 
 One probe per model at a time (concurrent requests wait for it), its answer kept ``TTL_S``; a
 replica that cannot render (an older vLLM, a failure) answers nothing, and the request is then
-forwarded as before. Bounded: one entry per model the fleet serves.
+forwarded as before. Bounded: ``MAX_MODELS`` models known and probed at once.
 """
 
 from __future__ import annotations
@@ -28,6 +28,9 @@ RENDER_PATH = "/tokenize"
 EFFORTS = ("low", "medium", "high", "xhigh", "max")
 TTL_S = 300.0
 PROBE_TIMEOUT_S = 5.0
+# Models remembered, and probed at once, at most (a fleet serves a few; before any backend has
+# answered, a client names any model it likes).
+MAX_MODELS = 64
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +49,8 @@ class DisabledThinking:
             return known[1]
         probe = self._probes.get(model)
         if probe is None:
+            if len(self._probes) >= MAX_MODELS:
+                return None  # forwarded as it is
             probe = self._probes[model] = asyncio.create_task(_probe(model, backend), name="mmgate-thinking-probe")
             probe.add_done_callback(lambda done: self._settle(model, done))
         return await asyncio.shield(probe)
@@ -53,9 +58,11 @@ class DisabledThinking:
     def _settle(self, model: str, probe: asyncio.Task[str | None]) -> None:
         self._probes.pop(model, None)
         if not probe.cancelled() and probe.exception() is None:
+            if model not in self._known and len(self._known) >= MAX_MODELS:
+                del self._known[next(iter(self._known))]  # the longest known
             self._known[model] = (time.monotonic(), probe.result())
             # vLLM logs its own probe's answer in these words.
-            log.info("Anthropic thinking.type=disabled maps to reasoning_effort=%r for model %s "
+            log.info("Anthropic thinking.type=disabled maps to reasoning_effort=%r for model %r "
                      "(None: unknown, forwarded as it is)", probe.result(), model)
 
 
