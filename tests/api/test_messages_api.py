@@ -183,6 +183,23 @@ def test_disabled_thinking_is_mapped_once_its_effort_is_known() -> None:
     assert to_chat_body(body, "none")[0]["reasoning_effort"] == "none"
 
 
+def test_inline_system_messages_are_mapped_once_vllms_choice_is_known() -> None:
+    body = check_messages_body({"model": "m", "max_tokens": 9, "system": "top. ", "messages": [
+        {"role": "user", "content": "hi"},
+        {"role": "system", "content": [{"type": "text", "text": "x-anthropic-billing-header: 1"},
+                                       {"type": "text", "text": "mid"}]},
+        {"role": "system", "content": "x-anthropic-billing-header: 2"},
+        {"role": "user", "content": "go"}]})
+    assert forward_reason(body) == "inline system message"
+    assert forward_reason(body, merge_inline_system=False) is None
+    merged, _ = to_chat_body(body, merge_inline_system=True)
+    assert merged["messages"] == [{"role": "system", "content": "top. mid"}, {"role": "user", "content": "hi"},
+                                  {"role": "user", "content": "go"}]
+    kept, _ = to_chat_body(body, merge_inline_system=False)
+    assert kept["messages"] == [{"role": "system", "content": "top. "}, {"role": "user", "content": "hi"},
+                                {"role": "system", "content": "mid"}, {"role": "user", "content": "go"}]
+
+
 def test_count_tokens_needs_no_max_tokens() -> None:
     check_messages_body({"model": "m", "messages": []}, count_tokens=True)
     with pytest.raises(InvalidRequestError) as caught:

@@ -1,7 +1,8 @@
-"""What ``thinking: disabled`` means, probed as vLLM probes it (``mmgate.api.anthropic.effort``), against
-real aiohttp renderers on loopback standing for a replica's ``/tokenize``: a template that tells
-``none`` apart, one that renders every effort alike, one that refuses ``none``, and a backend
-without a renderer (the request is then forwarded as it is)."""
+"""What a model's chat template makes of ``thinking: disabled`` and of inline system messages, probed
+as vLLM probes it (``mmgate.api.anthropic.effort``), against real aiohttp servers on loopback
+standing for a replica's ``/tokenize`` and ``/v1/messages/count_tokens``: a template that tells
+``none`` apart, one that renders every effort alike, one that refuses ``none``, a backend without a
+renderer (the request is then forwarded as it is); a replica that merges and one that does not."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-from mmgate.api.anthropic.effort import MAX_MODELS, DisabledThinking
+from mmgate.api.anthropic.effort import MAX_MODELS, TemplateProbes
 from mmgate.backends import HTTPBackend
 from tests.support.apps import serving
 
@@ -39,10 +40,10 @@ async def probed(render: Render) -> tuple[list[str | None], list[str]]:
     asked: list[str] = []
     async with serving(renderer(render, asked)) as url:
         backend = HTTPBackend("b", "vllm", url + "/", connect_timeout_s=1.0, read_timeout_s=2.0)
-        thinking = DisabledThinking()
+        probes = TemplateProbes()
         try:
-            efforts = await asyncio.gather(*(thinking.effort("m", backend) for _ in range(10)))
-            efforts.append(await thinking.effort("m", backend))  # known now: nothing asked
+            efforts = await asyncio.gather(*(probes.disabled_effort("m", backend) for _ in range(10)))
+            efforts.append(await probes.disabled_effort("m", backend))  # known now: nothing asked
         finally:
             await backend.close()
     return list(efforts), asked
@@ -73,10 +74,45 @@ async def test_the_models_it_knows_are_bounded() -> None:
     asked: list[str] = []
     async with serving(renderer(lambda e: [1, 2], asked)) as url:
         backend = HTTPBackend("b", "vllm", url + "/", connect_timeout_s=1.0, read_timeout_s=2.0)
-        thinking = DisabledThinking()
+        probes = TemplateProbes()
         try:
-            for i in range(MAX_MODELS + 8):
-                assert await thinking.effort(f"m{i}", backend) == "low"
+            for i in range(2 * MAX_MODELS + 8):
+                assert await probes.disabled_effort(f"m{i}", backend) == "low"
         finally:
             await backend.close()
-    assert set(thinking._known) == {f"m{i}" for i in range(8, MAX_MODELS + 8)}  # the longest known went
+    known = {model for _, model in probes._known}
+    assert known == {f"m{i}" for i in range(8, 2 * MAX_MODELS + 8)}  # the longest known went
+
+
+def counting(merges: bool | None) -> web.Application:
+    """A replica that counts a token a message, plus one for a system message kept apart from the
+    leading one (its own role header): count_tokens counts as vLLM maps (merged or not); None: it
+    cannot count."""
+    def count(messages: list[dict[str, str]]) -> int:
+        return len(messages) + sum(1 for i, m in enumerate(messages) if m["role"] == "system" and i > 0)
+
+    async def tokenize(request: web.Request) -> web.Response:
+        return web.json_response({"count": count((await request.json())["messages"])})
+
+    async def count_tokens(request: web.Request) -> web.Response:
+        turns = (await request.json())["messages"]
+        if merges is None:
+            return web.json_response({"error": {"message": "no"}}, status=404)
+        systems = [m for m in turns if m["role"] == "system"]
+        mapped = systems + [m for m in turns if m["role"] != "system"] if merges else turns
+        return web.json_response({"input_tokens": count(mapped)})
+
+    app = web.Application()
+    app.router.add_post("/tokenize", tokenize)
+    app.router.add_post("/v1/messages/count_tokens", count_tokens)
+    return app
+
+
+async def test_whether_inline_system_messages_merge_is_asked_of_vllm() -> None:
+    for merges in (True, False, None):
+        async with serving(counting(merges)) as url:
+            backend = HTTPBackend("b", "vllm", url + "/", connect_timeout_s=1.0, read_timeout_s=2.0)
+            try:
+                assert await TemplateProbes().merges_inline_system("m", backend) is merges
+            finally:
+                await backend.close()

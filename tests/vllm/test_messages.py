@@ -58,7 +58,7 @@ CORPUS: dict[str, dict[str, Any]] = {
     "tool-named": req([{"role": "user", "content": "Hi"}], tools=TOOLS,
                       tool_choice={"type": "tool", "name": "screenshot"}),
     "unknown-model": {**req([{"role": "user", "content": "Hi"}]), "model": "no-such-model"},
-    # Forwarded as they are (their mapping depends on a probe of the replica's chat template).
+    # Mapped once the gateway has probed the replica's chat template as vLLM does.
     "inline-system": req([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yes?"},
                           {"role": "system", "content": "Be terse."}, {"role": "user", "content": "Go"}]),
     "thinking-disabled": req([{"role": "user", "content": [{"type": "text", "text": "Hi"}, img()]}],
@@ -107,21 +107,20 @@ async def test_same_answer_as_vllms_own_endpoint(
     if via.status == 200 and stream:
         names = [event for event, _ in via.events]
         assert names[0] == "message_start" and names[-2:] == ["message_delta", "message_stop"]
-    forwarded = name == "inline-system"  # thinking: disabled is mapped once the gateway probed its effort
-    if via.status == 200:
-        assert (via.headers.get("x-mmgate-forwarded") == "as-is") == forwarded, name
+    if via.status == 200:  # inline system and thinking: disabled too, once the template is probed
+        assert via.headers.get("x-mmgate-forwarded") is None, name
 
 
 async def test_disabled_thinking_means_the_effort_vllm_probes(
     gateway: GatewayProcess, vllm_replicas: list[VllmReplica],
 ) -> None:
     """The gateway probes what thinking: disabled means on the replicas' template as vLLM does, and
-    logs the answer in vLLM's words: the same effort."""
+    logs its answer: vLLM's own probe's."""
     body = req([{"role": "user", "content": "Hi"}], thinking={"type": "disabled"})
     via, direct = await _pair(gateway, vllm_replicas, "/v1/messages", body)
     assert via.status == direct.status == 200 and via.headers.get("x-mmgate-forwarded") is None
+    ours = re.findall(r"disabled_effort for model '[^']*': '(\w+)'", gateway.log_path.read_text())
     said = re.compile(r"thinking\.type=disabled maps to reasoning_effort='(\w+)'")
-    ours = said.findall(gateway.log_path.read_text())
     theirs = [e for r in vllm_replicas for e in said.findall(r.log_path.read_text())]
     assert ours and theirs and set(ours) == set(theirs), (ours, theirs)
 

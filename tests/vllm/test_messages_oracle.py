@@ -25,8 +25,9 @@ from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionReque
 
 cases = json.load(sys.stdin)
 out = {"requests": [], "whole": [], "streams": []}
-for anthropic, mine in cases["requests"]:
-    theirs = S.to_chat_completion_request(AnthropicMessagesRequest.model_validate(anthropic))
+for anthropic, mine, merge in cases["requests"]:
+    theirs = S.to_chat_completion_request(AnthropicMessagesRequest.model_validate(anthropic),
+                                          merge_inline_system=merge)
     ours = ChatCompletionRequest.model_validate(mine)
     a, b = theirs.model_dump(mode="json"), ours.model_dump(mode="json")
     a.pop("request_id"); b.pop("request_id")
@@ -87,6 +88,18 @@ REQUESTS: list[dict[str, Any]] = [
     {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}],
      "thinking": {"type": "disabled"}, "output_config": {"effort": "high"}},
 ]
+
+
+INLINE_SYSTEM = {"model": "m", "max_tokens": 5, "system": [{"type": "text", "text": "Top."}], "messages": [
+    {"role": "user", "content": [{"type": "text", "text": "look"}, IMG]},
+    {"role": "system", "content": "Be terse."},
+    {"role": "assistant", "content": "ok"},
+    {"role": "system", "content": [{"type": "text", "text": "x-anthropic-billing-header: 9"},
+                                   {"type": "text", "text": "Now "}, {"type": "text", "text": "go."}]},
+    {"role": "system", "content": "x-anthropic-billing-header: 9"},
+    {"role": "user", "content": "next"}]}
+# Each request mapped as vLLM maps it with inline system messages merged (True) or kept in place.
+CASES = [(body, False) for body in REQUESTS] + [(INLINE_SYSTEM, False), (INLINE_SYSTEM, True)]
 
 
 def _chunk(delta: dict[str, Any], finish: str | None = None, stop: Any = None, usage: Any = None) -> str:
@@ -156,10 +169,10 @@ def oracle() -> dict[str, Any]:
     except VllmUnavailable as exc:
         pytest.skip(str(exc))
     requests = []
-    for body in REQUESTS:
+    for body, merge in CASES:
         # vLLM's converter's default effort for thinking: disabled (its probe's answer comes apart).
-        chat, _ = to_chat_body(check_messages_body(json.loads(json.dumps(body))), "none")
-        requests.append([body, chat])
+        chat, _ = to_chat_body(check_messages_body(json.loads(json.dumps(body))), "none", merge)
+        requests.append([body, chat, merge])
     cases = {"requests": requests, "whole": WHOLE, "streams": STREAMS}
     done = subprocess.run([str(setup.python), "-c", ORACLE], input=json.dumps(cases), capture_output=True,
                           text=True, timeout=300, check=False)
@@ -168,7 +181,7 @@ def oracle() -> dict[str, Any]:
     return result
 
 
-@pytest.mark.parametrize("index", range(len(REQUESTS)))
+@pytest.mark.parametrize("index", range(len(CASES)))
 def test_same_chat_request_as_vllm(oracle: dict[str, Any], index: int) -> None:
     theirs, ours = oracle["requests"][index]
     for message in theirs["messages"]:  # vLLM names a tool_use without an id by the clock

@@ -1,15 +1,21 @@
-"""Which reasoning effort ``thinking: {"type": "disabled"}`` means on a model's replicas, found the
-way vLLM finds it (``AnthropicServingMessages._probe_disabled_thinking_effort``): render a probe
-prompt with each effort and compare. ``none`` unless the chat template rejects it or renders it as
-some effort, then ``low``. The gateway renders on a replica's ``/tokenize`` (vLLM's own renderer and
-template, given the template arguments a chat request's ``reasoning_effort`` becomes:
-``reasoning_effort`` and ``enable_thinking``; ``/v1/chat/completions/render`` would be the direct
-way, but vLLM serves it only with ``--enable-scale-out``), so such a request can be mapped onto
-chat (and its repeated images stripped) instead of going to vLLM's ``/v1/messages`` as it is.
+"""What a model's chat template makes of two Messages settings vLLM maps by probing the template
+itself, asked of a replica the way vLLM asks, so that such a request can be mapped onto chat (its
+repeated images stripped) instead of going to vLLM's ``/v1/messages`` as it is:
 
-One probe per model at a time (concurrent requests wait for it), its answer kept ``TTL_S``; a
-replica that cannot render (an older vLLM, a failure) answers nothing, and the request is then
-forwarded as before. Bounded: ``MAX_MODELS`` models known and probed at once.
+* ``thinking: {"type": "disabled"}`` → a ``reasoning_effort`` (vLLM's
+  ``_probe_disabled_thinking_effort``): vLLM's probe prompt rendered with each effort; ``none``
+  unless the template rejects it or renders it as some effort, then ``low``. Rendered on the
+  replica's ``/tokenize``, given the template arguments a chat ``reasoning_effort`` becomes
+  (``reasoning_effort``, ``enable_thinking``): vLLM's ``/v1/chat/completions/render`` would be
+  direct, but it serves it only with ``--enable-scale-out``.
+* a system message inside ``messages`` → merged into the leading system prompt or kept in place
+  (vLLM's ``_should_merge_inline_system``, a render of the template in a bare sandbox). Asked of
+  vLLM itself: its ``/v1/messages/count_tokens`` counts a probe conversation as it maps it, and the
+  two chat mappings are counted on ``/tokenize``; the one with vLLM's count is vLLM's.
+
+One probe per (question, model) at a time (concurrent requests wait for it), its answer kept
+``TTL_S``; a replica that cannot answer (the sim, an older vLLM, a failure) answers None, and the
+request is then forwarded as before. Bounded: ``MAX_MODELS`` models known and probed at once.
 """
 
 from __future__ import annotations
@@ -17,85 +23,128 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import orjson
 
 from mmgate.backends import Backend
 from mmgate.errors import MmgateError
 
-RENDER_PATH = "/tokenize"
+TOKENIZE_PATH = "/tokenize"
+COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
 # vLLM's efforts, probed in its order (``AnthropicEffort``).
 EFFORTS = ("low", "medium", "high", "xhigh", "max")
 TTL_S = 300.0
 PROBE_TIMEOUT_S = 5.0
-# Models remembered, and probed at once, at most (a fleet serves a few; before any backend has
-# answered, a client names any model it likes).
+# Models remembered, and probed at once, at most, per question (a fleet serves a few; before any
+# backend has answered, a client names any model it likes).
 MAX_MODELS = 64
 
 log = logging.getLogger(__name__)
+Answer = Any  # an effort (str), a merge (bool), or None: not known
 
 
-class DisabledThinking:
-    """Per model: the effort ``thinking: disabled`` maps to, or None (not known: forward)."""
+class TemplateProbes:
+    """Per question and model: what the model's chat template decides, or None (not known: forward)."""
 
     def __init__(self) -> None:
-        self._known: dict[str, tuple[float, str | None]] = {}
-        self._probes: dict[str, asyncio.Task[str | None]] = {}
+        self._known: dict[tuple[str, str], tuple[float, Answer]] = {}
+        self._probes: dict[tuple[str, str], asyncio.Task[Answer]] = {}
 
-    async def effort(self, model: str, backend: Backend) -> str | None:
-        """The effort for ``model``, probed on ``backend`` when not known (or known too long)."""
-        known = self._known.get(model)
+    async def disabled_effort(self, model: str, backend: Backend) -> str | None:
+        """The ``reasoning_effort`` that ``thinking: disabled`` means for ``model``."""
+        answer: str | None = await self._ask("disabled_effort", model, backend, _probe_effort)
+        return answer
+
+    async def merges_inline_system(self, model: str, backend: Backend) -> bool | None:
+        """Whether vLLM merges ``model``'s inline system messages into the leading system prompt."""
+        answer: bool | None = await self._ask("merge_inline_system", model, backend, _probe_merge)
+        return answer
+
+    async def _ask(self, question: str, model: str, backend: Backend,
+                   probe_of: Callable[[str, Backend], Awaitable[Answer]]) -> Answer:
+        key = (question, model)
+        known = self._known.get(key)
         if known is not None and time.monotonic() - known[0] < TTL_S:
             return known[1]
-        probe = self._probes.get(model)
+        probe = self._probes.get(key)
         if probe is None:
             if len(self._probes) >= MAX_MODELS:
                 return None  # forwarded as it is
-            probe = self._probes[model] = asyncio.create_task(_probe(model, backend), name="mmgate-thinking-probe")
-            probe.add_done_callback(lambda done: self._settle(model, done))
+            probe = self._probes[key] = asyncio.create_task(_bounded(probe_of(model, backend)),
+                                                            name="mmgate-template-probe")
+            probe.add_done_callback(lambda done: self._settle(key, done))
         return await asyncio.shield(probe)
 
-    def _settle(self, model: str, probe: asyncio.Task[str | None]) -> None:
-        self._probes.pop(model, None)
+    def _settle(self, key: tuple[str, str], probe: asyncio.Task[Answer]) -> None:
+        self._probes.pop(key, None)
         if not probe.cancelled() and probe.exception() is None:
-            if model not in self._known and len(self._known) >= MAX_MODELS:
+            if key not in self._known and len(self._known) >= 2 * MAX_MODELS:
                 del self._known[next(iter(self._known))]  # the longest known
-            self._known[model] = (time.monotonic(), probe.result())
-            # vLLM logs its own probe's answer in these words.
-            log.info("Anthropic thinking.type=disabled maps to reasoning_effort=%r for model %r "
-                     "(None: unknown, forwarded as it is)", probe.result(), model)
+            self._known[key] = (time.monotonic(), probe.result())
+            # vLLM logs its own probes' answers in such words.
+            log.info("Anthropic %s for model %r: %r (None: unknown, forwarded as it is)", key[0], key[1],
+                     probe.result())
 
 
-async def _probe(model: str, backend: Backend) -> str | None:
-    """vLLM's probe on ``backend``; None when the replica cannot render at all."""
+async def _bounded(probe: Awaitable[Answer]) -> Answer:
     try:
         async with asyncio.timeout(PROBE_TIMEOUT_S):
-            none = await _render(model, backend, "none")
-            if none is None:
-                if await _render(model, backend, EFFORTS[0]) is None:
-                    return None  # no renderer to ask: unknown
-                return "low"  # the template rejects 'none'
-            for effort in EFFORTS:
-                if await _render(model, backend, effort) == none:
-                    return "low"
-            return "none"
+            return await probe
     except (TimeoutError, MmgateError):
         return None
 
 
-async def _render(model: str, backend: Backend, effort: str) -> list[int] | None:
+async def _probe_effort(model: str, backend: Backend) -> str | None:
+    """vLLM's probe on ``backend``; None when the replica cannot render at all."""
+    none = await _tokens(model, backend, "none")
+    if none is None:
+        if await _tokens(model, backend, EFFORTS[0]) is None:
+            return None  # no renderer to ask: unknown
+        return "low"  # the template rejects 'none'
+    for effort in EFFORTS:
+        if await _tokens(model, backend, effort) == none:
+            return "low"
+    return "none"
+
+
+async def _tokens(model: str, backend: Backend, effort: str) -> list[int] | None:
     """The token ids of vLLM's probe prompt rendered with ``effort``; None when it is refused."""
     # What ChatCompletionRequest.build_chat_params makes of reasoning_effort for the template.
     kwargs = {"reasoning_effort": effort, "enable_thinking": effort != "none"}
-    body = orjson.dumps({"model": model, "messages": [{"role": "user", "content": "Hi"}],
-                         "chat_template_kwargs": kwargs})
-    reply = await backend.request("POST", RENDER_PATH, body=body, headers={"Content-Type": "application/json"})
+    answer = await _post(backend, TOKENIZE_PATH, {"model": model, "chat_template_kwargs": kwargs,
+                                                   "messages": [{"role": "user", "content": "Hi"}]})
+    tokens = answer.get("tokens") if answer is not None else None
+    return tokens if isinstance(tokens, list) else None
+
+
+# A conversation with a system message inside it, and its two chat mappings (vLLM's).
+_PROBE_TURNS = [{"role": "user", "content": "a"}, {"role": "system", "content": "b"}, {"role": "user", "content": "c"}]
+_MERGED = [{"role": "system", "content": "b"}, {"role": "user", "content": "a"}, {"role": "user", "content": "c"}]
+
+
+async def _probe_merge(model: str, backend: Backend) -> bool | None:
+    """True (merged) or False (kept in place) when vLLM's count of the probe conversation is the
+    count of exactly one of the two mappings; None otherwise."""
+    theirs = await _post(backend, COUNT_TOKENS_PATH, {"model": model, "messages": _PROBE_TURNS})
+    counts = []
+    for messages in (_MERGED, _PROBE_TURNS):
+        answer = await _post(backend, TOKENIZE_PATH, {"model": model, "messages": messages})
+        counts.append(answer.get("count") if answer is not None else None)
+    count = theirs.get("input_tokens") if theirs is not None else None
+    if not isinstance(count, int) or counts.count(count) != 1:
+        return None
+    return counts.index(count) == 0
+
+
+async def _post(backend: Backend, path: str, body: dict[str, Any]) -> dict[str, Any] | None:
+    """``body`` to ``backend``'s ``path``: its JSON object answer, or None (any other answer)."""
+    reply = await backend.request("POST", path, body=orjson.dumps(body), headers={"Content-Type": "application/json"})
     try:
-        if reply.status != 200:
-            return None
-        ids = orjson.loads(reply.body or b"{}").get("tokens")
-        return ids if isinstance(ids, list) else None
-    except (orjson.JSONDecodeError, AttributeError):
+        answer = orjson.loads(reply.body or b"") if reply.status == 200 else None
+        return answer if isinstance(answer, dict) else None
+    except orjson.JSONDecodeError:
         return None
     finally:
         reply.release()

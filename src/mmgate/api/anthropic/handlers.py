@@ -22,11 +22,12 @@ from typing import Any, TypeVar
 import orjson
 from aiohttp import web
 
-from mmgate.api.anthropic.effort import DisabledThinking
+from mmgate.api.anthropic.effort import TemplateProbes
 from mmgate.api.anthropic.reply import error_body, error_event, message_from_chat, relayed_error
 from mmgate.api.anthropic.request import (
     check_messages_body,
     forward_reason,
+    has_inline_system,
     image_sources,
     is_disabled_thinking,
     source_url,
@@ -69,7 +70,7 @@ class MessagesService:
 
     def __init__(self, gateway: Gateway) -> None:
         self.gateway = gateway
-        self.disabled_thinking = DisabledThinking()
+        self.templates = TemplateProbes()
 
     async def create(self, request: web.Request) -> web.StreamResponse:
         return await tracked(self.gateway, MESSAGES_PATH, _anthropic_errors(lambda: self._create(request)))
@@ -112,17 +113,21 @@ class MessagesService:
         gateway = self.gateway
         tenant, body, large = await self._body(request)
         candidates = gateway.router.candidates(body["model"])  # an unknown model is a 404 first, as on vLLM
-        effort = None
-        if is_disabled_thinking(body):  # its effort is the replicas' template's: probed as vLLM does
-            probed = next((b for b in candidates if gateway.router.is_healthy(b)), candidates[0])
-            effort = await self.disabled_thinking.effort(body["model"], probed)
-        if forward_reason(body, effort) is not None:
-            # What the chat pipeline refuses for a mapped request (chat_parsed), refused here too.
-            refuse_transfer_params(body, gateway.settings.allow_transfer_params)
+        # Refused on either path (chat_parsed for a mapped request), before a backend is asked anything.
+        refuse_transfer_params(body, gateway.settings.allow_transfer_params)
+        # What the replicas' chat template makes of these: probed as vLLM probes it.
+        effort, merge = None, None
+        if is_disabled_thinking(body) or has_inline_system(body):
+            asked = next((b for b in candidates if gateway.router.is_healthy(b)), candidates[0])
+            if is_disabled_thinking(body):
+                effort = await self.templates.disabled_effort(body["model"], asked)
+            if has_inline_system(body):
+                merge = await self.templates.merges_inline_system(body["model"], asked)
+        if forward_reason(body, effort, merge) is not None:
             if tenant is not None:  # vLLM salts its prefix cache with it: one partition per tenant
                 body["cache_salt"] = gateway.keys.cache_salt(tenant, client_cache_salt(body))
             return await self._forward(request, body, tenant, MESSAGES_PATH, stream=bool(body.get("stream")))
-        parsed = await _run(large, _mapped, body, gateway.settings, effort)
+        parsed = await _run(large, _mapped, body, gateway.settings, effort, bool(merge))
         outcome = await gateway.chat_parsed(parsed, request.headers, tenant)
         try:
             reply = outcome.reply
@@ -202,9 +207,10 @@ def _checked(body: Any, max_depth: int, count_tokens: bool) -> dict[str, Any]:
     return check_messages_body(body, count_tokens=count_tokens)
 
 
-def _mapped(body: dict[str, Any], settings: GatewaySettings, disabled_effort: str | None) -> ChatRequest:
+def _mapped(body: dict[str, Any], settings: GatewaySettings, disabled_effort: str | None,
+            merge_inline_system: bool) -> ChatRequest:
     """The chat request ``body`` maps to, parsed; its errors and image slots name the client's fields."""
-    chat_body, params = to_chat_body(body, disabled_effort)
+    chat_body, params = to_chat_body(body, disabled_effort, merge_inline_system)
     try:
         parsed = parse_chat_body(chat_body, max_images=settings.max_images_per_request,
                                  max_uuid_length=settings.max_uuid_length, max_depth=settings.max_json_depth)

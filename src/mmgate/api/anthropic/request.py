@@ -4,10 +4,10 @@
 the same prompt and samples the same way — but every image becomes a chat ``image_url`` part the
 gateway's pipeline loads, labels and strips on repeats.
 
-Requests whose mapping depends on the serving replica's own state are not mapped (``forward_reason``):
-vLLM probes its chat template to decide how inline ``system`` messages are merged and which
-reasoning effort ``thinking: disabled`` means (the gateway probes the latter the same way on a
-replica's renderer, ``mmgate.api.anthropic.effort``, and maps it once known). Nor are ``thinking`` and ``output_config`` settings
+Some of the mapping depends on the serving replica's own state: vLLM probes its chat template to
+decide whether inline ``system`` messages are merged and which reasoning effort ``thinking:
+disabled`` means. The gateway asks a replica the same (``mmgate.api.anthropic.effort``) and maps
+such a request once it knows; until then it is not mapped (``forward_reason``). Nor are ``thinking`` and ``output_config`` settings
 of another shape than the plain ones (``enabled`` with an integer budget of 1024 or more,
 ``adaptive``; an effort of vLLM's list, a JSON schema format), which vLLM's own validation judges.
 Those go to the backend's ``/v1/messages`` as they are, their images policed first
@@ -26,8 +26,8 @@ from typing import Any
 
 from mmgate.api.anthropic.checks import check_messages_body
 
-__all__ = ["STREAM_OPTIONS", "check_messages_body", "forward_reason", "image_sources", "is_disabled_thinking",
-           "source_url", "to_chat_body"]
+__all__ = ["STREAM_OPTIONS", "check_messages_body", "forward_reason", "has_inline_system", "image_sources",
+           "is_disabled_thinking", "source_url", "to_chat_body"]
 
 _BILLING = "x-anthropic-billing-header"
 # Request fields vLLM copies onto its chat request unchanged.
@@ -41,19 +41,26 @@ _EFFORTS = frozenset({"low", "medium", "high", "xhigh", "max"})
 _DISPLAYS = frozenset({"summarized", "omitted", "updates"})
 
 
-def forward_reason(body: dict[str, Any], disabled_effort: str | None = None) -> str | None:
+def forward_reason(body: dict[str, Any], disabled_effort: str | None = None,
+                   merge_inline_system: bool | None = None) -> str | None:
     """Why this request cannot be mapped faithfully (it is then forwarded as it is), or None.
-    ``disabled_effort``: the effort ``thinking: disabled`` means on the model's replicas, when
-    known (``mmgate.api.anthropic.effort``)."""
+    ``disabled_effort``, ``merge_inline_system``: what the model's replicas' chat template makes of
+    ``thinking: disabled`` and of a system message inside ``messages``, when known
+    (``mmgate.api.anthropic.effort``)."""
     if body.get("thinking") is not None and _thinking_fields(body, disabled_effort) is None:
         # 'disabled' with its effort not known; a shape other than the plain ones, which vLLM's
         # own validation judges (and refuses or coerces).
         return "thinking"
     if body.get("output_config") is not None and _output_config(body["output_config"]) is None:
         return "output_config"
-    if any(m.get("role") == "system" for m in body["messages"]):
+    if merge_inline_system is None and has_inline_system(body):
         return "inline system message"  # merged or not by a probe of the chat template
     return None
+
+
+def has_inline_system(body: dict[str, Any]) -> bool:
+    """Whether ``body`` has a system message inside ``messages`` (vLLM's extension)."""
+    return any(m.get("role") == "system" for m in body["messages"])
 
 
 def is_disabled_thinking(body: dict[str, Any]) -> bool:
@@ -99,16 +106,25 @@ def _output_config(config: Any) -> dict[str, Any] | None:
     return fields
 
 
-def to_chat_body(body: dict[str, Any], disabled_effort: str | None = None) -> tuple[dict[str, Any], dict[str, str]]:
+def to_chat_body(body: dict[str, Any], disabled_effort: str | None = None,
+                 merge_inline_system: bool = False) -> tuple[dict[str, Any], dict[str, str]]:
     """The chat-completions body vLLM builds for ``body`` (checked, and with no forward reason),
     and each image part's chat path → its Anthropic path (``messages[0].content[1].source``), so
-    errors name the client's field."""
+    errors name the client's field. ``merge_inline_system``: system messages inside ``messages``
+    join the leading system prompt (else each stays in place, its text only, as in vLLM)."""
     messages: list[dict[str, Any]] = []
     params: dict[str, str] = {}
     system = _system_text(body.get("system"))
+    if merge_inline_system:
+        system += "".join(_inline_system_text(m) or "" for m in body["messages"] if m["role"] == "system")
     if system:
         messages.append({"role": "system", "content": system})
     for i, message in enumerate(body["messages"]):
+        if message["role"] == "system":
+            text = _inline_system_text(message)
+            if text and not merge_inline_system:
+                messages.append({"role": "system", "content": text})
+            continue
         _convert_message(message, messages, params, f"messages[{i}]")
     chat: dict[str, Any] = {"model": body["model"], "messages": messages,
                             "max_tokens": body["max_tokens"], "max_completion_tokens": body["max_tokens"]}
@@ -266,6 +282,16 @@ def _system_text(system: Any) -> str:
     return "".join(
         b["text"] for b in system if b.get("type") == "text" and b.get("text") and not b["text"].startswith(_BILLING)
     )
+
+
+def _inline_system_text(message: dict[str, Any]) -> str | None:
+    """vLLM's ``_extract_system_text``: a system message's text, billing headers dropped (other
+    blocks, images too, are not carried)."""
+    content = message["content"]
+    if isinstance(content, str):
+        return None if content.startswith(_BILLING) else content
+    return "".join(b["text"] for b in content if b.get("type") == "text" and b.get("text")
+                   and not b["text"].startswith(_BILLING)) or None
 
 
 def _chat_tool(tool: dict[str, Any]) -> dict[str, Any]:
