@@ -166,7 +166,7 @@ async def test_forwarded_images_count_against_the_request_pixel_limit(origin: Im
             assert "--max-request-pixels" in answer["error"]["message"]
             assert "(param: messages[" in answer["error"]["message"]
         # Refused before the request reached the backend (which only answered the gateway's probe of
-        # its chat template: mmgate.api.anthropic.effort).
+        # its chat template: mmgate.api.anthropic.template_probes).
         assert not [s for s in echo.seen if s.path_qs in ("/v1/messages", "/v1/chat/completions")]
 
 

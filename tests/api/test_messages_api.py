@@ -174,7 +174,7 @@ def test_plain_thinking_and_output_config_are_mapped_as_vllm_maps_them() -> None
 
 
 def test_disabled_thinking_is_mapped_once_its_effort_is_known() -> None:
-    """Its effort is a probe of the replica's chat template (mmgate.api.anthropic.effort): unknown,
+    """Its effort is a probe of the replica's chat template (mmgate.api.anthropic.template_probes): unknown,
     the request is forwarded; known, it is vLLM's reasoning_effort, over output_config's."""
     body = check_messages_body({"model": "m", "max_tokens": 9, "messages": [{"role": "user", "content": "hi"}],
                                 "thinking": {"type": "disabled"}, "output_config": {"effort": "high"}})

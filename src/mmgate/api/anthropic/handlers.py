@@ -22,7 +22,6 @@ from typing import Any, TypeVar
 import orjson
 from aiohttp import web
 
-from mmgate.api.anthropic.effort import TemplateProbes
 from mmgate.api.anthropic.reply import error_body, error_event, message_from_chat, relayed_error
 from mmgate.api.anthropic.request import (
     check_messages_body,
@@ -34,6 +33,7 @@ from mmgate.api.anthropic.request import (
     to_chat_body,
 )
 from mmgate.api.anthropic.stream import events, whole_events
+from mmgate.api.anthropic.template_probes import TemplateProbes
 from mmgate.api.chat_request import ChatRequest, check_depth, parse_chat_body
 from mmgate.api.edge import read_body
 from mmgate.api.forward import Forwarder

@@ -6,7 +6,7 @@ gateway's pipeline loads, labels and strips on repeats.
 
 Some of the mapping depends on the serving replica's own state: vLLM probes its chat template to
 decide whether inline ``system`` messages are merged and which reasoning effort ``thinking:
-disabled`` means. The gateway asks a replica the same (``mmgate.api.anthropic.effort``) and maps
+disabled`` means. The gateway asks a replica the same (``mmgate.api.anthropic.template_probes``) and maps
 such a request once it knows; until then it is not mapped (``forward_reason``). Nor are ``thinking`` and ``output_config`` settings
 of another shape than the plain ones (``enabled`` with an integer budget of 1024 or more,
 ``adaptive``; an effort of vLLM's list, a JSON schema format), which vLLM's own validation judges.
@@ -46,7 +46,7 @@ def forward_reason(body: dict[str, Any], disabled_effort: str | None = None,
     """Why this request cannot be mapped faithfully (it is then forwarded as it is), or None.
     ``disabled_effort``, ``merge_inline_system``: what the model's replicas' chat template makes of
     ``thinking: disabled`` and of a system message inside ``messages``, when known
-    (``mmgate.api.anthropic.effort``)."""
+    (``mmgate.api.anthropic.template_probes``)."""
     if body.get("thinking") is not None and _thinking_fields(body, disabled_effort) is None:
         # 'disabled' with its effort not known; a shape other than the plain ones, which vLLM's
         # own validation judges (and refuses or coerces).

@@ -1,5 +1,5 @@
 """What a model's chat template makes of ``thinking: disabled`` and of inline system messages, probed
-as vLLM probes it (``mmgate.api.anthropic.effort``), against real aiohttp servers on loopback
+as vLLM probes it (``mmgate.api.anthropic.template_probes``), against real aiohttp servers on loopback
 standing for a replica's ``/tokenize`` and ``/v1/messages/count_tokens``: a template that tells
 ``none`` apart, one that renders every effort alike, one that refuses ``none``, a backend without a
 renderer (the request is then forwarded as it is); a replica that merges and one that does not."""
@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-from mmgate.api.anthropic.effort import MAX_MODELS, TemplateProbes
+from mmgate.api.anthropic.template_probes import MAX_MODELS, TemplateProbes
 from mmgate.backends import HTTPBackend
 from tests.support.apps import serving
 
