@@ -3,8 +3,12 @@ processor cache, vLLM never sees a client's uuid verbatim, and a stored response
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
+from typing import Any
 
+from mmgate.api.anthropic.handlers import tenant_marked
+from mmgate.reuse import KeySpace
 from tests.support.agents import call
 from tests.support.recorder import recording_proxy
 from tests.support.vllm import SERVED_MODEL, VllmReplica, running_gateway_process
@@ -62,26 +66,28 @@ async def test_a_stored_response_is_its_tenants(vllm_replicas: list[VllmReplica]
         assert theirs.status == 404 and theirs.json["error"]["code"] == "response_not_found"
 
 
-async def test_a_forwarded_messages_image_is_its_tenants_in_vllms_cache(
-    vllm_replicas: list[VllmReplica], tmp_path: Path,
-) -> None:
-    """A Messages request vLLM must map itself (here: a system message inside ``messages``) goes to
-    its /v1/messages, which takes no uuid: vLLM's processor cache keys the image by its bytes. Each
-    tenant's bytes carry its mark, so tenant B's copy of A's image is a miss (it cannot time A's),
-    and A's repeat still a hit."""
-    keys = tmp_path / "keys.txt"
-    keys.write_text("key-a tenant-a\nkey-b tenant-b\n")
-    shot = fresh_jpeg().split(",", 1)[1]
-    request = {"model": SERVED_MODEL, "max_tokens": 2, "temperature": 0, "messages": [
-        {"role": "system", "content": "Be terse."},
-        {"role": "user", "content": [{"type": "text", "text": "What is this?"}, {
-            "type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": shot}}]}]}
+async def test_a_tenant_marked_image_is_its_tenants_in_vllms_cache(vllm_replicas: list[VllmReplica]) -> None:
+    """What the gateway does to an image in a Messages request it forwards to vLLM's own endpoint
+    (which takes no uuid) for a tenant (``tenant_marked``), sent here straight to vLLM's
+    /v1/messages: vLLM keys the image by its bytes, so tenant B's copy of A's image is a miss (B
+    cannot time A's), A's repeat a hit, and the answer is the unmarked image's (the same pixels)."""
+    raw = base64.b64decode(fresh_jpeg().split(",", 1)[1])
+    keys = KeySpace()
     replica = vllm_replicas[0]
-    with running_gateway_process([replica.url], tmp_path / "gw.log", "--api-keys-file", str(keys),
-                                 *GATEWAY_FLAGS) as gw:
-        queries, hits = replica.cache_counters()
-        for key in ("key-a", "key-a", "key-b"):
-            reply = await call(gw.url, "/v1/messages", request, headers={"Authorization": f"Bearer {key}"})
-            assert reply.status == 200 and reply.headers.get("x-mmgate-forwarded") == "as-is", reply.json
-        after_queries, after_hits = replica.cache_counters()
+
+    def request(data: bytes) -> dict[str, Any]:
+        return {"model": SERVED_MODEL, "max_tokens": 3, "temperature": 0, "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "What is this?"}, {
+                "type": "image", "source": {"type": "base64", "media_type": "image/jpeg",
+                                            "data": base64.b64encode(data).decode()}}]}]}
+
+    queries, hits = replica.cache_counters()
+    answers = []
+    for tenant in ("tenant-a", "tenant-a", "tenant-b"):
+        reply = await call(replica.url, "/v1/messages", request(tenant_marked(raw, keys.tenant_tag(tenant))))
+        assert reply.status == 200, reply.json
+        answers.append(reply.json["content"])
+    after_queries, after_hits = replica.cache_counters()
     assert (after_queries - queries, after_hits - hits) == (3, 1)
+    plain = await call(replica.url, "/v1/messages", request(raw))
+    assert plain.status == 200 and answers == [plain.json["content"]] * 3
