@@ -130,7 +130,10 @@ async def agent(http: aiohttp.ClientSession, url: str, api: str, mode: str, shot
             return
         first = max(0, t - args.window + 1)
         window = [(f"{name}-{i}", shots[i]) for i in range(first, t + 1)]
-        body = orjson.dumps({**turn_body(api, SERVED_MODEL, window, sent, args.max_tokens), **args.extra_body})
+        turn = {**turn_body(api, SERVED_MODEL, window, sent, args.max_tokens), **args.extra_body}
+        if args.inline_system and api == "messages":  # a per-turn reminder, as Claude Code sends
+            turn["messages"] = [{"role": "system", "content": f"Reminder: this is turn {t}."}, *turn["messages"]]
+        body = orjson.dumps(turn)
         started = time.perf_counter()
         ttft = None
         async with http.post(url + PATHS[api], data=body, headers={
@@ -304,6 +307,8 @@ def main() -> int:
     p.add_argument("--window", type=int, default=4, help="screenshots per turn")
     p.add_argument("--max-tokens", type=int, default=4)
     p.add_argument("--extra-body", type=orjson.loads, default={}, help="JSON fields added to every turn's body")
+    p.add_argument("--inline-system", action="store_true",
+                   help="Messages: a system message inside `messages` every turn (a per-turn reminder)")
     p.add_argument("--expect-turns-per-s", type=float, default=30.0,
                    help="rate the first round's screenshots are made for (later rounds: the one measured)")
     p.add_argument("--model", type=Path, default=ROOT / "build" / "micro-qwen2vl",
