@@ -117,11 +117,12 @@ class MessagesService:
         refuse_transfer_params(body, gateway.settings.allow_transfer_params)
         # What the replicas' chat template makes of these: probed as vLLM probes it.
         effort, merge = None, None
-        if is_disabled_thinking(body) or has_inline_system(body):
+        disabled, inline = is_disabled_thinking(body), has_inline_system(body)
+        if disabled or inline:
             asked = next((b for b in candidates if gateway.router.is_healthy(b)), candidates[0])
-            if is_disabled_thinking(body):
+            if disabled:
                 effort = await self.templates.disabled_effort(body["model"], asked)
-            if has_inline_system(body):
+            if inline:
                 merge = await self.templates.merges_inline_system(body["model"], asked)
         if forward_reason(body, effort, merge) is not None:
             if tenant is not None:  # vLLM salts its prefix cache with it: one partition per tenant

@@ -6,12 +6,12 @@ gateway's pipeline loads, labels and strips on repeats.
 
 Some of the mapping depends on the serving replica's own state: vLLM probes its chat template to
 decide whether inline ``system`` messages are merged and which reasoning effort ``thinking:
-disabled`` means. The gateway asks a replica the same (``mmgate.api.anthropic.template_probes``) and maps
-such a request once it knows; until then it is not mapped (``forward_reason``). Nor are ``thinking`` and ``output_config`` settings
-of another shape than the plain ones (``enabled`` with an integer budget of 1024 or more,
-``adaptive``; an effort of vLLM's list, a JSON schema format), which vLLM's own validation judges.
-Those go to the backend's ``/v1/messages`` as they are, their images policed first
-(``mmgate.api.anthropic.handlers``).
+disabled`` means. The gateway asks a replica the same (``mmgate.api.anthropic.template_probes``)
+and maps such a request once it knows; until then it is not mapped (``forward_reason``). Nor are
+``thinking`` and ``output_config`` settings of another shape than the plain ones (``enabled`` with
+an integer budget of 1024 or more, ``adaptive``; an effort of vLLM's list, a JSON schema format),
+which vLLM's own validation judges. Those go to the backend's ``/v1/messages`` as they are, their
+images policed first (``mmgate.api.anthropic.handlers``).
 
 The checks before it (``check_messages_body``, re-exported here) are ``mmgate.api.anthropic.checks``.
 Pure logic: no I/O.

@@ -83,7 +83,7 @@ class TemplateProbes:
             if key not in self._known and len(self._known) >= 2 * MAX_MODELS:
                 del self._known[next(iter(self._known))]  # the longest known
             self._known[key] = (time.monotonic(), probe.result())
-            # vLLM logs its own probes' answers in such words.
+            # What the gateway maps these settings to, as vLLM logs its own probes' answers.
             log.info("Anthropic %s for model %r: %r (None: unknown, forwarded as it is)", key[0], key[1],
                      probe.result())
 
