@@ -2,18 +2,24 @@
 as vLLM probes it (``mmgate.api.anthropic.template_probes``), against real aiohttp servers on loopback
 standing for a replica's ``/tokenize`` and ``/v1/messages/count_tokens``: a template that tells
 ``none`` apart, one that renders every effort alike, one that refuses ``none``, a backend without a
-renderer (the request is then forwarded as it is); a replica that merges and one that does not."""
+renderer (the request is then forwarded as it is); a replica that merges and one that does not, and
+both in one fleet."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 
+import aiohttp
+import pytest
 from aiohttp import web
 
-from mmgate.api.anthropic.template_probes import MAX_MODELS, TemplateProbes
+from mmgate.api.anthropic.template_probes import MAX_ANSWERS, TTL_S, TemplateProbes
 from mmgate.backends import HTTPBackend
-from tests.support.apps import serving
+from mmgate.config import BackendSpec
+from tests.support.apps import Handler, serving, vllm_like
+from tests.support.gateway import gateway_settings, running_gateway
 
 Render = Callable[[str], list[int] | None]
 
@@ -42,8 +48,8 @@ async def probed(render: Render) -> tuple[list[str | None], list[str]]:
         backend = HTTPBackend("b", "vllm", url + "/", connect_timeout_s=1.0, read_timeout_s=2.0)
         probes = TemplateProbes()
         try:
-            efforts = await asyncio.gather(*(probes.disabled_effort("m", backend) for _ in range(10)))
-            efforts.append(await probes.disabled_effort("m", backend))  # known now: nothing asked
+            efforts = await asyncio.gather(*(probes.disabled_effort("m", [backend]) for _ in range(10)))
+            efforts.append(await probes.disabled_effort("m", [backend]))  # known now: nothing asked
         finally:
             await backend.close()
     return list(efforts), asked
@@ -76,15 +82,15 @@ async def test_the_models_it_knows_are_bounded() -> None:
         backend = HTTPBackend("b", "vllm", url + "/", connect_timeout_s=1.0, read_timeout_s=2.0)
         probes = TemplateProbes()
         try:
-            for i in range(2 * MAX_MODELS + 8):
-                assert await probes.disabled_effort(f"m{i}", backend) == "low"
+            for i in range(MAX_ANSWERS + 8):
+                assert await probes.disabled_effort(f"m{i}", [backend]) == "low"
         finally:
             await backend.close()
-    known = {model for _, model in probes._known}
-    assert known == {f"m{i}" for i in range(8, 2 * MAX_MODELS + 8)}  # the longest known went
+    known = {model for _, model, _ in probes._known}
+    assert known == {f"m{i}" for i in range(8, MAX_ANSWERS + 8)}  # the longest known went
 
 
-def counting(merges: bool | None) -> web.Application:
+def counting_posts(merges: bool | None) -> dict[str, Handler]:
     """A replica that counts a token a message, plus one for a system message kept apart from the
     leading one (its own role header): count_tokens counts as vLLM maps (merged or not); None: it
     cannot count."""
@@ -102,9 +108,13 @@ def counting(merges: bool | None) -> web.Application:
         mapped = systems + [m for m in turns if m["role"] != "system"] if merges else turns
         return web.json_response({"input_tokens": count(mapped)})
 
+    return {"/tokenize": tokenize, "/v1/messages/count_tokens": count_tokens}
+
+
+def counting(merges: bool | None) -> web.Application:
     app = web.Application()
-    app.router.add_post("/tokenize", tokenize)
-    app.router.add_post("/v1/messages/count_tokens", count_tokens)
+    for path, handler in counting_posts(merges).items():
+        app.router.add_post(path, handler)
     return app
 
 
@@ -113,6 +123,88 @@ async def test_whether_inline_system_messages_merge_is_asked_of_vllm() -> None:
         async with serving(counting(merges)) as url:
             backend = HTTPBackend("b", "vllm", url + "/", connect_timeout_s=1.0, read_timeout_s=2.0)
             try:
-                assert await TemplateProbes().merges_inline_system("m", backend) is merges
+                assert await TemplateProbes().merges_inline_system("m", [backend]) is merges
             finally:
                 await backend.close()
+
+
+async def test_replicas_that_differ_are_not_mapped_by_one_of_them() -> None:
+    """A rolling upgrade: replicas of one model whose templates decide differently. The request
+    could go to either, so it is mapped only when they agree; otherwise forwarded (None)."""
+    cases = [((True, True), True), ((False, False), False), ((True, False), None), ((True, None), None)]
+    for (first, second), agreed in cases:
+        async with serving(counting(first)) as url_a, serving(counting(second)) as url_b:
+            backends = [HTTPBackend(name, "vllm", url + "/", connect_timeout_s=1.0, read_timeout_s=2.0)
+                        for name, url in (("a", url_a), ("b", url_b))]
+            probes = TemplateProbes()
+            try:
+                assert await probes.merges_inline_system("m", backends) is agreed, (first, second)
+                # Each replica's answer is its own, kept apart.
+                assert {k: v for k, (_, v) in probes._known.items()} == {
+                    ("merge_inline_system", "m", "a"): first, ("merge_inline_system", "m", "b"): second}
+            finally:
+                for backend in backends:
+                    await backend.close()
+
+
+def replica(merges: bool | None, served: list[str]) -> web.Application:
+    """A vLLM-like replica of model ``m`` that answers the merge probe (``counting_posts``) and
+    records which endpoint served each request: chat (mapped) or its own Messages (forwarded)."""
+    async def chat(request: web.Request) -> web.Response:
+        served.append(f"chat {(await request.json())['messages'][0]['role']}")
+        return web.json_response({
+            "id": "c", "object": "chat.completion", "model": "m", "created": 0,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}})
+
+    async def messages(request: web.Request) -> web.Response:
+        await request.read()
+        served.append("messages")
+        return web.json_response({
+            "id": "msg_1", "type": "message", "role": "assistant", "model": "m",
+            "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn", "stop_sequence": None,
+            "usage": {"input_tokens": 3, "output_tokens": 1}})
+
+    return vllm_like("m", {**counting_posts(merges), "/v1/chat/completions": chat, "/v1/messages": messages})
+
+
+@pytest.mark.parametrize(("merges", "expected"), [
+    ((True, True), ["chat system", "chat system"]), ((False, False), ["chat user", "chat user"]),
+    ((True, False), ["messages", "messages"])])
+async def test_a_gateway_maps_an_inline_system_message_only_when_its_replicas_agree(
+        merges: tuple[bool, bool], expected: list[str]) -> None:
+    """Through a gateway of two replicas: merged (the system message first), kept in place, or, when
+    the replicas' templates differ, forwarded to the replica's own ``/v1/messages``."""
+    served: list[str] = []
+    body = {"model": "m", "max_tokens": 4, "messages": [
+        {"role": "user", "content": "a"}, {"role": "system", "content": "s"}, {"role": "user", "content": "b"}]}
+    async with serving(replica(merges[0], served)) as url_a, serving(replica(merges[1], served)) as url_b, \
+            running_gateway(gateway_settings(backends=(BackendSpec(kind="vllm", url=url_a, name="a"),
+                                                       BackendSpec(kind="vllm", url=url_b, name="b")))) as gw, \
+            aiohttp.ClientSession() as client:
+        for _ in range(2):
+            async with client.post(gw.url + "/v1/messages", json=body) as resp:
+                answer = await resp.json()
+                assert resp.status == 200, answer
+                assert answer["content"] == [{"type": "text", "text": "ok"}]
+                assert ("x-mmgate-forwarded" in resp.headers) == (merges[0] != merges[1])
+    assert served == expected
+
+
+async def test_an_answer_out_of_date_is_used_while_it_is_asked_again() -> None:
+    """After ``TTL_S`` no request waits: the last answer serves while the replica is asked again,
+    and the new answer replaces it."""
+    asked: list[str] = []
+    async with serving(renderer(lambda e: [1, 2], asked)) as url:
+        backend = HTTPBackend("b", "vllm", url + "/", connect_timeout_s=1.0, read_timeout_s=2.0)
+        probes = TemplateProbes()
+        key = ("disabled_effort", "m", "b")
+        probes._known[key] = (time.monotonic() - TTL_S - 1, "none")  # learnt before the template changed
+        try:
+            assert await probes.disabled_effort("m", [backend]) == "none"  # at once, probe running
+            assert key in probes._probes
+            await probes._probes[key]
+            assert asked == ["none", "low"]
+            assert await probes.disabled_effort("m", [backend]) == "low"
+        finally:
+            await backend.close()

@@ -119,7 +119,7 @@ async def test_disabled_thinking_means_the_effort_vllm_probes(
     body = req([{"role": "user", "content": "Hi"}], thinking={"type": "disabled"})
     via, direct = await _pair(gateway, vllm_replicas, "/v1/messages", body)
     assert via.status == direct.status == 200 and via.headers.get("x-mmgate-forwarded") is None
-    ours = re.findall(r"disabled_effort for model '[^']*': '(\w+)'", gateway.log_path.read_text())
+    ours = re.findall(r"disabled_effort for model '[^']*' on backend \S+: '(\w+)'", gateway.log_path.read_text())
     said = re.compile(r"thinking\.type=disabled maps to reasoning_effort='(\w+)'")
     theirs = [e for r in vllm_replicas for e in said.findall(r.log_path.read_text())]
     assert ours and theirs and set(ours) == set(theirs), (ours, theirs)

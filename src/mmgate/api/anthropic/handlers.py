@@ -115,11 +115,12 @@ class MessagesService:
         candidates = gateway.router.candidates(body["model"])  # an unknown model is a 404 first, as on vLLM
         # Refused on either path (chat_parsed for a mapped request), before a backend is asked anything.
         refuse_transfer_params(body, gateway.settings.allow_transfer_params)
-        # What the replicas' chat template makes of these: probed as vLLM probes it.
+        # What the replicas' chat template makes of these: probed as vLLM probes it, on every
+        # replica the request could go to.
         effort, merge = None, None
         disabled, inline = is_disabled_thinking(body), has_inline_system(body)
         if disabled or inline:
-            asked = next((b for b in candidates if gateway.router.is_healthy(b)), candidates[0])
+            asked = [b for b in candidates if gateway.router.is_healthy(b)] or candidates[:1]
             if disabled:
                 effort = await self.templates.disabled_effort(body["model"], asked)
             if inline:

@@ -13,9 +13,12 @@ repeated images stripped) instead of going to vLLM's ``/v1/messages`` as it is:
   vLLM itself: its ``/v1/messages/count_tokens`` counts a probe conversation as it maps it, and the
   two chat mappings are counted on ``/tokenize``; the one with vLLM's count is vLLM's.
 
-One probe per (question, model) at a time (concurrent requests wait for it), its answer kept
-``TTL_S``; a replica that cannot answer (the sim, an older vLLM, a failure) answers None, and the
-request is then forwarded as before. Bounded: ``MAX_MODELS`` models known and probed at once.
+Every replica the request could go to is asked, and the request is mapped only when they all
+give one answer: replicas of a model whose templates differ (a rolling upgrade) are not mapped by
+one of them. One probe per (question, model, replica) at a time (concurrent requests wait for the first
+one), its answer kept ``TTL_S`` and used while it is asked again; a replica that cannot answer (the sim, an older vLLM, a failure) answers
+None, and the request is then forwarded as before. Bounded: ``MAX_PROBES`` probes at once,
+``MAX_ANSWERS`` answers kept.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import orjson
@@ -37,55 +40,69 @@ COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
 EFFORTS = ("low", "medium", "high", "xhigh", "max")
 TTL_S = 300.0
 PROBE_TIMEOUT_S = 5.0
-# Models remembered, and probed at once, at most, per question (a fleet serves a few; before any
-# backend has answered, a client names any model it likes).
-MAX_MODELS = 64
+# Probes at once and answers kept, at most (a fleet serves a few models; before any backend has
+# answered, a client names any model it likes).
+MAX_PROBES = 64
+MAX_ANSWERS = 256
 
 log = logging.getLogger(__name__)
 Answer = Any  # an effort (str), a merge (bool), or None: not known
+Key = tuple[str, str, str]  # question, model, replica
 
 
 class TemplateProbes:
-    """Per question and model: what the model's chat template decides, or None (not known: forward)."""
+    """Per question, model and replica: what the model's chat template decides, or None (not known:
+    forward)."""
 
     def __init__(self) -> None:
-        self._known: dict[tuple[str, str], tuple[float, Answer]] = {}
-        self._probes: dict[tuple[str, str], asyncio.Task[Answer]] = {}
+        self._known: dict[Key, tuple[float, Answer]] = {}
+        self._probes: dict[Key, asyncio.Task[Answer]] = {}
 
-    async def disabled_effort(self, model: str, backend: Backend) -> str | None:
-        """The ``reasoning_effort`` that ``thinking: disabled`` means for ``model``."""
-        answer: str | None = await self._ask("disabled_effort", model, backend, _probe_effort)
+    async def disabled_effort(self, model: str, backends: Sequence[Backend]) -> str | None:
+        """The ``reasoning_effort`` that ``thinking: disabled`` means for ``model`` on every one of
+        ``backends``."""
+        answer: str | None = await self._agreed("disabled_effort", model, backends, _probe_effort)
         return answer
 
-    async def merges_inline_system(self, model: str, backend: Backend) -> bool | None:
-        """Whether vLLM merges ``model``'s inline system messages into the leading system prompt."""
-        answer: bool | None = await self._ask("merge_inline_system", model, backend, _probe_merge)
+    async def merges_inline_system(self, model: str, backends: Sequence[Backend]) -> bool | None:
+        """Whether every one of ``backends`` merges ``model``'s inline system messages into the
+        leading system prompt (True), or none does (False)."""
+        answer: bool | None = await self._agreed("merge_inline_system", model, backends, _probe_merge)
         return answer
 
-    async def _ask(self, question: str, model: str, backend: Backend,
-                   probe_of: Callable[[str, Backend], Awaitable[Answer]]) -> Answer:
-        key = (question, model)
+    async def _agreed(self, question: str, model: str, backends: Sequence[Backend],
+                      probe_of: Callable[[str, Backend], Awaitable[Answer]]) -> Answer:
+        """The answer of every one of ``backends``, or None when one cannot answer or two differ."""
+        answers = await asyncio.gather(*(self._ask((question, model, b.name), b, probe_of) for b in backends))
+        first = answers[0] if answers else None
+        if first is None or any(a != first for a in answers):
+            return None
+        return first
+
+    async def _ask(self, key: Key, backend: Backend, probe_of: Callable[[str, Backend], Awaitable[Answer]]
+                   ) -> Answer:
         known = self._known.get(key)
         if known is not None and time.monotonic() - known[0] < TTL_S:
             return known[1]
         probe = self._probes.get(key)
-        if probe is None:
-            if len(self._probes) >= MAX_MODELS:
-                return None  # forwarded as it is
-            probe = self._probes[key] = asyncio.create_task(_bounded(probe_of(model, backend)),
+        if probe is None and len(self._probes) < MAX_PROBES:
+            probe = self._probes[key] = asyncio.create_task(_bounded(probe_of(key[1], backend)),
                                                             name="mmgate-template-probe")
             probe.add_done_callback(lambda done: self._settle(key, done))
-        return await asyncio.shield(probe)
+        if known is not None:
+            return known[1]  # out of date: still used while it is asked again, so no request waits
+        return None if probe is None else await asyncio.shield(probe)  # None: too many probes, forwarded
 
-    def _settle(self, key: tuple[str, str], probe: asyncio.Task[Answer]) -> None:
+    def _settle(self, key: Key, probe: asyncio.Task[Answer]) -> None:
         self._probes.pop(key, None)
         if not probe.cancelled() and probe.exception() is None:
-            if key not in self._known and len(self._known) >= 2 * MAX_MODELS:
+            self._known.pop(key, None)  # asked again: now the latest
+            if len(self._known) >= MAX_ANSWERS:
                 del self._known[next(iter(self._known))]  # the longest known
             self._known[key] = (time.monotonic(), probe.result())
             # What the gateway maps these settings to, as vLLM logs its own probes' answers.
-            log.info("Anthropic %s for model %r: %r (None: unknown, forwarded as it is)", key[0], key[1],
-                     probe.result())
+            log.info("Anthropic %s for model %r on backend %s: %r (None: unknown, forwarded as it is)",
+                     *key, probe.result())
 
 
 async def _bounded(probe: Awaitable[Answer]) -> Answer:
