@@ -15,10 +15,10 @@ repeated images stripped) instead of going to vLLM's ``/v1/messages`` as it is:
 
 Every replica the request could go to is asked, and the request is mapped only when they all
 give one answer: replicas of a model whose templates differ (a rolling upgrade) are not mapped by
-one of them. One probe per (question, model, replica) at a time (concurrent requests wait for the first
-one), its answer kept ``TTL_S`` and used while it is asked again; a replica that cannot answer (the sim, an older vLLM, a failure) answers
-None, and the request is then forwarded as before. Bounded: ``MAX_PROBES`` probes at once,
-``MAX_ANSWERS`` answers kept.
+one of them. One probe per (question, model, replica) at a time (concurrent requests wait for the
+first one), its answer kept ``TTL_S`` and used while it is asked again; a replica that cannot
+answer (the sim, an older vLLM, a failure) answers None, and the request is then forwarded as
+before. Bounded: ``MAX_PROBES`` probes at once, ``MAX_ANSWERS`` answers kept.
 """
 
 from __future__ import annotations
