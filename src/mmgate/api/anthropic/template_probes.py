@@ -17,8 +17,11 @@ Every replica the request could go to is asked, and the request is mapped only w
 give one answer: replicas of a model whose templates differ (a rolling upgrade) are not mapped by
 one of them. One probe per (question, model, replica) at a time (concurrent requests wait for the
 first one), its answer kept ``TTL_S`` and used while it is asked again; a replica that cannot
-answer (the sim, an older vLLM, a failure) answers None, and the request is then forwarded as
-before. Bounded: ``MAX_PROBES`` probes at once, ``MAX_ANSWERS`` answers kept.
+answer (an older vLLM, a failure) answers None, and the request is then forwarded as before. A
+backend that serves no probe path at all (404: the embedded ``sim``, a chat-only engine) has no
+template to ask and no ``/v1/messages`` to forward to: its answers are a chat backend's
+(``thinking: disabled`` as ``reasoning_effort: none``, a system message kept where it stands).
+Bounded: ``MAX_PROBES`` probes at once, ``MAX_ANSWERS`` answers kept.
 """
 
 from __future__ import annotations
@@ -105,17 +108,25 @@ class TemplateProbes:
                      *key, probe.result())
 
 
+class _NotServed(Exception):
+    """The backend answered 404: it serves no such path."""
+
+
 async def _bounded(probe: Awaitable[Answer]) -> Answer:
     try:
         async with asyncio.timeout(PROBE_TIMEOUT_S):
             return await probe
-    except (TimeoutError, MmgateError):
+    except (TimeoutError, MmgateError, _NotServed):
         return None
 
 
 async def _probe_effort(model: str, backend: Backend) -> str | None:
-    """vLLM's probe on ``backend``; None when the replica cannot render at all."""
-    none = await _tokens(model, backend, "none")
+    """vLLM's probe on ``backend``; None when the replica cannot render at all; ``none`` from a
+    chat backend (no ``/tokenize``)."""
+    try:
+        none = await _tokens(model, backend, "none")
+    except _NotServed:
+        return "none"
     if none is None:
         if await _tokens(model, backend, EFFORTS[0]) is None:
             return None  # no renderer to ask: unknown
@@ -143,8 +154,16 @@ _MERGED = [{"role": "system", "content": "b"}, {"role": "user", "content": "a"},
 
 async def _probe_merge(model: str, backend: Backend) -> bool | None:
     """True (merged) or False (kept in place) when vLLM's count of the probe conversation is the
-    count of exactly one of the two mappings; None otherwise."""
-    theirs = await _post(backend, COUNT_TOKENS_PATH, {"model": model, "messages": _PROBE_TURNS})
+    count of exactly one of the two mappings; None otherwise; False from a chat backend (neither
+    path served)."""
+    try:
+        theirs = await _post(backend, COUNT_TOKENS_PATH, {"model": model, "messages": _PROBE_TURNS})
+    except _NotServed:
+        try:
+            await _post(backend, TOKENIZE_PATH, {"model": model, "messages": _PROBE_TURNS})
+        except _NotServed:
+            return False
+        return None  # a renderer, but no count of vLLM's to compare with
     counts = []
     for messages in (_MERGED, _PROBE_TURNS):
         answer = await _post(backend, TOKENIZE_PATH, {"model": model, "messages": messages})
@@ -156,12 +175,15 @@ async def _probe_merge(model: str, backend: Backend) -> bool | None:
 
 
 async def _post(backend: Backend, path: str, body: dict[str, Any]) -> dict[str, Any] | None:
-    """``body`` to ``backend``'s ``path``: its JSON object answer, or None (any other answer)."""
+    """``body`` to ``backend``'s ``path``: its JSON object answer, or None (any other answer);
+    ``_NotServed`` for a 404."""
     reply = await backend.request("POST", path, body=orjson.dumps(body), headers={"Content-Type": "application/json"})
     try:
-        answer = orjson.loads(reply.body or b"") if reply.status == 200 else None
-        return answer if isinstance(answer, dict) else None
+        answer = orjson.loads(reply.body or b"")
     except orjson.JSONDecodeError:
-        return None
+        answer = None
     finally:
         reply.release()
+    if reply.status == 404 and not (isinstance(answer, dict) and "error" in answer):
+        raise _NotServed(path)  # no such path (a model vLLM does not serve: 404 with its error object)
+    return answer if reply.status == 200 and isinstance(answer, dict) else None
