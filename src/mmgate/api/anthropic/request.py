@@ -121,8 +121,7 @@ def to_chat_body(body: dict[str, Any], disabled_effort: str | None = None,
         messages.append({"role": "system", "content": system})
     for i, message in enumerate(body["messages"]):
         if message["role"] == "system":
-            text = _inline_system_text(message)
-            if text and not merge_inline_system:
+            if not merge_inline_system and (text := _inline_system_text(message)):
                 messages.append({"role": "system", "content": text})
             continue
         _convert_message(message, messages, params, f"messages[{i}]")

@@ -75,15 +75,18 @@ class TemplateProbes:
 
     async def _agreed(self, question: str, model: str, backends: Sequence[Backend],
                       probe_of: Callable[[str, Backend], Awaitable[Answer]]) -> Answer:
-        """The answer of every one of ``backends``, or None when one cannot answer or two differ."""
-        answers = await asyncio.gather(*(self._ask((question, model, b.name), b, probe_of) for b in backends))
+        """The answer of every one of ``backends``, or None when one cannot answer or two differ.
+        Known answers cost a dict lookup each (every agent turn asks); probes run side by side."""
+        pending = [self._lookup((question, model, b.name), b, probe_of) for b in backends]
+        answers = [await asyncio.shield(a) if isinstance(a, asyncio.Task) else a for a in pending]
         first = answers[0] if answers else None
         if first is None or any(a != first for a in answers):
             return None
         return first
 
-    async def _ask(self, key: Key, backend: Backend, probe_of: Callable[[str, Backend], Awaitable[Answer]]
-                   ) -> Answer:
+    def _lookup(self, key: Key, backend: Backend, probe_of: Callable[[str, Backend], Awaitable[Answer]]
+                ) -> Answer | asyncio.Task[Answer]:
+        """The answer known for ``key``, or the probe to wait for (None: too many probes, forwarded)."""
         known = self._known.get(key)
         if known is not None and time.monotonic() - known[0] < TTL_S:
             return known[1]
@@ -94,7 +97,7 @@ class TemplateProbes:
             probe.add_done_callback(lambda done: self._settle(key, done))
         if known is not None:
             return known[1]  # out of date: still used while it is asked again, so no request waits
-        return None if probe is None else await asyncio.shield(probe)  # None: too many probes, forwarded
+        return probe
 
     def _settle(self, key: Key, probe: asyncio.Task[Answer]) -> None:
         self._probes.pop(key, None)
