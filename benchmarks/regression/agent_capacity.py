@@ -54,7 +54,7 @@ from tests.support.vllm import SERVED_MODEL, GatewayProcess, VllmReplica, VllmSe
 from benchmarks._agent_turns import FIRST_OUTPUT, PATHS, screenshots, turn_body
 from benchmarks._procs import ROOT, cpu_seconds, machine_busy_s
 from benchmarks._run import parse_args, write_results
-from benchmarks._table import Column, pct, print_table
+from benchmarks._table import Column, pct, print_table, ratio_interval
 
 MODES = ("direct", "strip", "mmgate", "mmgate-strip")
 # One API, one agent, one round of a few seconds a mode: the replica's start is most of the run.
@@ -254,19 +254,26 @@ def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             row[f"rate_vs_{ref}"] = row["turns_per_s"] / base["turns_per_s"] if base else None
             row[f"p50_vs_{ref}"] = row["ttft_p50_ms"] / base["ttft_p50_ms"] if base else None
             row[f"p90_vs_{ref}"] = row["ttft_p90_ms"] / base["ttft_p90_ms"] if base else None
-            row[f"paired_vs_{ref}"] = paired(by_round, (api, concurrency, mode), ref)
+            row[f"paired_vs_{ref}"] = paired(by_round, (api, concurrency, mode), (api, concurrency, ref))
+        # No strip run of this API (Messages: vLLM's takes no uuid): the self-stripping chat client
+        # of the same round stands in, the most any client gets from the replica.
+        row["paired_vs_chat_strip"] = paired(by_round, (api, concurrency, mode), ("chat", concurrency, "strip"))
     return list(rows.values())
 
 
-def paired(by_round: dict[tuple[str, int, str, int], dict[str, Any]], cell: tuple[str, int, str], ref: str
-           ) -> dict[str, Any] | None:
-    """Per round, ``cell`` ÷ ``ref`` run back to back (a slow drift cancels): turns/s, TTFT p50, p90."""
-    pairs = [(run, by_round[(*cell[:2], ref, n)]) for (*c, n), run in by_round.items()
-             if tuple(c) == cell and (*cell[:2], ref, n) in by_round]
+def paired(by_round: dict[tuple[str, int, str, int], dict[str, Any]], cell: tuple[str, int, str],
+           ref: tuple[str, int, str]) -> dict[str, Any] | None:
+    """Per round, ``cell`` ÷ ``ref`` run in the same round (a slow drift cancels): turns/s, TTFT
+    p50, p90, their medians and (``*_ci``) geometric mean with its 90% interval."""
+    pairs = [(run, by_round[(*ref, n)]) for (*c, n), run in by_round.items()
+             if tuple(c) == cell and (*ref, n) in by_round]
     ratios = {"rate": [a["turns_per_s"] / b["turns_per_s"] for a, b in pairs],
               "p50": [pct(a["ttft_ms"], 50) / pct(b["ttft_ms"], 50) for a, b in pairs],
               "p90": [pct(a["ttft_ms"], 90) / pct(b["ttft_ms"], 90) for a, b in pairs]}
-    return {**{k: statistics.median(v) for k, v in ratios.items()}, "rounds": ratios} if pairs else None
+    if not pairs:
+        return None
+    return {**{k: statistics.median(v) for k, v in ratios.items()},
+            **{f"{k}_ci": ratio_interval(v) for k, v in ratios.items()}, "rounds": ratios}
 
 
 def _ratio(value: float | None) -> str:
@@ -275,6 +282,14 @@ def _ratio(value: float | None) -> str:
 
 def _paired(p: dict[str, Any] | None) -> str:
     return "-" if p is None else f"{p['rate']:.2f} / {p['p50']:.2f} / {p['p90']:.2f}"
+
+
+def _interval(row: dict[str, Any], stat: str) -> str:
+    """``stat``'s paired ratio to strip: geometric mean [90% interval]; * against chat's strip."""
+    own = row["paired_vs_strip"] is not None
+    p = row["paired_vs_strip"] if own else row["paired_vs_chat_strip"]
+    ci = None if p is None or row["mode"] == "strip" else p[f"{stat}_ci"]
+    return "-" if ci is None else f"{ci[0]:.2f} [{ci[1]:.2f}-{ci[2]:.2f}]{'' if own else '*'}"
 
 
 COLUMNS = [
@@ -289,6 +304,8 @@ COLUMNS = [
     Column("p50÷strip", 11, lambda r: _ratio(r["p50_vs_strip"])),
     Column("p90÷strip", 11, lambda r: _ratio(r["p90_vs_strip"])),
     Column("paired ÷strip rate/p50/p90", 28, lambda r: _paired(r["paired_vs_strip"])),
+    Column("rate ÷strip 90% CI", 21, lambda r: _interval(r, "rate")),
+    Column("p90 ÷strip 90% CI", 21, lambda r: _interval(r, "p90")),
     Column("err", 5, lambda r: str(r["errors"])),
     Column("api ms", 8, lambda r: f"{r['cpu_ms']['vllm_api']:.1f}"),
     Column("engine", 8, lambda r: f"{r['cpu_ms']['vllm_engine']:.1f}"),
@@ -348,6 +365,8 @@ def main() -> int:
     print_table(COLUMNS, rows)
     print("CPU columns: ms of CPU per counted turn (median of rounds): vLLM's API server, its engine "
           "processes, the gateway's process tree; miss/turn: vLLM processor-cache misses per turn")
+    print("CI columns: geometric mean of the rounds' paired ratios [its 90% interval]; *: against the "
+          "self-stripping chat client of the same round (the API has no strip mode)")
     if args.out:
         write_results(args.out, {"args": {k: str(v) for k, v in vars(args).items()}, "runs": runs, "rows": rows})
     return 0
