@@ -19,7 +19,7 @@ and vLLM's processor-cache misses per turn (queries less hits: 1.00 is one new s
 processed, the rest found in its cache; a direct client's repeats hit too, but only after vLLM
 decoded and hashed their pixels to find them: that work shows in the API server's CPU).
 Each round runs every mode on fresh screenshots (made before the timed loop), the order of the
-modes reversed every other round; beside each run: the 1-minute load and the CPU seconds spent by
+modes reversed every other round, after an uncounted warm-up round of ``--warmup`` seconds a mode; beside each run: the 1-minute load and the CPU seconds spent by
 processes other than vLLM, the gateway and this client (a run beside other work is worthless:
 repeat it).
 
@@ -58,7 +58,7 @@ from benchmarks._table import Column, pct, print_table, ratio_interval
 
 MODES = ("direct", "strip", "mmgate", "mmgate-strip")
 # One API, one agent, one round of a few seconds a mode: the replica's start is most of the run.
-QUICK = {"apis": "chat", "concurrency": "1", "duration": 4.0, "rounds": 1, "expect_turns_per_s": 5.0}
+QUICK = {"apis": "chat", "concurrency": "1", "duration": 4.0, "rounds": 1, "warmup": 1.0, "expect_turns_per_s": 5.0}
 BASELINE_MODE = "mmgate-base"  # the unmodified client through --baseline's gateway
 
 
@@ -159,7 +159,7 @@ async def agent(http: aiohttp.ClientSession, url: str, api: str, mode: str, shot
 
 
 async def drive(url: str, api: str, mode: str, concurrency: int, shots: list[list[str]], run_id: str,
-                args: argparse.Namespace, meters: Meters) -> dict[str, Any]:
+                args: argparse.Namespace, meters: Meters, duration: float) -> dict[str, Any]:
     out: dict[str, Any] = {"ttft_ms": [], "head_ms": [], "turn_ms": [], "turn_ends": [], "errors": [],
                            "all_turns": 0}
     connector = aiohttp.TCPConnector(limit=concurrency)
@@ -168,7 +168,7 @@ async def drive(url: str, api: str, mode: str, concurrency: int, shots: list[lis
         before = meters.read()
         load = os.getloadavg()[0]
         started = time.monotonic()
-        deadline = started + args.duration
+        deadline = started + duration
         await asyncio.gather(*(agent(http, url, api, mode, shots[a], f"{run_id}-a{a}", deadline, args, out)
                                for a in range(concurrency)))
         elapsed = time.monotonic() - started
@@ -200,20 +200,27 @@ def measure(vllm: VllmReplica, gateways: dict[str, GatewayProcess], args: argpar
     meters = Meters(vllm.proc.pid, sorted(pids), vllm.url)
     runs: list[dict[str, Any]] = []
     expected: dict[tuple[str, int, str], float] = {}
-    for n in range(args.rounds):
+    # Round -1, not counted: each mode's first turns (the gateway's first requests, vLLM's first of
+    # each API) read up to 40% slow.
+    for n in range(-1 if args.warmup > 0 else 0, args.rounds):
+        duration = args.warmup if n < 0 else args.duration
         for concurrency in args.concurrency:
             for api in args.apis:
                 modes = modes_for(api, args.modes)
                 for mode in modes if n % 2 == 0 else modes[::-1]:
                     rate = expected.get((api, concurrency, mode), args.expect_turns_per_s)
-                    per_agent = int(rate * args.duration * 1.5 / concurrency) + args.window + 2
+                    per_agent = int(rate * duration * 1.5 / concurrency) + args.window + 2
                     seeds = [next(_SEEDS) for _ in range(per_agent * concurrency)]
                     shots = screenshots(seeds)
                     shots_by_agent = [shots[a * per_agent:(a + 1) * per_agent] for a in range(concurrency)]
                     url = gateways[mode].url if mode in gateways else vllm.url
                     time.sleep(1.0)  # the screenshot workers' exit settles before the timed loop
                     run = asyncio.run(drive(url, api, mode, concurrency, shots_by_agent, f"r{n}-{seeds[0]}", args,
-                                            meters))
+                                            meters, duration))
+                    if n < 0:
+                        print(f"warm-up {api:9} c={concurrency} {mode:12} {run['turns_per_s']:6.2f} turns/s "
+                              f"err {run['errors']}", flush=True)
+                        continue
                     run["round"] = n
                     expected[(api, concurrency, mode)] = run["turns_per_s"]
                     runs.append(run)
@@ -305,6 +312,7 @@ COLUMNS = [
     Column("p90÷strip", 11, lambda r: _ratio(r["p90_vs_strip"])),
     Column("paired ÷strip rate/p50/p90", 28, lambda r: _paired(r["paired_vs_strip"])),
     Column("rate ÷strip 90% CI", 21, lambda r: _interval(r, "rate")),
+    Column("p50 ÷strip 90% CI", 21, lambda r: _interval(r, "p50")),
     Column("p90 ÷strip 90% CI", 21, lambda r: _interval(r, "p90")),
     Column("err", 5, lambda r: str(r["errors"])),
     Column("api ms", 8, lambda r: f"{r['cpu_ms']['vllm_api']:.1f}"),
@@ -321,6 +329,7 @@ def main() -> int:
     p.add_argument("--concurrency", default="1,2,4,8", help="agents at once, comma-separated")
     p.add_argument("--duration", type=float, default=20.0, help="seconds per mode and round")
     p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--warmup", type=float, default=3.0, help="seconds per mode of an uncounted first round (0: none)")
     p.add_argument("--window", type=int, default=4, help="screenshots per turn")
     p.add_argument("--max-tokens", type=int, default=4)
     p.add_argument("--extra-body", type=orjson.loads, default={}, help="JSON fields added to every turn's body")
