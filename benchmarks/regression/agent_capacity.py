@@ -19,9 +19,9 @@ and vLLM's processor-cache misses per turn (queries less hits: 1.00 is one new s
 processed, the rest found in its cache; a direct client's repeats hit too, but only after vLLM
 decoded and hashed their pixels to find them: that work shows in the API server's CPU).
 Each round runs every mode on fresh screenshots (made before the timed loop), the order of the
-modes reversed every other round, after an uncounted warm-up round of ``--warmup`` seconds a mode; beside each run: the 1-minute load and the CPU seconds spent by
-processes other than vLLM, the gateway and this client (a run beside other work is worthless:
-repeat it).
+modes reversed every other round, after an uncounted warm-up round of ``--warmup`` seconds a mode;
+beside each run: the 1-minute load and the CPU seconds spent by processes other than vLLM, the
+gateway and this client (a run beside other work is worthless: repeat it).
 
 The model is the capped micro Qwen2-VL (``make vllm MODEL=micro``): images capped at 100,352
 pixels (128 tokens), a one-layer language model, so a turn's cost is the API server's image work,
@@ -58,7 +58,8 @@ from benchmarks._table import Column, pct, print_table, ratio_interval
 
 MODES = ("direct", "strip", "mmgate", "mmgate-strip")
 # One API, one agent, one round of a few seconds a mode: the replica's start is most of the run.
-QUICK = {"apis": "chat", "concurrency": "1", "duration": 4.0, "rounds": 1, "warmup": 1.0, "expect_turns_per_s": 5.0}
+QUICK = {"apis": "chat", "concurrency": "1", "duration": 4.0, "rounds": 1, "warmup": 1.0,
+         "expect_turns_per_s": 5.0}
 BASELINE_MODE = "mmgate-base"  # the unmodified client through --baseline's gateway
 
 
