@@ -162,3 +162,27 @@ async def test_brackets_inside_the_big_strings_are_not_counted() -> None:
     text = "data:" + "{" * (MAX_CONTAINERS + 10) + "x" * BIG_STRING_BYTES
     body = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": text}]})
     assert (await loads_body(body))["messages"][0]["content"] == text
+
+
+async def test_a_held_text_is_taken_only_when_it_is_the_tokens_bytes() -> None:
+    """``held``: a candidate equal to the token's bytes is the value itself (no new string);
+    one of another length, other bytes or not ASCII is ignored, and the value is orjson's."""
+    url = data_url(300_000, 1)
+    raw = orjson.dumps({"messages": [{"url": url}, {"url": url}], "pad": "x" * CUT_LOADS_BYTES})
+    twin = "".join(["data:", url[5:]])
+    offered: list[tuple[int, int]] = []
+
+    def held(candidate: str) -> Any:
+        def lookup(body: bytes | bytearray, start: int, end: int) -> str:
+            offered.append((start, end))
+            return candidate
+        return lookup
+
+    body = await loads_body(raw, held(twin))
+    assert [m["url"] for m in body["messages"]] == [url, url]
+    assert all(m["url"] is twin for m in body["messages"])
+    assert [raw[s:e].decode() for s, e in offered] == [url, url]
+    for wrong in (twin[:-1], twin[:-5] + "AAAAA" if not twin.endswith("AAAAA") else twin[:-5] + "BBBBB",
+                  twin[:-1] + "é"):
+        body = await loads_body(raw, held(wrong))
+        assert body == orjson.loads(raw) and all(m["url"] is not wrong for m in body["messages"])

@@ -12,6 +12,11 @@ so both directions cut them out:
 * ``dumps_body``: big strings are swapped for placeholders in a copy of the containers, the small
   rest is written in one go, and each big string is written on its own and spliced back in.
 
+A caller that holds texts a body may repeat (the images an agent resends every turn) passes
+``held`` (``HeldText``): each big string token is offered to it, and a candidate it returns that
+is the token's very bytes is the token's value, without a new string decoded (the caller's
+confirmation of it is then an identity).
+
 A large body is also bounded in what it parses to: at most ``MAX_CONTAINERS`` JSON objects and
 arrays (counted as its opening brackets, outside the big strings: an over-count, strings included).
 Parsed, a tiny object costs ~600 bytes where its text took ~27: a 256 MB body of them would parse to
@@ -30,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+from collections.abc import Callable
 from typing import Any
 
 import numpy
@@ -47,6 +53,11 @@ MAX_CONTAINERS = 1 << 17
 _KEY_OR_URL = b'"data'  # a "data:…" string, or a "data" key
 _BASE64_START = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")
 _WHITESPACE = b" \t\r\n"
+
+# (raw, start, end) → a str the caller holds that may be the text ``raw[start:end]`` of a big
+# string token (its quotes excluded), or None. A candidate must be printable ASCII without ``\\``
+# or ``"`` (its bytes are then the token's value exactly); it is used only when it is those bytes.
+HeldText = Callable[[bytes | bytearray, int, int], str | None]
 
 
 def _escaped(raw: bytes | bytearray, quote: int) -> bool:
@@ -124,14 +135,14 @@ def loads_bounded(raw: bytes | bytearray) -> Any:
     return orjson.loads(raw)
 
 
-async def loads_body(raw: bytes | bytearray) -> Any:
+async def loads_body(raw: bytes | bytearray, held: HeldText | None = None) -> Any:
     """``orjson.loads(raw)``, giving the loop back between the big strings of a large body, which
     ``check_containers`` bounds (outside its big strings). Raises ``orjson.JSONDecodeError`` exactly
-    where orjson would, ``InvalidRequestError`` past the bound."""
-    return (await loads_sized(raw))[0]
+    where orjson would, ``InvalidRequestError`` past the bound. ``held``: the module docstring."""
+    return (await loads_sized(raw, held))[0]
 
 
-async def loads_sized(raw: bytes | bytearray) -> tuple[Any, int]:
+async def loads_sized(raw: bytes | bytearray, held: HeldText | None = None) -> tuple[Any, int]:
     """``loads_body``, and the bytes of ``raw`` outside its big strings: what a walk of the value
     costs grows with (an agent's turn: ~1 KB of its 800)."""
     if len(raw) < CUT_LOADS_BYTES:
@@ -154,12 +165,21 @@ async def loads_sized(raw: bytes | bytearray) -> tuple[Any, int]:
     values: dict[str, Any] = {}
     done = 0
     for i, (start, end) in enumerate(spans):
-        values[f"@mmgate-{nonce}-{i}"] = _string_token(raw, view, start, end)
+        known = None if held is None else _held_text(held, raw, start + 1, end)
+        values[f"@mmgate-{nonce}-{i}"] = _string_token(raw, view, start, end) if known is None else known
         done += end - start
         if done >= _YIELD_EVERY_BYTES:
             done = 0
             await asyncio.sleep(0)
     return _restore(skeleton, values), len(text)
+
+
+def _held_text(held: HeldText, raw: bytes | bytearray, start: int, end: int) -> str | None:
+    """``held``'s candidate for the token text ``raw[start:end]`` when it is exactly those bytes."""
+    text = held(raw, start, end)
+    if text is None or len(text) != end - start or not text.isascii():
+        return None
+    return text if raw.startswith(text.encode("ascii"), start) else None
 
 
 def _string_token(raw: bytes | bytearray, view: memoryview, start: int, end: int) -> Any:

@@ -7,7 +7,7 @@ import base64
 import pytest
 
 from mmgate.errors import ImageTooLargeError, UnsupportedImageError
-from mmgate.media.dataurl import decode_payload, decoded_size, parse_data_url
+from mmgate.media.dataurl import decode_payload, decoded_size, forwarded_as, parse_data_url
 
 
 def test_parse_and_decode() -> None:
@@ -76,3 +76,24 @@ def test_non_ascii_payload_is_refused() -> None:
 def test_data_after_padding_is_refused() -> None:
     with pytest.raises(UnsupportedImageError):
         decode_payload(parse_data_url("data:image/png;base64,AA==AAAA", max_bytes=10))
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 6, 100, 101, 102])
+def test_the_canonical_url_is_the_one_forwarded(n: int) -> None:
+    """``forwarded_as``: the client's URL is kept as the one to forward exactly when it is the
+    text the gateway would write for the bytes (its type spelled so, canonical base64)."""
+    raw = bytes(range(7, 7 + n))
+    payload = base64.b64encode(raw).decode()
+    url = "data:image/png;base64," + payload
+    assert forwarded_as(url, "image/png", raw)
+    assert not forwarded_as(url, "image/jpeg", raw)
+    assert not forwarded_as("data:IMAGE/PNG;base64," + payload, "image/png", raw)
+    assert not forwarded_as("data:image/png;name=a;base64," + payload, "image/png", raw)
+    assert not forwarded_as(url, "image/png", raw + b"x")
+    assert not forwarded_as(url, "image/png", raw[:-1] + bytes([raw[-1] ^ 1]))
+    if n % 3:  # a padded last quartet: spare bits set spell the same bytes, not canonically
+        alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+        last = payload.rstrip("=")
+        odd = last[:-1] + alphabet[alphabet.index(last[-1]) | 1] + payload[len(last):]
+        assert odd != payload and base64.b64decode(odd) == raw
+        assert not forwarded_as("data:image/png;base64," + odd, "image/png", raw)

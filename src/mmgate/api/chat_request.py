@@ -16,7 +16,7 @@ import orjson
 
 from mmgate.api.content_parts import ImageSpec, PassthroughSpec, parse_part
 from mmgate.errors import InvalidRequestError
-from mmgate.jsonbody import loads_body, loads_bounded
+from mmgate.jsonbody import HeldText, loads_body, loads_bounded
 from mmgate.media.audio import media_value
 from mmgate.reuse import ImageSlot
 from mmgate.reuse.videos import VideoRef
@@ -67,12 +67,13 @@ def parse_chat_request(
 
 
 async def parse_chat_request_async(
-    raw: bytes | bytearray, *, max_images: int, max_uuid_length: int, max_depth: int = MAX_JSON_DEPTH
+    raw: bytes | bytearray, *, max_images: int, max_uuid_length: int, max_depth: int = MAX_JSON_DEPTH,
+    held: HeldText | None = None,
 ) -> ChatRequest:
     """``parse_chat_request``, giving the event loop back while a very large body is parsed
-    (``mmgate.jsonbody``)."""
+    (``mmgate.jsonbody``; ``held``: texts it may repeat)."""
     try:
-        body = await loads_body(raw)
+        body = await loads_body(raw, held)
     except orjson.JSONDecodeError as exc:
         raise InvalidRequestError(f"request body is not valid JSON: {exc}") from exc
     return _parsed(raw, body, max_images=max_images, max_uuid_length=max_uuid_length, max_depth=max_depth)

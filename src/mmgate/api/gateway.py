@@ -27,6 +27,7 @@ from mmgate.errors import (
     ImageTooLargeError,
     InvalidRequestError,
 )
+from mmgate.jsonbody import HeldText
 from mmgate.media import MediaLoader
 from mmgate.media.audio import check_data_media, media_value
 from mmgate.media.dataurl import is_data_url
@@ -147,14 +148,12 @@ class Gateway:
             max_depth=self.settings.max_json_depth,
         )
 
-    async def parse_async(self, raw: bytes | bytearray) -> ChatRequest:
-        """``parse``, giving the event loop back while a very large body is parsed."""
+    async def parse_async(self, raw: bytes | bytearray, held: HeldText | None = None) -> ChatRequest:
+        """``parse``, giving the loop back while a very large body is parsed (``held``: ``jsonbody``)."""
+        settings = self.settings
         return await parse_chat_request_async(
-            raw,
-            max_images=self.settings.max_images_per_request,
-            max_uuid_length=self.settings.max_uuid_length,
-            max_depth=self.settings.max_json_depth,
-        )
+            raw, max_images=settings.max_images_per_request, max_uuid_length=settings.max_uuid_length,
+            max_depth=settings.max_json_depth, held=held)
 
     def default_model(self) -> str | None:
         """The model a request that names none is for: the fleet's one model, as vLLM fills in its
@@ -185,12 +184,14 @@ class Gateway:
         if tenant is _AUTHENTICATE:
             tenant = self.authenticate(headers)
         assert tenant is None or isinstance(tenant, str)
-        self.session_id(headers)  # a hostile session header is a 400 before any work
+        session_id = self.session_id(headers)  # a hostile session header is a 400 before any work
+        tag = self.keys.tenant_tag(tenant) if tenant is not None else None
+        held = self.loader.held_urls(session_id, tag)  # the parse finds repeats among them (media.repeats)
         if traced():
             with span("parse", {"mmgate.body_bytes": len(raw)}):
-                request = await self.parse_async(raw)
+                request = await self.parse_async(raw, held)
         else:  # no span: no attributes made, no context entered (the common, untraced request)
-            request = await self.parse_async(raw)
+            request = await self.parse_async(raw, held)
         return await self.chat_parsed(request, headers, tenant, path=path)
 
     async def chat_parsed(

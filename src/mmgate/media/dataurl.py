@@ -71,3 +71,15 @@ def decode_payload(data_url: DataURL) -> bytes:
         return pybase64.b64decode(data_url.payload, validate=True)
     except (binascii.Error, ValueError) as exc:  # ValueError: non-ASCII characters
         raise UnsupportedImageError(f"data: URL payload is not valid base64 ({exc})") from exc
+
+
+def forwarded_as(url: str, mime: str, data: bytes) -> bool:
+    """Whether ``url``, a data: URL strictly decoded to ``data`` (``decode_payload``), is the one the
+    gateway forwards for it: ``data:{mime};base64,`` and canonical base64. Each whole quartet of
+    strictly decoded base64 is its 3 bytes' only spelling, so only the header, the length and the
+    last quartet (its padding and unused bits) can differ: checked without encoding the rest."""
+    header = f"data:{mime};base64,"
+    n = len(data)
+    if not n or not url.startswith(header) or len(url) != len(header) + 4 * -(-n // 3):
+        return False
+    return url.endswith(pybase64.b64encode_as_string(data[n - (n % 3 or 3) :]))

@@ -151,6 +151,18 @@ def _retrieve(future: asyncio.Future[None]) -> None:
         future.exception()  # a refusal nobody waits for any more is not "never retrieved"
 
 
+
+class LoadTicket:
+    """One ``MediaLoader.load`` call's place in its request's ``PixelBudget`` admission."""
+
+    __slots__ = ("budget",)
+
+    def __init__(self, budget: PixelBudget) -> None:
+        self.budget = budget
+
+    def stand_aside(self) -> None:
+        self.budget.stand_aside(self)
+
 class DecodeLanes:
     """The normal and the large decode lane (module docstring)."""
 

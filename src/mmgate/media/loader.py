@@ -25,6 +25,7 @@ import copy
 import functools
 import hashlib
 import logging
+import operator
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -33,15 +34,16 @@ from prometheus_client import CollectorRegistry
 
 from mmgate.config import CacheSettings, MediaSettings
 from mmgate.errors import ForbiddenURLError, MediaError, OriginError
-from mmgate.media.dataurl import DataURL, decode_payload, is_data_url, parse_data_url
-from mmgate.media.decode import DecodeLanes, PixelBudget
+from mmgate.jsonbody import HeldText
+from mmgate.media.dataurl import DataURL, decode_payload, forwarded_as, is_data_url, parse_data_url
+from mmgate.media.decode import DecodeLanes, LoadTicket, PixelBudget
 from mmgate.media.dns import Lookup
 from mmgate.media.inflight import InflightMap
 from mmgate.media.keys import data_url_key, scope_key, url_key
 from mmgate.media.metrics import MediaMetrics, Outcome
 from mmgate.media.origin import OriginFetcher
 from mmgate.media.passthrough import check_passthrough_url
-from mmgate.media.repeats import RepeatIndex, fingerprint, forwards
+from mmgate.media.repeats import RepeatIndex, fingerprint, forwards, held_urls
 from mmgate.media.url_policy import UrlPolicy
 from mmgate.media.validate import PNG_SIGNATURE, ImageInfo, probe_image, validate_image
 from mmgate.store import ByteLRU, LoadedImage, SharedTier
@@ -86,7 +88,7 @@ class MediaLoader:
         )
         self.local: ByteLRU[str, LoadedImage] = ByteLRU(
             cache.local_cache_bytes,
-            _footprint,
+            operator.attrgetter("footprint_bytes"),
             max_entry_bytes=int(cache.local_cache_bytes * cache.local_max_entry_fraction),
             ttl_s=cache.cache_ttl_s,
             count_entries=True,
@@ -132,7 +134,7 @@ class MediaLoader:
     ) -> tuple[LoadedImage, Outcome]:
         """``load``, and where the image came from: the outcome ``mmgate_image_loads_total``
         counts for this one load (a tier, an in-flight join or the origin)."""
-        ticket = _Ticket(budget) if budget is not None else None
+        ticket = LoadTicket(budget) if budget is not None else None
         try:
             image, outcome = await self._load(url, session_id, ticket, tenant_tag)
         except MediaError as exc:
@@ -143,6 +145,13 @@ class MediaLoader:
                 ticket.stand_aside()
         self.metrics.load(outcome)
         return image, outcome
+
+    def held_urls(self, session_id: str | None, tenant_tag: str | None) -> HeldText:
+        """The data: URLs held in the request's tenant and session space, for its parse to find its
+        repeats in (``mmgate.media.repeats``)."""
+        scope = functools.partial(scope_key, session_scoping=self._cache.session_scoping, session_id=session_id,
+                                  tenant_tag=tenant_tag)
+        return held_urls(self._repeats, self.local, scope)
 
     async def check_passthrough(self, url: str, *, param: str | None = None, kind: str = "media") -> str:
         """The checked URL to forward for an audio/video part (of type ``kind``) the backend
@@ -164,7 +173,7 @@ class MediaLoader:
     # -- the pipeline ----------------------------------------------------------------------
 
     async def _load(
-        self, url: str, session_id: str | None, ticket: _Ticket | None, tenant_tag: str | None = None
+        self, url: str, session_id: str | None, ticket: LoadTicket | None, tenant_tag: str | None = None
     ) -> tuple[LoadedImage, Outcome]:
         if self._closed:
             raise OriginError("the media loader is shutting down; retry the request")
@@ -187,7 +196,7 @@ class MediaLoader:
         return await self._through_tiers(key, session_id, produce, ticket, tenant_tag)
 
     async def _load_data_url(
-        self, url: str, session_id: str | None, ticket: _Ticket | None, tenant_tag: str | None
+        self, url: str, session_id: str | None, ticket: LoadTicket | None, tenant_tag: str | None
     ) -> tuple[LoadedImage, Outcome]:
         mark = fingerprint(url)
         known = self._repeats.key(mark)
@@ -208,11 +217,11 @@ class MediaLoader:
         key = data_url_key(digest)
         self._repeats.remember(mark, key)
 
-        produce = functools.partial(self._validated, data, ticket, tenant_tag, digest)
+        produce = functools.partial(self._validated, data, ticket, tenant_tag, digest, url)
         return await self._through_tiers(key, session_id, produce, ticket, tenant_tag)
 
     async def _through_tiers(
-        self, key: str, session_id: str | None, produce: Produce, ticket: _Ticket | None,
+        self, key: str, session_id: str | None, produce: Produce, ticket: LoadTicket | None,
         tenant_tag: str | None,
     ) -> tuple[LoadedImage, Outcome]:
         tier_key = scope_key(
@@ -263,14 +272,16 @@ class MediaLoader:
         self.metrics.local_cache_entries.set(len(self.local))
 
     async def _validated(
-        self, data: bytes, ticket: _Ticket | None, tenant_tag: str | None, digest: str | None = None
+        self, data: bytes, ticket: LoadTicket | None, tenant_tag: str | None, digest: str | None = None,
+        url: str | None = None,
     ) -> LoadedImage:
         """Probe ``data``, charge the request's budget and wait for its admission (all its images
         together), then validate it in a decode process (the tenant's turn, the lane its size
-        picks) and hash it (``digest``: its SHA-256 when already known)."""
+        picks) and hash it (``digest``: its SHA-256 when already known; ``url``: the data: URL it
+        was decoded from, kept as the one to forward when it is that already)."""
         media = self._media
         try:
-            probe = (data, media.allowed_formats, media.max_image_pixels, digest)
+            probe = (data, media.allowed_formats, media.max_image_pixels, digest, url)
             probed, checked = _probe(*probe) if _checked_inline(data) else await self._in_pool(_probe, *probe)
             pixels = probed.width * probed.height
             reserved = False
@@ -287,29 +298,13 @@ class MediaLoader:
                                digest=sha, _data_url=data_url)
         info = await self._lanes.decode(pixels, tenant_tag, data, media.allowed_formats, media.max_image_pixels,
                                         reserved=reserved)
-        sha, data_url = await self._in_pool(_hash_encode, data, info.mime, digest)
+        sha, data_url = await self._in_pool(_hash_encode, data, info.mime, digest, url)
         return LoadedImage(data=data, mime=info.mime, width=info.width, height=info.height, digest=sha,
                            _data_url=data_url)
 
     async def _in_pool(self, fn: Callable[..., _T], *args: object) -> _T:
         """Small work (hashes, base64, header probes) in the normal lane."""
         return await self._lanes.run(0, fn, *args)
-
-
-class _Ticket:
-    """One ``load`` call's place in its request's ``PixelBudget`` admission."""
-
-    __slots__ = ("budget",)
-
-    def __init__(self, budget: PixelBudget) -> None:
-        self.budget = budget
-
-    def stand_aside(self) -> None:
-        self.budget.stand_aside(self)
-
-
-def _footprint(image: LoadedImage) -> int:
-    return image.footprint_bytes
 
 
 def _checked_inline(data: bytes) -> bool:
@@ -325,21 +320,25 @@ def _decoded_digest(parsed: DataURL) -> tuple[bytes, str]:
 
 
 def _probe(
-    data: bytes, allowed_formats: tuple[str, ...], max_pixels: int, digest: str | None
+    data: bytes, allowed_formats: tuple[str, ...], max_pixels: int, digest: str | None, url: str | None
 ) -> tuple[ImageInfo, tuple[str, str] | None]:
     """The image's header; for a PNG (whose whole check is its chunks' CRCs, bounded by its bytes)
     that check and ``_hash_encode`` too, in one open of the file: no decode process, no lane."""
     if data.startswith(PNG_SIGNATURE) and "PNG" in allowed_formats:
         info = validate_image(data, allowed_formats=("PNG",), max_pixels=max_pixels)
-        return info, _hash_encode(data, info.mime, digest)
+        return info, _hash_encode(data, info.mime, digest, url)
     info = probe_image(data, allowed_formats=allowed_formats, max_pixels=max_pixels)
     return info, None
 
 
-def _hash_encode(data: bytes, mime: str, digest: str | None = None) -> tuple[str, str]:
+def _hash_encode(data: bytes, mime: str, digest: str | None = None, url: str | None = None) -> tuple[str, str]:
     """The image's SHA-256 (``digest`` when already known) and the data URL that will be
-    forwarded: both release the GIL (hashlib, pybase64), so neither stalls the event loop."""
-    return digest or hashlib.sha256(data).hexdigest(), f"data:{mime};base64," + pybase64.b64encode_as_string(data)
+    forwarded (``url``, the one ``data`` was decoded from, when it is that already): both release
+    the GIL (hashlib, pybase64), so neither stalls the event loop."""
+    sha = digest or hashlib.sha256(data).hexdigest()
+    if url is not None and forwarded_as(url, mime, data):
+        return sha, url
+    return sha, f"data:{mime};base64," + pybase64.b64encode_as_string(data)
 
 
 def _with_param(exc: MediaError, param: str | None) -> MediaError:

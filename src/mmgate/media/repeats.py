@@ -13,12 +13,21 @@ unchanged.
 
 The index maps a fingerprint to the SHA-256 key it was last seen with; it is bounded by entries
 and by the cache's TTL, and a stale entry costs only a failed confirmation.
+
+The parse can go one step earlier (``held_urls``): a big string token of the raw body whose
+sample matches a held image's fingerprint, in the request's own tenant and session space, is
+confirmed against that image's URL byte for byte (``mmgate.jsonbody``) and parsed to the held
+``str`` itself: the repeat's text is never decoded to a new string, and the confirmation above
+is then an identity.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import xxhash
 
+from mmgate.jsonbody import HeldText
 from mmgate.store import ByteLRU, LoadedImage
 
 # The fingerprint's sample: the text's two ends and one character in every _STRIDE between (two
@@ -57,6 +66,31 @@ def fingerprint(url: str) -> bytes | None:
         return None
     sample = f"{len(url)}:{url[:_EDGE]}{url[_EDGE:-_EDGE:_STRIDE]}{url[-_EDGE:]}"
     return xxhash.xxh3_128_digest(sample.encode("ascii"))
+
+
+def span_fingerprint(raw: bytes | bytearray, start: int, end: int) -> bytes:
+    """``fingerprint`` of the text ``raw[start:end]`` (ASCII, as a data: URL's is), read from the
+    bytes without decoding them: the same sample, so the same fingerprint."""
+    n = end - start
+    head_end = min(end, start + _EDGE)
+    tail_start = max(start, end - _EDGE)
+    sample = b"".join((b"%d:" % n, raw[start:head_end], raw[head_end:tail_start:_STRIDE], raw[tail_start:end]))
+    return xxhash.xxh3_128_digest(sample)
+
+
+def held_urls(index: RepeatIndex, local: ByteLRU[str, LoadedImage], scope: Callable[[str], str | None]) -> HeldText:
+    """For ``mmgate.jsonbody``: the data: URL of the image held in ``local`` under the tier key
+    ``scope`` gives (the request's tenant and session space) for a token whose fingerprint the
+    index knows. Held URLs are built from a validated image's type and canonical base64, so they
+    are printable ASCII with no ``\\`` or ``"``, as ``HeldText`` requires."""
+
+    def held(raw: bytes | bytearray, start: int, end: int) -> str | None:
+        key = index.key(span_fingerprint(raw, start, end))
+        tier_key = None if key is None else scope(key)
+        image = None if tier_key is None else local.get(tier_key)
+        return None if image is None else image.data_url()
+
+    return held
 
 
 def forwards(image: LoadedImage, url: str) -> bool:

@@ -62,8 +62,10 @@ class ResponsesService:
             raw = await read_body(request, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_s,
                               max_inflation_ratio=settings.max_inflation_ratio,
                           inflate_pool=gateway.inflate_pool)
+            tag = None if tenant is None else gateway.keys.tenant_tag(tenant)
+            held = gateway.loader.held_urls(gateway.session_id(request.headers), tag)  # as chat's parse
             try:
-                body = await loads_body(raw)
+                body = await loads_body(raw, held)
             except orjson.JSONDecodeError as exc:
                 raise InvalidRequestError(f"request body is not valid JSON: {exc}") from exc
             models = gateway.router.models
@@ -71,7 +73,6 @@ class ResponsesService:
                 body, max_images=settings.max_images_per_request, max_uuid_length=settings.max_uuid_length,
                 max_depth=settings.max_json_depth, default_model=models[0] if len(models) == 1 else None,
             )
-            tag = None if tenant is None else gateway.keys.tenant_tag(tenant)
             if tag is not None:
                 if body.get("request_id") is not None:
                     raise InvalidRequestError(

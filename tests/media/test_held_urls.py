@@ -1,0 +1,92 @@
+"""The parse finds an agent's repeated screenshots among the images the gateway holds
+(``MediaLoader.held_urls`` → ``mmgate.jsonbody``): a token that is a held image's URL, byte for
+byte, parses to the held string itself; anything else (another tenant's or session's image, a text
+that only shares the fingerprint's sample) parses as orjson parses it."""
+
+from __future__ import annotations
+
+import random
+
+import orjson
+import pytest
+
+from mmgate.jsonbody import CUT_LOADS_BYTES, loads_body
+from mmgate.media.repeats import fingerprint, span_fingerprint
+from tests.media.conftest import LoaderFactory
+from tests.support.images import data_url, make_image
+
+# A screenshot-sized PNG of noise: its data URL is a big string (~180 KB) of the body.
+_PNG = make_image("PNG", 300, 200, seed=11, noise=1.0)
+
+
+def _turn(*urls: str) -> bytes:
+    """A chat body holding ``urls``, padded past the size from which big strings are cut out."""
+    parts = [{"type": "image_url", "image_url": {"url": u}} for u in urls]
+    body = {"model": "m", "messages": [{"role": "user", "content": parts}], "pad": "x" * CUT_LOADS_BYTES}
+    return orjson.dumps(body)
+
+
+def _url_in(body: dict[str, object]) -> object:
+    return body["messages"][0]["content"][0]["image_url"]["url"]  # type: ignore[index]
+
+
+@pytest.mark.parametrize("n", [1, 100, 4096, 8191, 8192, 8193, 70_000, 300_001])
+def test_the_fingerprint_of_a_span_is_that_of_its_text(n: int) -> None:
+    text = "".join(random.Random(n).choices("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdef+/", k=n))
+    raw = bytearray(b'{"u": "' + text.encode() + b'"}')
+    assert span_fingerprint(raw, 7, 7 + n) == fingerprint(text)
+    assert span_fingerprint(raw, 7, 6 + n) != fingerprint(text)
+
+
+async def test_a_held_image_is_the_parsed_value(make_loader: LoaderFactory) -> None:
+    loader = make_loader()
+    url = data_url(_PNG)
+    image = await loader.load(url)
+    assert image.data_url() is url  # the client's canonical URL is the one kept and forwarded
+    again = "".join(["data:", url[5:]])  # the same text, another object (as the next turn's is)
+    raw = _turn(again)
+    body = await loads_body(raw, loader.held_urls(None, None))
+    assert _url_in(body) is url
+    assert body == orjson.loads(raw)
+    assert await loader.load(again) is image
+
+
+async def test_only_the_requests_own_key_space_is_offered(make_loader: LoaderFactory) -> None:
+    loader = make_loader()
+    url = data_url(_PNG)
+    await loader.load(url, tenant_tag="a")
+    raw = _turn(url)
+    start = raw.index(b"data:")
+    end = start + len(url)
+    assert loader.held_urls(None, "a")(raw, start, end) is url
+    assert loader.held_urls(None, "b")(raw, start, end) is None
+    assert loader.held_urls(None, None)(raw, start, end) is None
+    scoped = make_loader(cache={"session_scoping": True})
+    await scoped.load(url, session_id="s1")
+    assert scoped.held_urls("s1", None)(raw, start, end) == url
+    assert scoped.held_urls("s2", None)(raw, start, end) is None
+    assert scoped.held_urls(None, None)(raw, start, end) is None
+
+
+async def test_a_text_that_only_shares_the_sample_is_parsed_as_sent(make_loader: LoaderFactory) -> None:
+    """One base64 character changed between the fingerprint's samples: the held image is offered
+    (same fingerprint) and refused by the byte compare; the value is the client's text."""
+    loader = make_loader()
+    url = data_url(_PNG)
+    await loader.load(url)
+    at = 4096 + 7  # past the fingerprint's head, between two of its samples
+    other = url[:at] + ("A" if url[at] != "A" else "B") + url[at + 1 :]
+    assert fingerprint(other) == fingerprint(url)
+    raw = _turn(other)
+    start = raw.index(b"data:")
+    assert loader.held_urls(None, None)(raw, start, start + len(other)) is url  # offered…
+    body = await loads_body(raw, loader.held_urls(None, None))
+    assert _url_in(body) == other and body == orjson.loads(raw)  # …and not taken
+
+
+async def test_a_non_canonical_url_is_not_the_one_kept(make_loader: LoaderFactory) -> None:
+    """A type spelled otherwise: the image forwards the URL the gateway writes, not the client's."""
+    loader = make_loader()
+    url = data_url(_PNG)
+    image = await loader.load("data:IMAGE/PNG;base64," + url.split(",", 1)[1])
+    assert image.data_url() == url
