@@ -265,7 +265,8 @@ def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             row[f"paired_vs_{ref}"] = paired(by_round, (api, concurrency, mode), (api, concurrency, ref))
         # No strip run of this API (Messages: vLLM's takes no uuid): the self-stripping chat client
         # of the same round stands in, the most any client gets from the replica.
-        row["paired_vs_chat_strip"] = paired(by_round, (api, concurrency, mode), ("chat", concurrency, "strip"))
+        row["paired_vs_chat_strip"] = None if row["paired_vs_strip"] is not None else paired(
+            by_round, (api, concurrency, mode), ("chat", concurrency, "strip"))
     return list(rows.values())
 
 

@@ -151,7 +151,6 @@ def _retrieve(future: asyncio.Future[None]) -> None:
         future.exception()  # a refusal nobody waits for any more is not "never retrieved"
 
 
-
 class LoadTicket:
     """One ``MediaLoader.load`` call's place in its request's ``PixelBudget`` admission."""
 
@@ -162,6 +161,7 @@ class LoadTicket:
 
     def stand_aside(self) -> None:
         self.budget.stand_aside(self)
+
 
 class DecodeLanes:
     """The normal and the large decode lane (module docstring)."""
