@@ -40,7 +40,7 @@ from aiohttp import web
 from benchmarks._agent_turns import PATHS, screenshots, turn_body
 from benchmarks._procs import MMGATE, ROOT, cpu_seconds, free_port, machine_busy_s, start, stop, tree_cpu_s
 from benchmarks._run import parse_args, write_results
-from benchmarks._table import Column, print_table
+from benchmarks._table import Column, print_table, ratio_interval
 
 MODEL = "canned-vl"
 FLOOR = "bare-relay"
@@ -148,11 +148,27 @@ async def run_mode(url: str, gw_pid: int, api: str, strip: bool, shots: list[lis
 
 COLUMNS = [
     Column("api", 10, lambda r: r["api"], left=True), Column("mode", 13, lambda r: r["mode"], left=True),
-    Column("gateway", 8, lambda r: r["gateway"], left=True), Column("turns", 7, lambda r: str(r["turns"])),
-    Column("gw CPU ms/turn (rounds)", 32, lambda r: r["gateway_ms_per_turn"]),
+    Column("gateway", 11, lambda r: r["gateway"], left=True), Column("turns", 7, lambda r: str(r["turns"])),
+    Column("gw CPU ms/turn (rounds)", 44, lambda r: r["gateway_ms_per_turn"]),
+    Column("this ÷ it [90%]", 20, lambda r: _interval(r["this_vs_it"])),
     Column("turn p50 ms", 12, lambda r: f"{r['p50_ms']:.1f}"), Column("p90 ms", 9, lambda r: f"{r['p90_ms']:.1f}"),
     Column("  load / others s", 48, lambda r: "  " + r["load"], left=True),
 ]
+
+
+def _interval(ci: list[float] | tuple[float, float, float] | None) -> str:
+    return "-" if ci is None else f"{ci[0]:.2f} [{ci[1]:.2f}-{ci[2]:.2f}]"
+
+
+def this_vs(runs: list[dict[str, Any]], key: tuple[str, str, str]) -> tuple[float, float, float] | None:
+    """This tree's CPU a turn ÷ the ``key`` gateway's, run by run in the same round (a drift of the
+    machine cancels): geometric mean and 90% interval (``ratio_interval``); None for this tree."""
+    api, mode, gateway = key
+    if gateway == "this":
+        return None
+    this = {r["round"]: r["gateway_ms_per_turn"] for r in runs if (r["api"], r["mode"], r["gateway"]) == (api, mode, "this")}
+    return ratio_interval([this[r["round"]] / r["gateway_ms_per_turn"] for r in runs
+                           if (r["api"], r["mode"], r["gateway"]) == key and r["round"] in this])
 
 
 def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -162,7 +178,7 @@ def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         cpu = [r["gateway_ms_per_turn"] for r in mine]
         rows.append({"api": key[0], "mode": key[1], "gateway": key[2], "turns": sum(r["turns"] for r in mine),
                      "gateway_ms_per_turn": f"{statistics.median(cpu):.2f} ({', '.join(f'{c:.2f}' for c in cpu)})",
-                     "median_gateway_ms_per_turn": statistics.median(cpu),
+                     "median_gateway_ms_per_turn": statistics.median(cpu), "this_vs_it": this_vs(runs, key),
                      "p50_ms": statistics.median(r["p50_ms"] for r in mine),
                      "p90_ms": statistics.median(r["p90_ms"] for r in mine),
                      "load": "; ".join(f"{r['load_1m']:.1f}/{r['others_cpu_s']:.1f}" for r in mine)})
