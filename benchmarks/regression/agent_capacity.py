@@ -249,12 +249,14 @@ def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         row["errors"] += run["errors"]
         row["cpu"].append(run["cpu_per_turn_ms"])
         row.setdefault("processed", []).append(run["images_processed_per_turn"])
+        row.setdefault("loads", []).append(run["load_1m"])
     for row in rows.values():
         row["turns_per_s"] = statistics.median(row["rates"])
         row["ttft_p50_ms"], row["ttft_p90_ms"] = pct(row["ttft"], 50), pct(row["ttft"], 90)
         row["cpu_ms"] = {k: statistics.median(c[k] for c in row["cpu"]) for k in row["cpu"][0]}
         row["images_processed_per_turn"] = statistics.median(row["processed"])
-        del row["ttft"], row["cpu"], row["processed"]
+        row["load_1m"] = (min(row["loads"]), max(row["loads"]))  # the machine's, as each run began
+        del row["ttft"], row["cpu"], row["processed"], row["loads"]
     by_round = {(r["api"], r["concurrency"], r["mode"], r["round"]): r for r in runs}
     for (api, concurrency, mode), row in rows.items():
         for ref in ("strip", "direct"):
@@ -321,6 +323,7 @@ COLUMNS = [
     Column("engine", 8, lambda r: f"{r['cpu_ms']['vllm_engine']:.1f}"),
     Column("gw ms", 7, lambda r: f"{r['cpu_ms']['gateway']:.1f}"),
     Column("miss/turn", 11, lambda r: f"{r['images_processed_per_turn']:.2f}"),
+    Column("load", 10, lambda r: "{:.1f}-{:.1f}".format(*r["load_1m"])),
 ]
 
 
@@ -375,7 +378,8 @@ def main() -> int:
     rows = summarise(runs)
     print_table(COLUMNS, rows)
     print("CPU columns: ms of CPU per counted turn (median of rounds): vLLM's API server, its engine "
-          "processes, the gateway's process tree; miss/turn: vLLM processor-cache misses per turn")
+          "processes, the gateway's process tree; miss/turn: vLLM processor-cache misses per turn; "
+          "load: the 1-minute load as the row's runs began, lowest-highest")
     print("CI columns: geometric mean of the rounds' paired ratios [its 90% interval]; *: against the "
           "self-stripping chat client of the same round (the API has no strip mode)")
     if args.out:
