@@ -55,3 +55,8 @@ def ratio_interval(ratios: Sequence[float]) -> tuple[float, float, float] | None
     mean = statistics.fmean(logs)
     half = _T90[min(len(logs) - 2, len(_T90) - 1)] * statistics.stdev(logs) / math.sqrt(len(logs))
     return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+
+
+def fmt_interval(ci: Sequence[float] | None, mark: str = "") -> str:
+    """``ratio_interval``'s result as "mean [low-high]" (``mark`` after it), "-" for None."""
+    return "-" if ci is None else f"{ci[0]:.2f} [{ci[1]:.2f}-{ci[2]:.2f}]{mark}"

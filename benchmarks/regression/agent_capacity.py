@@ -54,7 +54,7 @@ from tests.support.vllm import SERVED_MODEL, GatewayProcess, VllmReplica, VllmSe
 from benchmarks._agent_turns import FIRST_OUTPUT, PATHS, screenshots, turn_body
 from benchmarks._procs import ROOT, cpu_seconds, machine_busy_s
 from benchmarks._run import parse_args, write_results
-from benchmarks._table import Column, pct, print_table, ratio_interval
+from benchmarks._table import Column, fmt_interval, pct, print_table, ratio_interval
 
 MODES = ("direct", "strip", "mmgate", "mmgate-strip")
 # One API, one agent, one round of a few seconds a mode: the replica's start is most of the run.
@@ -300,7 +300,7 @@ def _interval(row: dict[str, Any], stat: str) -> str:
     own = row["paired_vs_strip"] is not None
     p = row["paired_vs_strip"] if own else row["paired_vs_chat_strip"]
     ci = None if p is None or row["mode"] == "strip" else p[f"{stat}_ci"]
-    return "-" if ci is None else f"{ci[0]:.2f} [{ci[1]:.2f}-{ci[2]:.2f}]{'' if own else '*'}"
+    return fmt_interval(ci, "" if own else "*")
 
 
 COLUMNS = [

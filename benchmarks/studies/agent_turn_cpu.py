@@ -40,7 +40,7 @@ from aiohttp import web
 from benchmarks._agent_turns import PATHS, screenshots, turn_body
 from benchmarks._procs import MMGATE, ROOT, cpu_seconds, free_port, machine_busy_s, start, stop, tree_cpu_s
 from benchmarks._run import parse_args, write_results
-from benchmarks._table import Column, print_table, ratio_interval
+from benchmarks._table import Column, fmt_interval, print_table, ratio_interval
 
 MODEL = "canned-vl"
 FLOOR = "bare-relay"
@@ -150,14 +150,10 @@ COLUMNS = [
     Column("api", 10, lambda r: r["api"], left=True), Column("mode", 13, lambda r: r["mode"], left=True),
     Column("gateway", 11, lambda r: r["gateway"], left=True), Column("turns", 7, lambda r: str(r["turns"])),
     Column("gw CPU ms/turn (rounds)", 44, lambda r: r["gateway_ms_per_turn"]),
-    Column("this ÷ it [90%]", 20, lambda r: _interval(r["this_vs_it"])),
+    Column("this ÷ it [90%]", 20, lambda r: fmt_interval(r["this_vs_it"])),
     Column("turn p50 ms", 12, lambda r: f"{r['p50_ms']:.1f}"), Column("p90 ms", 9, lambda r: f"{r['p90_ms']:.1f}"),
     Column("  load / others s", 48, lambda r: "  " + r["load"], left=True),
 ]
-
-
-def _interval(ci: list[float] | tuple[float, float, float] | None) -> str:
-    return "-" if ci is None else f"{ci[0]:.2f} [{ci[1]:.2f}-{ci[2]:.2f}]"
 
 
 def this_vs(runs: list[dict[str, Any]], key: tuple[str, str, str]) -> tuple[float, float, float] | None:
