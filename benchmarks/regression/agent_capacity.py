@@ -11,6 +11,10 @@ screenshots, one new (``_agent_turns``), streamed, ``--max-tokens`` output token
 * ``mmgate``        the unmodified client → ``mmgate serve`` (defaults) → vLLM
 * ``mmgate-strip``  the stripping client → ``mmgate serve`` → vLLM
 * ``mmgate-base``   with ``--baseline SRC``: the unmodified client → a gateway from another tree
+* ``floor``         an ideal stripping gateway (chat and Responses): the stripping client's body
+                    padded with spaces to the unmodified client's size (which it builds too) →
+                    ``benchmarks/servers/bare_relay.py``, which forwards the stripped bytes only:
+                    what the best gateway on aiohttp costs, its relay and nothing of its own work
 
 Per cell (API, C, mode): full-window turns/s (turns before the window fills are not counted),
 TTFT p50/p90, errors, CPU seconds per turn of vLLM's API server, its engine (the API server's
@@ -55,12 +59,15 @@ from benchmarks._agent_turns import FIRST_OUTPUT, PATHS, screenshots, turn_body
 from benchmarks._procs import ROOT, cpu_seconds, machine_busy_s
 from benchmarks._run import parse_args, write_results
 from benchmarks._table import Column, fmt_interval, pct, print_table, ratio_interval
+from benchmarks.servers.bare_relay import KEEP_HEADER
 
 MODES = ("direct", "strip", "mmgate", "mmgate-strip")
 # One API, one agent, one round of a few seconds a mode: the replica's start is most of the run.
 QUICK = {"apis": "chat", "concurrency": "1", "duration": 4.0, "rounds": 1, "warmup": 1.0,
          "expect_turns_per_s": 5.0}
 BASELINE_MODE = "mmgate-base"  # the unmodified client through --baseline's gateway
+FLOOR_MODE = "floor"  # an ideal stripping gateway: aiohttp's bare relay of a padded stripped body
+RELAY = ROOT / "benchmarks" / "servers" / "bare_relay.py"
 
 
 class BaselineGateway(GatewayProcess):
@@ -76,6 +83,22 @@ class BaselineGateway(GatewayProcess):
         self._spawn([sys.executable, "-m", "mmgate", "serve", "--host", "127.0.0.1", "--port", str(self.port),
                      *args], {"PYTHONPATH": str(self.src)})
         self.wait_ready(time.monotonic() + timeout_s)
+
+
+class FloorRelay(GatewayProcess):
+    """``benchmarks/servers/bare_relay.py`` in front of the replica on ``backend_port`` (``floor``)."""
+
+    name = "bare relay"
+
+    def __init__(self, log_path: Path, backend_port: int) -> None:
+        super().__init__(log_path)
+        self.backend_port = backend_port
+
+    def start(self, args: Sequence[str], timeout_s: float = 30.0) -> None:
+        self._spawn([sys.executable, str(RELAY), str(self.port), str(self.backend_port)])
+        self.wait_ready(time.monotonic() + timeout_s)
+
+
 # Screenshot seeds: each run takes a range no other run (nor an earlier invocation) has used.
 _SEEDS = itertools.count(time.time_ns() // 1000)
 
@@ -124,7 +147,7 @@ class Meters:
 async def agent(http: aiohttp.ClientSession, url: str, api: str, mode: str, shots: list[str], name: str,
                 deadline: float, args: argparse.Namespace, out: dict[str, Any]) -> None:
     """One agent's session: a turn per new screenshot until the deadline or its screenshots run out."""
-    sent: set[str] | None = set() if mode.endswith("strip") else None
+    sent: set[str] | None = set() if mode.endswith("strip") or mode == FLOOR_MODE else None
     marker = FIRST_OUTPUT[api]
     for t in range(len(shots)):
         if time.monotonic() >= deadline:
@@ -135,10 +158,14 @@ async def agent(http: aiohttp.ClientSession, url: str, api: str, mode: str, shot
         if args.inline_system and api == "messages":  # a per-turn reminder, as Claude Code sends
             turn["messages"] = [{"role": "system", "content": f"Reminder: this is turn {t}."}, *turn["messages"]]
         body = orjson.dumps(turn)
+        headers = {"Content-Type": "application/json", "x-session-id": name}
+        if mode == FLOOR_MODE:  # the unmodified client's body, built and sent: its size, stripped bytes first
+            full = orjson.dumps({**turn_body(api, SERVED_MODEL, window, None, args.max_tokens), **args.extra_body})
+            headers[KEEP_HEADER] = str(len(body))
+            body += b" " * (len(full) - len(body))
         started = time.perf_counter()
         ttft = None
-        async with http.post(url + PATHS[api], data=body, headers={
-                "Content-Type": "application/json", "x-session-id": name}) as resp:
+        async with http.post(url + PATHS[api], data=body, headers=headers) as resp:
             head = time.perf_counter()
             if resp.status != 200:
                 out["errors"].append(resp.status)
@@ -189,7 +216,7 @@ async def drive(url: str, api: str, mode: str, concurrency: int, shots: list[lis
 
 
 def modes_for(api: str, wanted: list[str]) -> list[str]:
-    return [m for m in wanted if api != "messages" or not m.endswith("strip")]
+    return [m for m in wanted if api != "messages" or not (m.endswith("strip") or m == FLOOR_MODE)]
 
 
 def measure(vllm: VllmReplica, gateways: dict[str, GatewayProcess], args: argparse.Namespace
@@ -361,6 +388,8 @@ def main() -> int:
     vllm = VllmReplica(setup, tmp / "vllm.log")
     gateway = GatewayProcess(tmp / "gateway.log")
     gateways: dict[str, GatewayProcess] = {"mmgate": gateway, "mmgate-strip": gateway}
+    if FLOOR_MODE in args.modes:
+        gateways[FLOOR_MODE] = FloorRelay(tmp / "relay.log", int(vllm.url.rsplit(":", 1)[1]))
     if args.baseline is not None:
         gateways[BASELINE_MODE] = BaselineGateway(tmp / "gateway-base.log", args.baseline.resolve())
         if BASELINE_MODE not in args.modes:  # named in --modes too: once a round, where it is named
