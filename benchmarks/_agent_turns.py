@@ -26,8 +26,11 @@ from PIL import Image, ImageDraw
 WIDTH, HEIGHT = 1280, 800
 _LETTERS = "abcdefghijklmnopqrstuvwxyz"
 PROMPT = "What changed on the screen since the last step? Answer briefly."
-# The first event of each API's stream that carries generated output: its time is the TTFT.
-FIRST_OUTPUT = {"chat": b"data: {", "responses": b"output_text.delta", "messages": b"text_delta"}
+# The event of each API's stream that its first generated token brings: its time is the TTFT. Chat:
+# vLLM's first chunk (the role; the token's text, often empty, beside it). Messages: `message_start`,
+# which vLLM's endpoint and mmgate's mapping both send for that chunk (their first `text_delta`
+# comes a decode step later, with the first non-empty text). Responses: its first text delta.
+FIRST_OUTPUT = {"chat": b"data: {", "responses": b"output_text.delta", "messages": b"event: message_start"}
 PATHS = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "messages": "/v1/messages"}
 
 
