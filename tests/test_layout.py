@@ -33,7 +33,7 @@ MAX_LINES = 350
 # The api package's layers (docs/ARCHITECTURE.md): the HTTP layer knows no route, the pipeline no
 # HTTP framework; the handlers (every other api module) sit on both.
 HTTP_LAYER = {"mmgate.api.edge", "mmgate.api.inflight_bodies"}
-PIPELINE = {"mmgate.api.gateway", "mmgate.api.chat_request", "mmgate.api.content_parts", "mmgate.api.police"}
+PIPELINE = {"mmgate.api.gateway", "mmgate.api.image_loads", "mmgate.api.chat_request", "mmgate.api.content_parts", "mmgate.api.police"}
 HTTP_FRAMEWORKS = {"aiohttp", "multidict", "yarl", "starlette", "uvicorn", "granian", "h11", "httptools"}
 
 

@@ -23,8 +23,8 @@ from tests.support.images import image_of_about
 
 from benchmarks._procs import ROOT
 from benchmarks._run import write_results
+from mmgate.media.checks import decoded_digest
 from mmgate.media.dataurl import parse_data_url
-from mmgate.media.loader import _decoded_digest
 from mmgate.media.validate import validate_image
 
 FORMATS = ("JPEG", "PNG", "WEBP")
@@ -64,7 +64,7 @@ def main() -> None:
                 return hashlib.sha256(parse_data_url(url, max_bytes=1 << 30).payload.encode()).hexdigest()
 
             def data_key(url: str = url) -> object:  # the loader's key: decode, hash the bytes
-                return _decoded_digest(parse_data_url(url, max_bytes=1 << 30))
+                return decoded_digest(parse_data_url(url, max_bytes=1 << 30))
 
             info = validate(False)
             row = {

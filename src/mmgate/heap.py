@@ -5,8 +5,10 @@ text, their bytes, the forwarded body). glibc serves blocks that size with fresh
 trims the heap top back to the kernel on free, so each turn faults the same memory in again.
 Raising glibc's mmap and trim thresholds keeps such blocks in the heap, reused without a fault (a
 loop of 200 KB and 800 KB buffers: 359 → 2 faults and 876 → 67 µs an iteration,
-``tests/test_heap.py``; the gateway on an agent's turns: 146-221 → ~100 faults a turn, the rest
-being the image caches filling).
+``tests/test_heap.py``). A trim also keeps ``TRIM_BYTES`` (glibc's top pad), not 128 KiB, so a
+heap that trims its top does not fault it in again on the next turns: the gateway on an agent's
+turns (``agent_turn_cpu.py``), ~140 → ~98 faults a turn while its image caches fill (the rest is
+their growth), ~20 → ~2 once they are full.
 
 What stays is bounded: at most ``TRIM_BYTES`` of free memory at the top of each of at most
 ``ARENAS`` heaps (the event loop's and the worker threads'), 32 MiB in all; blocks from
@@ -27,6 +29,7 @@ TRIM_BYTES = 16 << 20
 ARENAS = 2
 # mallopt(3) parameters (glibc's malloc.h).
 _M_TRIM_THRESHOLD = -1
+_M_TOP_PAD = -2
 _M_MMAP_THRESHOLD = -3
 _M_ARENA_MAX = -8
 
@@ -43,4 +46,5 @@ def keep_request_buffers() -> bool:
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     return all(mallopt(param, value) == 1 for param, value in (
-        (_M_ARENA_MAX, ARENAS), (_M_MMAP_THRESHOLD, MMAP_BYTES), (_M_TRIM_THRESHOLD, TRIM_BYTES)))
+        (_M_ARENA_MAX, ARENAS), (_M_MMAP_THRESHOLD, MMAP_BYTES), (_M_TRIM_THRESHOLD, TRIM_BYTES),
+        (_M_TOP_PAD, TRIM_BYTES)))

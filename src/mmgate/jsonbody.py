@@ -201,7 +201,7 @@ def _restore(node: Any, values: dict[str, Any]) -> Any:
     while stack:
         item = stack.pop()
         if isinstance(item, dict):
-            if any(k in values for k in item):
+            if not values.keys().isdisjoint(item):
                 renamed = {values.get(k, k): v for k, v in item.items()}
                 item.clear()
                 item.update(renamed)

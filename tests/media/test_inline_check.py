@@ -33,18 +33,18 @@ async def test_a_small_png_is_checked_without_a_thread(make_loader: LoaderFactor
     calls = counted(loader)
     image = await loader.load(data_url(make_image("PNG", 320, 200)))
     assert image.mime == "image/png" and (image.width, image.height) == (320, 200)
-    assert "_probe" not in calls
+    assert "probe_and_check" not in calls
 
 
 async def test_other_images_still_go_to_a_thread(make_loader: LoaderFactory) -> None:
     loader = make_loader()
     calls = counted(loader)
     await loader.load(data_url(make_image("JPEG"), "image/jpeg"))
-    assert calls.count("_probe") == 1
+    assert calls.count("probe_and_check") == 1
     big = image_of_about("PNG", 300 * 1024)  # past the bound: its check could hold the loop too long
     assert len(big) > 256 * 1024
     await loader.load(data_url(big))
-    assert calls.count("_probe") == 2
+    assert calls.count("probe_and_check") == 2
 
 
 @pytest.mark.parametrize("name", ["crc", "truncated", "chunks", "bomb"])
@@ -58,5 +58,5 @@ async def test_on_the_loop_bad_pngs_are_refused(make_loader: LoaderFactory, name
     calls = counted(loader)
     with pytest.raises(ImageTooLargeError if name == "bomb" else UnsupportedImageError):
         await loader.load(data_url(data))
-    assert "_probe" not in calls
+    assert "probe_and_check" not in calls
     assert len(loader.local) == 0  # nothing cached

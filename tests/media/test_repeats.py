@@ -11,8 +11,10 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+import mmgate.media.checks as checks_module
 import mmgate.media.loader as loader_module
-from mmgate.errors import ImageTooLargeError
+from mmgate.api.image_loads import load_urls
+from mmgate.errors import ImageTooLargeError, UnsupportedImageError
 from mmgate.media.dataurl import DataURL
 from tests.media.conftest import LoaderFactory
 from tests.support.images import data_url, make_image
@@ -22,13 +24,13 @@ from tests.support.images import data_url, make_image
 def sha_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Counts the loader's keyings of data: URLs (a base64 decode and a SHA-256 of the bytes)."""
     calls: list[str] = []
-    real = loader_module._decoded_digest
+    real = loader_module.decoded_digest
 
     def counted(parsed: DataURL) -> tuple[bytes, str]:
         calls.append(parsed.payload[:16])
         return real(parsed)
 
-    monkeypatch.setattr(loader_module, "_decoded_digest", counted)
+    monkeypatch.setattr(loader_module, "decoded_digest", counted)
     return calls
 
 
@@ -41,7 +43,7 @@ def hashes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         sizes.append(len(data))
         return hashlib.sha256(data)
 
-    monkeypatch.setattr(loader_module, "hashlib", SimpleNamespace(sha256=sha256))
+    monkeypatch.setattr(checks_module, "hashlib", SimpleNamespace(sha256=sha256))
     return sizes
 
 
@@ -147,3 +149,38 @@ async def test_a_repeat_over_a_lowered_byte_limit_is_refused(make_loader: Loader
     loader._media = loader._media.model_copy(update={"max_image_bytes": len(raw) - 1})
     with pytest.raises(ImageTooLargeError):
         await loader.load(url)
+
+
+async def test_a_held_repeat_is_found_at_once_in_its_own_space(make_loader: LoaderFactory) -> None:
+    """``MediaLoader.held``: the repeat ``load`` would answer from the local tier, without a task,
+    and nothing else (not another tenant's, not another spelling, not a URL it has not seen)."""
+    registry = CollectorRegistry()
+    loader = make_loader(registry=registry)
+    raw = make_image("PNG", 80, 60, seed=6)
+    url = data_url(raw)
+    assert loader.held(url, tenant_tag="a") is None  # not seen yet
+    image = await loader.load(url, tenant_tag="a")
+    assert loader.held(url, tenant_tag="a") is image
+    assert loader.held(url, tenant_tag="b") is None  # another tenant's space
+    assert loader.held(url) is None  # no tenant: another space too
+    assert loader.held("data:image/x-png;base64," + url.split(",", 1)[1], tenant_tag="a") is None  # another spelling
+    assert loader.held("https://example.com/a.png", tenant_tag="a") is None  # not a data: URL
+    assert registry.get_sample_value("mmgate_image_loads_total", {"outcome": "local_hit"}) == 1
+
+
+async def test_a_turn_loads_only_its_new_image(make_loader: LoaderFactory, sha_calls: list[str]) -> None:
+    """An agent's turn through ``load_urls``: its repeats taken as held, its new image loaded, each
+    answered in the request's order."""
+    registry = CollectorRegistry()
+    loader = make_loader(registry=registry)
+    old = [data_url(make_image("PNG", 64, 48, seed=seed)) for seed in (7, 8)]
+    held = [await loader.load(url) for url in old]
+    new = data_url(make_image("PNG", 64, 48, seed=9))
+    got = await load_urls(loader, [("p0", old[0]), ("p1", new), ("p2", old[1])], None, None)
+    assert got[0] is held[0] and got[2] is held[1] and got[1].data == base64.b64decode(new.split(",", 1)[1])
+    assert len(sha_calls) == 3  # the two earlier loads and the new image: no repeat hashed
+    assert registry.get_sample_value("mmgate_image_loads_total", {"outcome": "local_hit"}) == 2
+    assert registry.get_sample_value("mmgate_image_loads_total", {"outcome": "origin"}) == 3
+    with pytest.raises(UnsupportedImageError) as info:
+        await load_urls(loader, [("p0", old[0]), ("p1", "data:image/png;base64,AAAA")], None, None)
+    assert info.value.param == "p1"

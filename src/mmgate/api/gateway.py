@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from mmgate.api.chat_request import ChatRequest, parse_chat_request, parse_chat_request_async
+from mmgate.api.image_loads import load_urls
 from mmgate.api.police import refuse_transfer_params
 from mmgate.app_runtime import lower_thread_priority
 from mmgate.backends import CHAT_PATH, Backend, BackendReply
@@ -31,7 +32,6 @@ from mmgate.jsonbody import HeldText
 from mmgate.media import MediaLoader
 from mmgate.media.audio import check_data_media, media_value
 from mmgate.media.dataurl import is_data_url
-from mmgate.media.decode import PixelBudget
 from mmgate.metrics import GatewayMetrics
 from mmgate.observe import note_chat, note_reuse, span, traced
 from mmgate.reuse import (
@@ -311,35 +311,8 @@ class Gateway:
     async def load_urls(
         self, wanted: list[tuple[str, str]], session_id: str | None, tenant_tag: str | None = None
     ) -> list[LoadedImage]:
-        """Load every (param, URL) concurrently, in the tenant's key space, under one pixel budget
-        (its large decodes admitted all together); the first failure cancels the rest."""
-        if not wanted:
-            return []
-        budget = self.loader.pixel_budget(loads=len(wanted))
-        if len(wanted) == 1:
-            return [await self._load_one(*wanted[0], session_id, budget, tenant_tag)]
-        tasks = [asyncio.create_task(self._load_one(param, url, session_id, budget, tenant_tag))
-                 for param, url in wanted]
-        try:
-            return list(await asyncio.gather(*tasks))
-        except BaseException:
-            # The first failure is the answer; the other loads are abandoned (their fetches are
-            # shared through in-flight dedup and finish for any other waiter).
-            for task in tasks:
-                task.cancel()
-            budget.abandon()  # a load cancelled before it started never reports to the budget
-            raise
-
-    async def _load_one(
-        self, param: str, url: str, session_id: str | None, budget: PixelBudget, tenant_tag: str | None,
-    ) -> LoadedImage:
-        """One image, in its own span (which tier answered, or the origin) when the request is traced."""
-        with span("load", {"mmgate.image.param": param}) as loading:
-            image, source = await self.loader.load_with_outcome(
-                url, session_id=session_id, param=param, budget=budget, tenant_tag=tenant_tag)
-            loading.set_attribute("mmgate.image.source", source)
-            loading.set_attribute("mmgate.image.bytes", image.num_bytes)
-        return image
+        """Load every (param, URL) in the tenant's key space (``image_loads.load_urls``)."""
+        return await load_urls(self.loader, wanted, session_id, tenant_tag)
 
     async def close(self) -> None:
         self.inflate_pool.shutdown(wait=False, cancel_futures=True)

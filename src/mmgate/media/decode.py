@@ -5,7 +5,7 @@
   priority, so one client's giant images never queue ahead of everybody's small ones nor take the
   CPU from them. The lighter work around a decode (base64, hashes, header probes) runs in
   ``decode_workers`` threads (``run``; a lane of one low-priority thread for large work), but
-  for a screenshot-sized PNG, checked on the loader's event loop (``loader._checked_inline``).
+  for a screenshot-sized PNG, checked on the loader's event loop (``checks.checked_inline``).
 * The large lane's queue is bounded in pixels, queued and running together
   (``max_decode_queue_pixels``): past it a request gets ``BusyError`` (429 with ``Retry-After``)
   instead of waiting behind work it cannot see. A request is admitted whole or not at all

@@ -23,19 +23,24 @@ from __future__ import annotations
 
 import copy
 import functools
-import hashlib
 import logging
 import operator
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-import pybase64
 from prometheus_client import CollectorRegistry
 
 from mmgate.config import CacheSettings, MediaSettings
 from mmgate.errors import ForbiddenURLError, MediaError, OriginError
 from mmgate.jsonbody import HeldText
-from mmgate.media.dataurl import DataURL, decode_payload, forwarded_as, is_data_url, parse_data_url
+from mmgate.media.checks import (
+    INLINE_HASH_BYTES,
+    checked_inline,
+    decoded_digest,
+    hash_encode,
+    probe_and_check,
+)
+from mmgate.media.dataurl import is_data_url, parse_data_url
 from mmgate.media.decode import DecodeLanes, LoadTicket, PixelBudget
 from mmgate.media.dns import Lookup
 from mmgate.media.inflight import InflightMap
@@ -43,16 +48,14 @@ from mmgate.media.keys import data_url_key, scope_key, url_key
 from mmgate.media.metrics import MediaMetrics, Outcome
 from mmgate.media.origin import OriginFetcher
 from mmgate.media.passthrough import check_passthrough_url
-from mmgate.media.repeats import RepeatIndex, fingerprint, forwards, held_urls
+from mmgate.media.repeats import RepeatIndex, fingerprint, held_image, held_urls
 from mmgate.media.url_policy import UrlPolicy
-from mmgate.media.validate import PNG_SIGNATURE, ImageInfo, probe_image, validate_image
 from mmgate.store import ByteLRU, LoadedImage, SharedTier
 
 log = logging.getLogger(__name__)
 
-# data: payloads at least this big are decoded and hashed in the thread pool, not on the event
-# loop; URLs at least _INLINE_PARSE_BYTES long are parsed there (slicing out the payload is a copy).
-_INLINE_HASH_BYTES = 256 * 1024
+# data: URLs at least this long are parsed in the thread pool, not on the event loop (slicing
+# out the payload is a copy); their payloads from ``INLINE_HASH_BYTES`` up are decoded there too.
 _INLINE_PARSE_BYTES = 2 << 20
 # Fingerprints of data: URLs the repeat index keeps (``mmgate.media.repeats``).
 REPEAT_INDEX_ENTRIES = 65536
@@ -146,12 +149,26 @@ class MediaLoader:
         self.metrics.load(outcome)
         return image, outcome
 
+    def held(self, url: str, *, session_id: str | None = None, tenant_tag: str | None = None) -> LoadedImage | None:
+        """``load``'s answer for a data: URL the local tier holds (an agent's resent screenshot),
+        found at once, counted as a local hit: no task, parse or hash; None: ``load`` it."""
+        if self._closed or not isinstance(url, str) or not is_data_url(url):
+            return None
+        hit = held_image(self._repeats, self.local, self._scope(session_id, tenant_tag), url, fingerprint(url),
+                         self._media.max_image_bytes)
+        if hit is not None:
+            self.metrics.load("local_hit")
+        return hit
+
     def held_urls(self, session_id: str | None, tenant_tag: str | None) -> HeldText:
         """The data: URLs held in the request's tenant and session space, for its parse to find its
         repeats in (``mmgate.media.repeats``)."""
-        scope = functools.partial(scope_key, session_scoping=self._cache.session_scoping, session_id=session_id,
-                                  tenant_tag=tenant_tag)
-        return held_urls(self._repeats, self.local, scope)
+        return held_urls(self._repeats, self.local, self._scope(session_id, tenant_tag))
+
+    def _scope(self, session_id: str | None, tenant_tag: str | None) -> Callable[[str], str | None]:
+        """A key → its tier key in the request's tenant and session space (``scope_key``)."""
+        return functools.partial(scope_key, session_scoping=self._cache.session_scoping, session_id=session_id,
+                                 tenant_tag=tenant_tag)
 
     async def check_passthrough(self, url: str, *, param: str | None = None, kind: str = "media") -> str:
         """The checked URL to forward for an audio/video part (of type ``kind``) the backend
@@ -199,21 +216,18 @@ class MediaLoader:
         self, url: str, session_id: str | None, ticket: LoadTicket | None, tenant_tag: str | None
     ) -> tuple[LoadedImage, Outcome]:
         mark = fingerprint(url)
-        known = self._repeats.key(mark)
-        if known is not None:  # a repeat, if the image held under it forwards this very URL
-            tier_key = scope_key(known, session_scoping=self._cache.session_scoping, session_id=session_id,
-                                 tenant_tag=tenant_tag)
-            hit = None if tier_key is None else self.local.get(tier_key)
-            if hit is not None and hit.num_bytes <= self._media.max_image_bytes and forwards(hit, url):
-                return hit, "local_hit"
+        hit = held_image(self._repeats, self.local, self._scope(session_id, tenant_tag), url, mark,
+                         self._media.max_image_bytes)
+        if hit is not None:  # a repeat: the image held under its fingerprint forwards this very URL
+            return hit, "local_hit"
         if len(url) >= _INLINE_PARSE_BYTES:
             parsed = await self._in_pool(functools.partial(parse_data_url, max_bytes=self._media.max_image_bytes), url)
         else:
             parsed = parse_data_url(url, max_bytes=self._media.max_image_bytes)
-        if parsed.num_bytes >= _INLINE_HASH_BYTES:
-            data, digest = await self._in_pool(_decoded_digest, parsed)
+        if parsed.num_bytes >= INLINE_HASH_BYTES:
+            data, digest = await self._in_pool(decoded_digest, parsed)
         else:
-            data, digest = _decoded_digest(parsed)
+            data, digest = decoded_digest(parsed)
         key = data_url_key(digest)
         self._repeats.remember(mark, key)
 
@@ -282,7 +296,7 @@ class MediaLoader:
         media = self._media
         try:
             probe = (data, media.allowed_formats, media.max_image_pixels, digest, url)
-            probed, checked = _probe(*probe) if _checked_inline(data) else await self._in_pool(_probe, *probe)
+            probed, checked = probe_and_check(*probe) if checked_inline(data) else await self._in_pool(probe_and_check, *probe)
             pixels = probed.width * probed.height
             reserved = False
             if ticket is not None:
@@ -298,47 +312,13 @@ class MediaLoader:
                                digest=sha, _data_url=data_url)
         info = await self._lanes.decode(pixels, tenant_tag, data, media.allowed_formats, media.max_image_pixels,
                                         reserved=reserved)
-        sha, data_url = await self._in_pool(_hash_encode, data, info.mime, digest, url)
+        sha, data_url = await self._in_pool(hash_encode, data, info.mime, digest, url)
         return LoadedImage(data=data, mime=info.mime, width=info.width, height=info.height, digest=sha,
                            _data_url=data_url)
 
     async def _in_pool(self, fn: Callable[..., _T], *args: object) -> _T:
         """Small work (hashes, base64, header probes) in the normal lane."""
         return await self._lanes.run(0, fn, *args)
-
-
-def _checked_inline(data: bytes) -> bool:
-    """A PNG under ``_INLINE_HASH_BYTES`` (a screenshot): its whole check (~0.2 ms; ~3 ms at
-    ``check_structure``'s chunk limits) costs less on the loop than a trip to a thread and back
-    (PERFORMANCE.md, "Agent capacity on real vLLM"). Other formats walk headers in Python: a thread."""
-    return len(data) < _INLINE_HASH_BYTES and data.startswith(PNG_SIGNATURE)
-
-
-def _decoded_digest(parsed: DataURL) -> tuple[bytes, str]:
-    """A data: URL's bytes and their SHA-256 (its cache key and the image's digest)."""
-    return (data := decode_payload(parsed)), hashlib.sha256(data).hexdigest()
-
-
-def _probe(
-    data: bytes, allowed_formats: tuple[str, ...], max_pixels: int, digest: str | None, url: str | None
-) -> tuple[ImageInfo, tuple[str, str] | None]:
-    """The image's header; for a PNG (whose whole check is its chunks' CRCs, bounded by its bytes)
-    that check and ``_hash_encode`` too, in one open of the file: no decode process, no lane."""
-    if data.startswith(PNG_SIGNATURE) and "PNG" in allowed_formats:
-        info = validate_image(data, allowed_formats=("PNG",), max_pixels=max_pixels)
-        return info, _hash_encode(data, info.mime, digest, url)
-    info = probe_image(data, allowed_formats=allowed_formats, max_pixels=max_pixels)
-    return info, None
-
-
-def _hash_encode(data: bytes, mime: str, digest: str | None = None, url: str | None = None) -> tuple[str, str]:
-    """The image's SHA-256 (``digest`` when already known) and the data URL that will be
-    forwarded (``url``, the one ``data`` was decoded from, when it is that already): both release
-    the GIL (hashlib, pybase64), so neither stalls the event loop."""
-    sha = digest or hashlib.sha256(data).hexdigest()
-    if url is not None and forwarded_as(url, mime, data):
-        return sha, url
-    return sha, f"data:{mime};base64," + pybase64.b64encode_as_string(data)
 
 
 def _with_param(exc: MediaError, param: str | None) -> MediaError:

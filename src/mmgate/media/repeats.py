@@ -93,6 +93,17 @@ def held_urls(index: RepeatIndex, local: ByteLRU[str, LoadedImage], scope: Calla
     return held
 
 
+def held_image(index: RepeatIndex, local: ByteLRU[str, LoadedImage], scope: Callable[[str], str | None], url: str,
+               mark: bytes | None, max_bytes: int) -> LoadedImage | None:
+    """The image ``local`` holds for the data: URL ``url`` (its ``fingerprint``: ``mark``) under
+    the tier key ``scope`` gives, when it forwards this very URL (``forwards``) and is at most
+    ``max_bytes``; None: take the parse, decode and SHA-256 path."""
+    key = index.key(mark)
+    tier_key = None if key is None else scope(key)
+    hit = None if tier_key is None else local.get(tier_key)
+    return hit if hit is not None and hit.num_bytes <= max_bytes and forwards(hit, url) else None
+
+
 def forwards(image: LoadedImage, url: str) -> bool:
     """Whether ``image`` forwards exactly the data: URL ``url`` (its type and base64 text), so
     the text decodes to the image's bytes: the confirmation of a fingerprint match."""
