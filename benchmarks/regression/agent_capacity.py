@@ -70,21 +70,6 @@ FLOOR_MODE = "floor"  # an ideal stripping gateway: aiohttp's bare relay of a pa
 RELAY = ROOT / "benchmarks" / "servers" / "bare_relay.py"
 
 
-class BaselineGateway(GatewayProcess):
-    """``mmgate serve`` from another tree's ``src/`` (a worktree of an earlier commit)."""
-
-    name = "mmgate serve (baseline)"
-
-    def __init__(self, log_path: Path, src: Path) -> None:
-        super().__init__(log_path)
-        self.src = src
-
-    def start(self, args: Sequence[str], timeout_s: float = 30.0) -> None:
-        self._spawn([sys.executable, "-m", "mmgate", "serve", "--host", "127.0.0.1", "--port", str(self.port),
-                     *args], {"PYTHONPATH": str(self.src)})
-        self.wait_ready(time.monotonic() + timeout_s)
-
-
 class FloorRelay(GatewayProcess):
     """``benchmarks/servers/bare_relay.py`` in front of the replica on ``backend_port`` (``floor``)."""
 
@@ -391,7 +376,7 @@ def main() -> int:
     if FLOOR_MODE in args.modes:
         gateways[FLOOR_MODE] = FloorRelay(tmp / "relay.log", int(vllm.url.rsplit(":", 1)[1]))
     if args.baseline is not None:
-        gateways[BASELINE_MODE] = BaselineGateway(tmp / "gateway-base.log", args.baseline.resolve())
+        gateways[BASELINE_MODE] = GatewayProcess(tmp / "gateway-base.log", src=args.baseline.resolve())
         if BASELINE_MODE not in args.modes:  # named in --modes too: once a round, where it is named
             args.modes.append(BASELINE_MODE)
     print(f"starting vLLM ({args.model.name}) and mmgate; logs in {tmp}", file=sys.stderr, flush=True)

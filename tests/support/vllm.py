@@ -249,13 +249,20 @@ class SimProcess(_Process):
 
 
 class GatewayProcess(_Process):
-    """``mmgate serve`` as its own process (the installed CLI, exactly as a user runs it)."""
+    """``mmgate serve`` as its own process (the installed CLI, exactly as a user runs it); ``src``:
+    another tree's ``src/`` to run it from instead (a worktree of an earlier commit)."""
 
     name = "mmgate serve"
 
+    def __init__(self, log_path: Path, src: Path | None = None) -> None:
+        super().__init__(log_path)
+        self.src = src
+        if src is not None:
+            self.name = f"mmgate serve ({src})"
+
     def start(self, args: Sequence[str], timeout_s: float = 30.0) -> None:
         self._spawn([sys.executable, "-m", "mmgate", "serve", "--host", "127.0.0.1", "--port", str(self.port),
-                     *args])
+                     *args], None if self.src is None else {"PYTHONPATH": str(self.src)})
         self.wait_ready(time.monotonic() + timeout_s)
 
     def health(self) -> dict[str, object]:

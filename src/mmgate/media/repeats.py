@@ -85,12 +85,18 @@ def held_urls(index: RepeatIndex, local: ByteLRU[str, LoadedImage], scope: Calla
     are printable ASCII with no ``\\`` or ``"``, as ``HeldText`` requires."""
 
     def held(raw: bytes | bytearray, start: int, end: int) -> str | None:
-        key = index.key(span_fingerprint(raw, start, end))
-        tier_key = None if key is None else scope(key)
-        image = None if tier_key is None else local.get(tier_key)
+        image = _held_under(index, local, scope, span_fingerprint(raw, start, end))
         return None if image is None else image.data_url()
 
     return held
+
+
+def _held_under(index: RepeatIndex, local: ByteLRU[str, LoadedImage], scope: Callable[[str], str | None],
+                mark: bytes | None) -> LoadedImage | None:
+    """The image ``local`` holds under the key the index last recorded for ``mark``, in ``scope``'s space."""
+    key = index.key(mark)
+    tier_key = None if key is None else scope(key)
+    return None if tier_key is None else local.get(tier_key)
 
 
 def held_image(index: RepeatIndex, local: ByteLRU[str, LoadedImage], scope: Callable[[str], str | None], url: str,
@@ -98,9 +104,7 @@ def held_image(index: RepeatIndex, local: ByteLRU[str, LoadedImage], scope: Call
     """The image ``local`` holds for the data: URL ``url`` (its ``fingerprint``: ``mark``) under
     the tier key ``scope`` gives, when it forwards this very URL (``forwards``) and is at most
     ``max_bytes``; None: take the parse, decode and SHA-256 path."""
-    key = index.key(mark)
-    tier_key = None if key is None else scope(key)
-    hit = None if tier_key is None else local.get(tier_key)
+    hit = _held_under(index, local, scope, mark)
     return hit if hit is not None and hit.num_bytes <= max_bytes and forwards(hit, url) else None
 
 
