@@ -1,11 +1,14 @@
 """Agents as their SDKs drive them, through the gateway to real vLLM: the official OpenAI Python
 client (chat completions, Responses) and Anthropic's (Messages), each running the turns of an agent
-that resends its whole history, screenshots included, with no uuid, streamed as agents stream.
+that resends its whole history, screenshots included, with no uuid, streamed through each SDK's
+stream helper (chat: its plain stream, as chat agents read it).
 
-Each SDK parses the gateway's answers with its own models and stream accumulators; every turn's
-repeats reach vLLM as cache-only references (``x-mmgate-reuse``); each turn's text is the one
-vLLM's own endpoint gives the same SDK call with every screenshot sent (temperature 0, the replica
-that answered); bad input is the SDK's own 400 exception, naming what was wrong."""
+Each SDK parses the gateway's answers with its own models and stream accumulators (which check
+the events' order and indexes as they merge them into the final message); every turn's repeats
+reach vLLM as cache-only references (the gateway's ``mmgate_images_forwarded`` counts, read around
+each turn: nothing else runs beside it); each turn's text is the one vLLM's own endpoint gives the
+same SDK call with every screenshot sent (temperature 0, the replica that answered); bad input is
+the SDK's own 400 exception, naming what was wrong."""
 
 from __future__ import annotations
 
@@ -13,11 +16,13 @@ import base64
 import itertools
 from typing import Any
 
+import aiohttp
 import anthropic
 import openai
 import pytest
 
 from tests.support.images import data_url, make_image
+from tests.support.serve_process import metric_value
 from tests.support.vllm import SERVED_MODEL, GatewayProcess, VllmReplica
 
 TURNS = 3
@@ -33,14 +38,29 @@ def payload(url: str) -> str:
     return url.split(",", 1)[1]
 
 
-def replica_of(headers: Any, replicas: list[VllmReplica]) -> VllmReplica:
-    return replicas[int(headers["x-mmgate-backend"].rsplit("-", 1)[1])]
+class Forwarded:
+    """What the gateway sent its replicas between two reads of its /metrics: images with their
+    bytes and stripped to a reference, and requests per replica."""
 
+    def __init__(self, gateway: GatewayProcess, replicas: list[VllmReplica]) -> None:
+        self.url = gateway.url + "/metrics"
+        self.names = [f"vllm-{i}" for i in range(len(replicas))]
+        self.replicas = replicas
 
-def reuse(headers: Any) -> dict[str, int]:
-    """``x-mmgate-reuse`` as numbers: sent, stripped, referenced, healed."""
-    parts = (p.partition("=") for p in headers["x-mmgate-reuse"].split(";"))
-    return {k.strip(): int(v) for k, _, v in parts}
+    async def read(self) -> list[float]:
+        async with aiohttp.ClientSession() as http, http.get(self.url) as resp:
+            text = await resp.text()
+        return [metric_value(text, "mmgate_images_forwarded_total", mode="data"),
+                metric_value(text, "mmgate_images_forwarded_total", mode="stripped"),
+                *(metric_value(text, "mmgate_backend_requests_total", backend=name, outcome="ok")
+                  for name in self.names)]
+
+    async def since(self, before: list[float]) -> tuple[dict[str, float], VllmReplica]:
+        """The images sent and stripped since ``before``, and the one replica that answered."""
+        after = await self.read()
+        answered = [r for r, a, b in zip(self.replicas, after[2:], before[2:], strict=True) if a > b]
+        assert len(answered) == 1, (before, after)
+        return {"sent": after[0] - before[0], "stripped": after[1] - before[1]}, answered[0]
 
 
 def openai_client(url: str, session: str | None = None) -> openai.AsyncOpenAI:
@@ -55,62 +75,69 @@ def anthropic_client(url: str, session: str | None = None) -> anthropic.AsyncAnt
                                     default_headers=headers)
 
 
-async def chat_turn(client: openai.AsyncOpenAI, messages: list[dict[str, Any]]) -> tuple[str, Any]:
-    """One streamed turn (usage included, as agents ask for it): its text and the reply's headers."""
-    raw = await client.chat.completions.with_raw_response.create(
-        model=SERVED_MODEL, messages=messages, max_tokens=4, temperature=0, stream=True,
-        stream_options={"include_usage": True})
-    text, usage = "", None
-    async for chunk in raw.parse():
-        text += "".join(c.delta.content or "" for c in chunk.choices)
+async def chat_turn(client: openai.AsyncOpenAI, messages: list[dict[str, Any]]) -> str:
+    """One streamed turn as chat agents run it (``create(stream=True)``, usage included; the SDK's
+    ``stream`` helper is for structured output and refuses a reply cut at ``max_tokens``): its text."""
+    stream = await client.chat.completions.create(model=SERVED_MODEL, messages=messages, max_tokens=4,
+                                                  temperature=0, stream=True, stream_options={"include_usage": True})
+    text, usage, finish = "", None, None
+    async for chunk in stream:
+        for choice in chunk.choices:
+            text += choice.delta.content or ""
+            finish = choice.finish_reason or finish
         usage = chunk.usage or usage
+    assert finish in ("length", "stop")
     assert usage is not None and usage.completion_tokens > 0 and usage.prompt_tokens > 64
-    return text, raw.headers
+    return text
 
 
 async def test_openai_chat_agent(gateway: GatewayProcess, vllm_replicas: list[VllmReplica]) -> None:
     messages: list[dict[str, Any]] = [{"role": "system", "content": "You operate a browser."}]
+    forwarded = Forwarded(gateway, vllm_replicas)
     async with openai_client(gateway.url, "sdk-chat") as via:
         for turn in range(TURNS):
             messages.append({"role": "user", "content": [
                 {"type": "text", "text": f"Step {turn}: what changed?"},
                 {"type": "image_url", "image_url": {"url": screenshot(), "detail": "auto"}}]})
-            text, headers = await chat_turn(via, messages)
-            assert reuse(headers) == {"sent": 1, "stripped": turn, "referenced": 0, "healed": 0}
-            async with openai_client(replica_of(headers, vllm_replicas).url) as direct:
-                assert (await chat_turn(direct, messages))[0] == text
+            before = await forwarded.read()
+            text = await chat_turn(via, messages)
+            sent, replica = await forwarded.since(before)
+            assert sent == {"sent": 1, "stripped": turn}
+            async with openai_client(replica.url) as direct:
+                assert await chat_turn(direct, messages) == text
             messages.append({"role": "assistant", "content": text})
 
 
-async def responses_turn(client: openai.AsyncOpenAI, items: list[dict[str, Any]]) -> tuple[str, Any, list[Any]]:
-    """One streamed Responses turn: the SDK's final response's text, the reply's headers and the
-    response's output items (which an agent appends to its next turn's input)."""
-    raw = await client.responses.with_raw_response.create(
-        model=SERVED_MODEL, input=items, max_output_tokens=4, temperature=0, stream=True)
-    deltas, final = "", None
-    async for event in raw.parse():
-        if event.type == "response.output_text.delta":
-            deltas += event.delta
-        elif event.type == "response.completed":
-            final = event.response
+async def responses_turn(client: openai.AsyncOpenAI, items: list[dict[str, Any]]) -> tuple[str, list[Any]]:
+    """One streamed Responses turn through the SDK's stream helper: its final response's text and
+    output items (which an agent appends to its next turn's input)."""
+    deltas = ""
+    async with client.responses.stream(model=SERVED_MODEL, input=items, max_output_tokens=4,
+                                       temperature=0) as stream:
+        async for event in stream:
+            if event.type == "response.output_text.delta":
+                deltas += event.delta
+        final = await stream.get_final_response()
     # vLLM ends a turn cut at max_output_tokens with response.completed, its status incomplete.
-    assert final is not None and final.output_text == deltas
     cut = final.incomplete_details.reason if final.incomplete_details else None
     assert final.status == "completed" or cut == "max_output_tokens", (final.status, cut)
-    assert final.usage is not None and final.usage.input_tokens > 64
-    return deltas, raw.headers, [item.model_dump(exclude_none=True) for item in final.output]
+    assert final.output_text == deltas and final.usage is not None and final.usage.input_tokens > 64
+    return deltas, [item.model_dump(exclude_none=True) for item in final.output]
 
 
 async def test_openai_responses_agent(gateway: GatewayProcess, vllm_replicas: list[VllmReplica]) -> None:
     items: list[dict[str, Any]] = []
+    forwarded = Forwarded(gateway, vllm_replicas)
     async with openai_client(gateway.url, "sdk-responses") as via:
         for turn in range(TURNS):
             items.append({"role": "user", "content": [
                 {"type": "input_text", "text": f"Step {turn}: what changed?"},
                 {"type": "input_image", "image_url": screenshot(), "detail": "auto"}]})
-            text, headers, output = await responses_turn(via, items)
-            assert reuse(headers) == {"sent": 1, "stripped": turn, "referenced": 0, "healed": 0}
-            async with openai_client(replica_of(headers, vllm_replicas).url) as direct:
+            before = await forwarded.read()
+            text, output = await responses_turn(via, items)
+            sent, replica = await forwarded.since(before)
+            assert sent == {"sent": 1, "stripped": turn}
+            async with openai_client(replica.url) as direct:
                 assert (await responses_turn(direct, items))[0] == text
             items += output
 
@@ -119,27 +146,27 @@ def shot_block(url: str) -> dict[str, Any]:
     return {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": payload(url)}}
 
 
-async def messages_turn(client: anthropic.AsyncAnthropic, messages: list[dict[str, Any]]) -> tuple[str, Any]:
+async def messages_turn(client: anthropic.AsyncAnthropic, messages: list[dict[str, Any]]) -> str:
     """One turn through the SDK's stream helper (as Claude-style agents run it): the accumulated
-    final message's text and the reply's headers."""
+    final message's text, the same as the streamed text's."""
     async with client.messages.stream(model=SERVED_MODEL, max_tokens=4, messages=messages,
                                       system=[{"type": "text", "text": "You operate a browser.",
                                                "cache_control": {"type": "ephemeral"}}],
                                       cache_control={"type": "ephemeral"}, extra_body={"temperature": 0}) as stream:
         streamed = "".join([text async for text in stream.text_stream])
         final = await stream.get_final_message()
-        headers = stream.response.headers
     assert final.role == "assistant" and final.stop_reason in ("max_tokens", "end_turn")
     assert final.usage.output_tokens > 0 and final.usage.input_tokens > 64
     text = "".join(block.text for block in final.content if block.type == "text")
     assert text == streamed
-    return text, headers
+    return text
 
 
 async def test_anthropic_messages_agent(gateway: GatewayProcess, vllm_replicas: list[VllmReplica]) -> None:
     """Tool results carrying the screenshots, the last block marked for prompt caching, as
     Claude-style agents send them."""
     messages: list[dict[str, Any]] = [{"role": "user", "content": "Open the settings page."}]
+    forwarded = Forwarded(gateway, vllm_replicas)
     async with anthropic_client(gateway.url, "sdk-messages") as via:
         for turn in range(TURNS):
             messages += [
@@ -148,10 +175,12 @@ async def test_anthropic_messages_agent(gateway: GatewayProcess, vllm_replicas: 
                 {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"tu_{turn}", "content": [
                     shot_block(screenshot()), {"type": "text", "text": f"step {turn}",
                                                "cache_control": {"type": "ephemeral"}}]}]}]
-            text, headers = await messages_turn(via, messages)
-            assert reuse(headers) == {"sent": 1, "stripped": turn, "referenced": 0, "healed": 0}
-            async with anthropic_client(replica_of(headers, vllm_replicas).url) as direct:
-                assert (await messages_turn(direct, messages))[0] == text
+            before = await forwarded.read()
+            text = await messages_turn(via, messages)
+            sent, replica = await forwarded.since(before)
+            assert sent == {"sent": 1, "stripped": turn}
+            async with anthropic_client(replica.url) as direct:
+                assert await messages_turn(direct, messages) == text
             messages.append({"role": "assistant", "content": [{"type": "text", "text": text or "ok"}]})
             messages.append({"role": "user", "content": "Go on."})
 
