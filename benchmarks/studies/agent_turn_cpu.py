@@ -18,7 +18,9 @@ the other, the order alternating, and the table has a row for each. ``--floor`` 
 ``benchmarks/servers/bare_relay.py`` on chat: aiohttp's server and client relaying the same turn
 (the whole body on, nothing parsed), the floor of any gateway built on them. ``--stream-gap-ms``
 spaces the backend's events as an engine's tokens are (each event its own read and write, as
-on real vLLM) rather than sending the stream in one write.
+on real vLLM) rather than sending the stream in one write. ``--profile DIR`` samples each
+gateway with py-spy for the whole run (``benchmarks/_pyspy.py``) and prints where its turns' time
+went, by package and by innermost function, µs a turn; the stacks stay in DIR.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
+from benchmarks import _pyspy
 from benchmarks._agent_turns import PATHS, screenshots, turn_body
 from benchmarks._procs import MMGATE, ROOT, cpu_seconds, free_port, machine_busy_s, start, stop, tree_cpu_s
 from benchmarks._run import parse_args, write_results
@@ -198,6 +201,8 @@ def main() -> int:
     p.add_argument("--stream-gap-ms", type=float, default=0.0,
                    help="the backend sends each event this long after the last, as an engine streams tokens "
                         "(0: the whole stream in one write)")
+    p.add_argument("--profile", type=Path, metavar="DIR",
+                   help="sample each gateway with py-spy into DIR and print where its turns' time went")
     p.add_argument("--serve-backend", type=int, help=argparse.SUPPRESS)
     p.add_argument("--out", type=Path)
     args = parse_args(p, QUICK)
@@ -226,6 +231,10 @@ def main() -> int:
              if not (api == "messages" and mode == "mmgate-strip")]
     runs: list[dict[str, Any]] = []
     next_seed = 1_000_003
+    spies = {}
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
+        spies = {name: _pyspy.start(proc.pid, args.profile / f"{name}.txt") for name, (proc, _) in gateways.items()}
     try:
         for n in range(args.rounds):
             for api, mode in pairs if n % 2 == 0 else pairs[::-1]:
@@ -249,13 +258,20 @@ def main() -> int:
                           + f")  faults/turn {run['faults_per_turn']:.0f}  load {run['load_1m']:.2f} others {run['others_cpu_s']:.1f} s",
                           flush=True)
     finally:
+        for spy in spies.values():
+            _pyspy.stop(spy)
         for proc, _ in gateways.values():
             stop(proc)
         stop(backend)
     rows = summarise(runs)
     print_table(COLUMNS, rows)
+    profiles = {name: _pyspy.read(args.profile / f"{name}.txt", sum(r["turns"] for r in runs if r["gateway"] == name))
+                for name in spies}
+    for name, profile in profiles.items():
+        _pyspy.print_profile(name, profile)
     if args.out:
-        write_results(args.out, {"args": {k: str(v) for k, v in vars(args).items()}, "runs": runs, "rows": rows})
+        write_results(args.out, {"args": {k: str(v) for k, v in vars(args).items()}, "runs": runs, "rows": rows,
+                                 "profiles": profiles})
     return 0
 
 
