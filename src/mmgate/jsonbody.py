@@ -188,10 +188,9 @@ def _string_token(raw: bytes | bytearray, view: memoryview, start: int, end: int
     decoded as such, several times faster than orjson parses it; any other token goes to orjson,
     which validates escapes, control characters and UTF-8."""
     inner = view[start + 1 : end]
-    if raw.find(b"\\", start, end) < 0 and len(inner):
-        codes = numpy.frombuffer(inner, numpy.uint8)
-        if int(codes.min()) >= 0x20 and int(codes.max()) < 0x80:
-            return str(inner, "ascii")
+    # As signed bytes, one minimum checks both bounds: 0x80 and up read as negative.
+    if raw.find(b"\\", start, end) < 0 and len(inner) and int(numpy.frombuffer(inner, numpy.int8).min()) >= 0x20:
+        return str(inner, "ascii")
     return orjson.loads(view[start : end + 1])
 
 
