@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import anthropic
 import orjson
 import pytest
 from aiohttp import web
@@ -31,7 +32,7 @@ from tests.support.apps import serving, vllm_like
 from tests.support.gateway import gateway_settings, running_gateway
 from tests.support.images import make_image
 from tests.support.origin import ImageOrigin
-from tests.support.serve_process import serve_process
+from tests.support.serve_process import metric_value, serve_process
 
 MODEL = "m1"
 A = {"Authorization": "Bearer key-a"}
@@ -216,6 +217,33 @@ async def test_the_tenant_limits_refusals_are_anthropic_errors(tmp_path: Path) -
             reply = await call(gw.url, "/v1/messages", body, headers=A)
             assert reply.status == 429 and is_anthropic_error(reply), reply.json
             assert reply.json["error"]["type"] == "rate_limit_error" and reply.headers["retry-after"] == "1"
+
+
+async def test_an_anthropic_client_is_its_tenant_by_its_x_api_key(tmp_path: Path) -> None:
+    """Anthropic's API takes its key as ``x-api-key`` (its reference's curl lines, its SDKs before
+    2.x): the gateway takes it for the key's tenant as it takes ``Authorization: Bearer`` (which
+    today's SDK sends), a wrong one a 401 in Anthropic's shape; each request counted under its tenant."""
+    admin = tmp_path / "admin.key"
+    admin.write_text("admin-secret-0123456789")
+    settings = gateway_settings(api_keys_file=keys_file(tmp_path), admin_key_file=str(admin))
+    hello = [{"role": "user", "content": "hi"}]
+    body = {"model": "mmgate-sim-vl", "max_tokens": 4, "messages": hello}
+    async with running_gateway(settings) as gw:
+        async with anthropic.AsyncAnthropic(base_url=gw.url, api_key="key-b", max_retries=0, timeout=30) as sdk:
+            message = await sdk.messages.create(model="mmgate-sim-vl", max_tokens=4, messages=hello)
+            assert message.role == "assistant" and message.usage.output_tokens > 0
+        version = {"anthropic-version": "2023-06-01"}
+        reply = await call(gw.url, "/v1/messages", body, headers={**version, "x-api-key": "key-a"})
+        assert reply.status == 200 and reply.json["type"] == "message", reply.json
+        for key in ("nope", "key-ab", ""):
+            reply = await call(gw.url, "/v1/messages", body, headers={**version, "x-api-key": key})
+            assert reply.status == 401 and is_anthropic_error(reply), reply.json
+            assert reply.json["error"]["type"] == "authentication_error"
+        scraper = {"Authorization": "Bearer admin-secret-0123456789"}
+        async with aiohttp.ClientSession() as s, s.get(gw.url + "/metrics", headers=scraper) as scrape:
+            text = await scrape.text()
+        for tenant in ("tenant-a", "tenant-b"):
+            assert metric_value(text, "mmgate_tenant_requests_total", tenant=tenant, status_class="2xx") == 1
 
 
 # A host that is no DNS name (a label over 63 characters, an empty one) made getaddrinfo's IDNA

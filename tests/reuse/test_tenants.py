@@ -21,6 +21,18 @@ def test_tenant_keys_from_lines(tmp_path: Path) -> None:
             keys.tenant_for(header)
 
 
+def test_an_anthropic_clients_x_api_key_names_the_tenant_unless_authorization_does(tmp_path: Path) -> None:
+    path = tmp_path / "keys.txt"
+    path.write_text("k1 alpha\nk2 beta\n")
+    keys = TenantKeys.from_file(str(path))
+    assert keys.tenant_for(None, "k1") == "alpha" and keys.tenant_for("", " k2 ") == "beta"
+    assert keys.tenant_for("Bearer k2", "k1") == "beta"  # Authorization decides
+    for authorization, api_key in ((None, "nope"), (None, " "), (None, "k1\x00"), (None, "ké"), ("Bearer nope", "k1"),
+                                   ("Basic k1", "k1"), (None, None)):
+        with pytest.raises(AuthenticationError):
+            keys.tenant_for(authorization, api_key)
+
+
 def test_tenant_keys_from_json(tmp_path: Path) -> None:
     good = tmp_path / "keys.json"
     good.write_text('{"k9": "gamma"}')

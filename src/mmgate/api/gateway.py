@@ -169,7 +169,9 @@ class Gateway:
     def authenticate(self, headers: Mapping[str, str]) -> str | None:
         """The request's tenant (None without API keys); 401 for a missing or unknown key. The HTTP
         layer calls it before reading the body."""
-        return self.tenants.tenant_for(headers.get("Authorization")) if self.tenants is not None else None
+        if self.tenants is None:
+            return None
+        return self.tenants.tenant_for(headers.get("Authorization"), headers.get("x-api-key"))
 
     async def chat(
         self, raw: bytes | bytearray, headers: Mapping[str, str], *, tenant: str | object | None = _AUTHENTICATE,

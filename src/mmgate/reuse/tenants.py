@@ -1,4 +1,7 @@
-"""API keys → tenants. With keys configured, every request must carry a known key.
+"""API keys → tenants. With keys configured, every request must carry a known key: in
+``Authorization: Bearer <key>``, as OpenAI's clients and vLLM's send it, or in ``x-api-key: <key>``,
+as Anthropic's clients do (an agent on the Messages API points its SDK at the gateway unchanged).
+A request with both is judged by ``Authorization``.
 
 Keys come from a file (``--api-keys-file``, or ``MMGATE_API_KEYS_FILE``: a JSON object
 ``{"key": "tenant"}`` or lines ``key tenant``). Keys are held as SHA-256 digests and compared in
@@ -21,7 +24,7 @@ def _digest(key: str) -> bytes:
 
 
 class TenantKeys:
-    """Resolves the ``Authorization: Bearer <key>`` header to a tenant name."""
+    """Resolves a request's API key (``Authorization: Bearer <key>`` or ``x-api-key``) to a tenant name."""
 
     def __init__(self, keys: dict[str, str]) -> None:
         for key, tenant in keys.items():
@@ -57,15 +60,21 @@ class TenantKeys:
             keys[fields[0]] = fields[1]
         return cls(keys)
 
-    def tenant_for(self, authorization: str | None) -> str:
-        """The tenant of a request's Authorization header; AuthenticationError (401) otherwise."""
-        if not authorization:
-            raise AuthenticationError("missing API key: send 'Authorization: Bearer <key>'")
-        if not authorization.isascii() or not authorization.isprintable():
-            raise AuthenticationError("malformed Authorization header: expected 'Bearer <key>' in ASCII")
-        scheme, _, key = authorization.strip().partition(" ")
-        if scheme.lower() != "bearer" or not key.strip():
-            raise AuthenticationError("malformed Authorization header: expected 'Bearer <key>'")
+    def tenant_for(self, authorization: str | None, api_key: str | None = None) -> str:
+        """The tenant of a request's ``Authorization`` header, else of its ``x-api-key`` header;
+        AuthenticationError (401) otherwise."""
+        if authorization:
+            if not authorization.isascii() or not authorization.isprintable():
+                raise AuthenticationError("malformed Authorization header: expected 'Bearer <key>' in ASCII")
+            scheme, _, key = authorization.strip().partition(" ")
+            if scheme.lower() != "bearer" or not key.strip():
+                raise AuthenticationError("malformed Authorization header: expected 'Bearer <key>'")
+        elif api_key:
+            if not api_key.isascii() or not api_key.isprintable() or not api_key.strip():
+                raise AuthenticationError("malformed x-api-key header: expected the key in ASCII")
+            key = api_key
+        else:
+            raise AuthenticationError("missing API key: send 'Authorization: Bearer <key>' (or 'x-api-key: <key>')")
         digest = _digest(key.strip())
         found: str | None = None
         for known, tenant in self._by_digest.items():
