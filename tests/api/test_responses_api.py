@@ -1,12 +1,15 @@
 """The Responses API's gateway side without vLLM: which parts are images (and are rewritten for
 the backend), what is refused before anything is sent, the response-id map, and the 404 for an id
-no backend holds — against a real gateway with real sim engines (which serve no Responses API).
-The answers themselves are proven against real vLLM (tests/vllm/test_responses.py)."""
+no backend holds — against a real gateway with real sim engines (which answer ``/v1/responses`` as
+a vLLM that stores no response does: ``make run``'s topology). The answers themselves are proven
+against real vLLM (tests/vllm/test_responses.py)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
+import openai
 import pytest
 
 from mmgate.api.openai_responses.homes import ResponseHomes
@@ -17,6 +20,7 @@ from mmgate.store import LoadedImage
 from tests.support.agents import call, is_openai_error
 from tests.support.gateway import running_gateway
 from tests.support.images import png_data_url
+from tests.support.vllm import cache_counters
 
 LIMITS: dict[str, Any] = {"max_images": 8, "max_uuid_length": 64, "max_depth": 32}
 
@@ -110,3 +114,25 @@ async def test_gateway_refusals_and_unknown_ids_in_openais_shape() -> None:
         lost = await call(gw.url, "/v1/responses", {"model": "mmgate-sim-vl", "input": "hi",
                                                     "previous_response_id": "resp_gone"})
         assert lost.status == 404 and lost.json["error"]["param"] == "previous_response_id"
+
+
+async def test_an_agent_on_the_embedded_sims_sends_each_screenshot_once() -> None:
+    """What ``make run`` gives a Responses agent that resends its screenshots (the SDK, its output
+    items appended to its next input): each turn's new screenshot with its bytes, the others as
+    cache-only references the sim finds in its processor cache."""
+    async with running_gateway() as gw, openai.AsyncOpenAI(
+            base_url=gw.url + "/v1", api_key="x", max_retries=0, default_headers={"x-session-id": "agent"}) as sdk:
+        items: list[Any] = []
+        hits_before = 0.0
+        for turn in range(3):
+            items.append({"role": "user", "content": [{"type": "input_text", "text": f"step {turn}"},
+                                                      {"type": "input_image", "image_url": png_data_url(40 + turn)}]})
+            raw = await sdk.responses.with_raw_response.create(model="mmgate-sim-vl", input=items, max_output_tokens=3)
+            assert raw.headers["x-mmgate-reuse"] == f"sent=1; stripped={turn}; referenced=0; healed=0"
+            answer = raw.parse()
+            assert answer.output_text and answer.status == "incomplete"
+            items += [item.model_dump(exclude_none=True) for item in answer.output]
+            backend = next(b for b in gw.gateway.router.backends if b.name == raw.headers["x-mmgate-backend"])
+            _, hits = await asyncio.to_thread(cache_counters, backend.url)
+            assert hits == hits_before + turn  # every repeat a hit
+            hits_before = hits

@@ -4,8 +4,13 @@ status, error body, processor-cache counters, usage with image tokens, ``n`` —
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
 
 from tests.support.fidelity import CASES, run_corpus
+from tests.support.images import data_url, make_image
 from tests.support.vllm import SimProcess, VllmReplica
 
 
@@ -25,3 +30,60 @@ async def test_sim_matches_real_vllm_case_by_case(vllm_replicas: list[VllmReplic
     statuses = {r.status for r in real}
     assert statuses == {200, 400, 404}
     assert sum(r.hits for r in real) >= 5 and any(r.choices == 2 for r in real)
+
+
+def _shape(value: Any) -> Any:
+    """The keys of every object in ``value``, nested, without the values: what a client's parser
+    relies on (ids, times and generated text differ by design)."""
+    if isinstance(value, dict):
+        return {key: _shape(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_shape(item) for item in value[:1]]
+    return type(value).__name__ if value is not None else None
+
+
+async def _responses(url: str, body: dict[str, Any]) -> tuple[int, Any, list[tuple[str, Any]]]:
+    """POST /v1/responses: status and JSON body, or, streamed, its events (consecutive text deltas as one)."""
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as http, \
+            http.post(url + "/v1/responses", json=body) as resp:
+        if not body.get("stream") or resp.status != 200:
+            return resp.status, await resp.json(), []
+        events: list[tuple[str, Any]] = []
+        for frame in (await resp.read()).decode().split("\n\n"):
+            name = next((line[7:] for line in frame.splitlines() if line.startswith("event: ")), None)
+            data = next((line[6:] for line in frame.splitlines() if line.startswith("data: ")), None)
+            if name is not None and data is not None and not (events and name == events[-1][0] == "response.output_text.delta"):
+                events.append((name, orjson.loads(data)))
+        return resp.status, None, events
+
+
+async def test_sims_responses_api_has_vllms_shape(vllm_replicas: list[VllmReplica], tmp_path: Path) -> None:
+    """The sim's ``/v1/responses`` (what ``make run`` serves a Responses client) answers in real
+    vLLM's shape: the response object's fields, its output item, usage (the image's tokens
+    counted alike), the stream's events in order, and an unknown previous response."""
+    sim = SimProcess(tmp_path / "sim.log")
+    sim.start(["--profile", "tiny-qwen2vl-cpu", "--speedup", "1000"])
+    try:
+        real, fake = vllm_replicas[1], sim
+        for seed, stream in ((1, False), (2, True)):
+            image = data_url(make_image("PNG", 224, 224, seed=9100 + seed), "image/png")
+            body = {"model": real.model, "max_output_tokens": 3, "temperature": 0, "stream": stream,
+                    "instructions": "Be terse.", "input": [{"type": "message", "role": "user", "content": [
+                        {"type": "input_text", "text": "What is this?"},
+                        {"type": "input_image", "image_url": image, "detail": "auto"}]}]}
+            theirs, ours = await _responses(real.url, body), await _responses(fake.url, body)
+            assert theirs[0] == ours[0] == 200
+            if not stream:
+                assert _shape(ours[1]) == _shape(theirs[1])
+                assert ours[1]["status"] == theirs[1]["status"] == "incomplete"
+                assert ours[1]["usage"]["input_tokens"] == theirs[1]["usage"]["input_tokens"]
+            else:
+                assert [name for name, _ in ours[2]] == [name for name, _ in theirs[2]]
+                assert [_shape(data) for _, data in ours[2]] == [_shape(data) for _, data in theirs[2]]
+        # An unknown previous response (these replicas store responses; the sim, like a vLLM that
+        # does not, knows none: the same 404 either way).
+        body = {"model": real.model, "input": "hi", "max_output_tokens": 2, "previous_response_id": "resp_0123"}
+        theirs, ours = await _responses(real.url, body), await _responses(fake.url, body)
+        assert ours[0] == theirs[0] == 404 and ours[1] == theirs[1], (ours, theirs)
+    finally:
+        sim.stop()

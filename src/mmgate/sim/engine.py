@@ -145,6 +145,10 @@ class SimEngine:
             body = orjson.loads(raw_body)
         except orjson.JSONDecodeError as exc:
             raise InvalidRequestError(f"Invalid JSON in request body: {exc}.") from exc
+        return await self.admit_body(body)
+
+    async def admit_body(self, body: Any) -> Admitted:
+        """``admit`` for a request already parsed (the Responses API's, mapped onto chat)."""
         request = parse_sim_request(body, self.settings)
         loaded = [await self._load(ref) for ref in request.images]
         processed, missed_tokens = await self._preprocess(loaded)

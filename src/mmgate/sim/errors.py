@@ -8,7 +8,8 @@ vLLM's error body.
     │   ├── ImageTooLargeError   400: over the byte or pixel limit
     │   └── OriginError          400: an image URL could not be fetched
     ├── OriginTimeoutError       408: an image URL was too slow
-    └── ModelNotFoundError       404: not the served model
+    ├── ModelNotFoundError       404: not the served model
+    └── ResponseNotFoundError    404: a stored response asked for (the sim stores none)
 """
 
 from __future__ import annotations
@@ -42,4 +43,8 @@ class OriginTimeoutError(SimError):
 
 
 class ModelNotFoundError(SimError):
+    status = 404
+
+
+class ResponseNotFoundError(SimError):
     status = 404

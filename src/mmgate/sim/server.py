@@ -1,6 +1,7 @@
 """HTTP front of the sim, a stand-in for vLLM's OpenAI-compatible server (not a model).
 
-Routes: ``POST /v1/chat/completions`` (SSE streaming and not), ``GET /v1/models``, ``GET /health``,
+Routes: ``POST /v1/chat/completions`` (SSE streaming and not), ``POST /v1/responses`` (the same
+engine behind the Responses API, ``mmgate.sim.openai_responses``), ``GET /v1/models``, ``GET /health``,
 ``GET /metrics``, ``GET /load`` (vLLM's server load: chat requests in flight, with
 ``--enable-server-load-tracking``). No module state: every app owns its engine, cache and Prometheus registry, so
 ``mmgate serve`` can run several engines in one process.
@@ -13,12 +14,13 @@ import time
 import uuid
 from dataclasses import dataclass
 
+import orjson
 from aiohttp import web
 from aiohttp.web_protocol import RequestPayloadError
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from mmgate.app_runtime import json_response, start_app
-from mmgate.sim import responses
+from mmgate.sim import openai_responses, responses
 from mmgate.sim.config import SimSettings
 from mmgate.sim.engine import Admitted, SimEngine
 from mmgate.sim.errors import SimError
@@ -33,6 +35,9 @@ def build_app(settings: SimSettings) -> web.Application:
     app = web.Application(client_max_size=settings.max_body_bytes)
     app[ENGINE_KEY] = engine
     app.router.add_post("/v1/chat/completions", _chat)
+    app.router.add_post("/v1/responses", _responses)
+    app.router.add_get("/v1/responses/{response_id}", _stored)
+    app.router.add_post("/v1/responses/{response_id}/cancel", _stored)
     app.router.add_get("/v1/models", _models)
     app.router.add_get("/health", _health)
     app.router.add_get("/metrics", _metrics)
@@ -84,13 +89,10 @@ def _error(engine: SimEngine, exc: SimError) -> web.Response:
     return json_response(body, status=status)
 
 
-async def _chat(request: web.Request) -> web.StreamResponse:
-    engine = request.app[ENGINE_KEY]
-    # The modelled times run from the request's arrival: the sim's own real work (reading, decoding,
-    # processing) is part of them, as vLLM's is of its measured times (see benchmarks/regression/sim_fidelity.py).
-    arrived = asyncio.get_running_loop().time()
+async def _read(request: web.Request, engine: SimEngine) -> bytes | web.Response:
+    """The body, or the error answer for one that could not be read."""
     try:
-        raw = await request.read()
+        return await request.read()
     except web.HTTPRequestEntityTooLarge:
         engine.metrics.request(413)
         body = responses.error_body(413, f"Request body exceeds {engine.settings.max_body_bytes} bytes.")
@@ -99,6 +101,16 @@ async def _chat(request: web.Request) -> web.StreamResponse:
         engine.metrics.request(400)
         reason = getattr(exc.__cause__, "message", None) or str(exc) or "malformed body"
         return json_response(responses.error_body(400, f"Request body could not be read: {reason}"), status=400)
+
+
+async def _chat(request: web.Request) -> web.StreamResponse:
+    engine = request.app[ENGINE_KEY]
+    # The modelled times run from the request's arrival: the sim's own real work (reading, decoding,
+    # processing) is part of them, as vLLM's is of its measured times (see benchmarks/regression/sim_fidelity.py).
+    arrived = asyncio.get_running_loop().time()
+    raw = await _read(request, engine)
+    if isinstance(raw, web.Response):
+        return raw
     tracked = engine.settings.enable_server_load_tracking
     if tracked:  # as vLLM's load_aware_call: counted once the body is parsed, until the last byte
         engine.server_load += 1
@@ -193,6 +205,65 @@ async def _stream(request: web.Request, engine: SimEngine, admitted: Admitted,
     engine.metrics.success(admitted.plan.finish_reason)
     engine.metrics.request(200)
     return resp
+
+
+async def _responses(request: web.Request) -> web.StreamResponse:
+    """``POST /v1/responses``: the request mapped onto chat, answered by the engine, written as a
+    response (``mmgate.sim.openai_responses``), with the chat path's timings."""
+    engine = request.app[ENGINE_KEY]
+    arrived = asyncio.get_running_loop().time()
+    raw = await _read(request, engine)
+    if isinstance(raw, web.Response):
+        return raw
+    try:
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise openai_responses.InvalidRequestError(f"Invalid JSON in request body: {exc}.") from exc
+        admitted = await engine.admit_body(openai_responses.to_chat_body(body))
+    except SimError as exc:
+        engine.metrics.request(exc.status)
+        return json_response(openai_responses.error_body(exc), status=exc.status)
+    writer = openai_responses.ResponseWriter(body, admitted.request.model, admitted.prompt_tokens)
+    plan = admitted.plan
+    first_token_at = engine.first_token_at(arrived, admitted.prefill_s)
+    engine.metrics.tokens(admitted.prompt_tokens, 0)
+    engine.metrics.running(+1)
+    sent = 0
+    try:
+        if not admitted.request.stream:
+            await _sleep_until(first_token_at + max(0, len(plan.tokens) - 1) * admitted.decode_s)
+            sent = len(plan.tokens)
+            answer: web.StreamResponse = json_response(writer.response(plan.text, plan.finish_reason, sent))
+        else:
+            answer = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+            await answer.prepare(request)
+            await _sleep_until(first_token_at)
+            await answer.write(writer.opening())
+            for i, token in enumerate(plan.tokens):
+                await _sleep_until(first_token_at + i * admitted.decode_s)
+                sent += 1
+                await answer.write(writer.delta(token))
+            await answer.write(writer.closing(plan.text, plan.finish_reason, sent))
+            await answer.write_eof()
+    except (ConnectionResetError, asyncio.CancelledError) as exc:  # the client went away: stop generating
+        engine.metrics.tokens(0, sent)
+        engine.metrics.request("disconnected")
+        if isinstance(exc, asyncio.CancelledError):
+            raise
+        return answer
+    finally:
+        engine.metrics.running(-1)
+    engine.metrics.tokens(0, sent)
+    engine.metrics.success(plan.finish_reason)
+    engine.metrics.request(200)
+    return answer
+
+
+async def _stored(request: web.Request) -> web.Response:
+    """``GET /v1/responses/{id}`` and its cancel: not found, as on a vLLM that stores no response."""
+    exc = openai_responses.not_found(request.match_info["response_id"])
+    return json_response(openai_responses.error_body(exc), status=exc.status)
 
 
 async def _models(request: web.Request) -> web.Response:
