@@ -82,22 +82,24 @@ async def test_a_cache_only_reference_is_a_processor_cache_hit(sim: SimServer, c
     assert status == 400, body
 
 
-async def test_a_conversation_of_messages_and_function_calls_is_read(client: openai.AsyncOpenAI) -> None:
+async def test_a_conversation_of_messages_function_calls_and_tools_is_read(client: openai.AsyncOpenAI) -> None:
     items = [*asks(shot(4)),
              {"type": "function_call", "call_id": "c1", "name": "click", "arguments": "{\"x\": 1}"},
              {"type": "function_call_output", "call_id": "c1", "output": "clicked"},
              {"role": "assistant", "content": [{"type": "output_text", "text": "Done."}]},
+             {"type": "reasoning", "id": "rs_1", "summary": []},
              {"role": "developer", "content": "Be brief."}, {"role": "user", "content": "And now?"}]
-    answer = await client.responses.create(model=MODEL, input=items, max_output_tokens=2)  # type: ignore[arg-type]
+    tools = [{"type": "function", "name": "click", "parameters": {"type": "object", "properties": {}}}]
+    answer = await client.responses.create(model=MODEL, input=items, max_output_tokens=2, tools=tools)  # type: ignore[arg-type]
     assert answer.output_text and answer.usage is not None and answer.usage.output_tokens == 2
+    assert answer.tool_choice == "auto" and [t.name for t in answer.tools] == ["click"]  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize(("body", "status", "param"), [
     ({"input": "x", "previous_response_id": "resp_1"}, 404, "response_id"),
     ({"input": "x", "background": True}, 400, "background"),
-    ({"input": "x", "tools": [{"type": "function", "name": "f", "parameters": {}}]}, 400, "tools"),
     ({"input": 7}, 400, "input"),
-    ({"input": [{"type": "reasoning", "summary": []}]}, 400, "input[0]"),
+    ({"input": [{"type": "computer_call", "call_id": "c"}]}, 400, "input[0]"),
     ({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]}, 400, "input[0].content[0]"),
     ({"input": [{"role": "user", "content": [{"type": "input_image"}]}]}, 400, None),
 ])

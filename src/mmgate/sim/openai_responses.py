@@ -5,8 +5,10 @@ events.
 
 Like a vLLM launched without ``VLLM_ENABLE_RESPONSES_API_STORE``, the sim stores no response: a
 ``previous_response_id`` is not found (404), a background request is refused (400), and so are
-``GET /v1/responses/{id}`` and its cancel (404). Tool definitions are refused too (the sim calls
-no tool); function calls and their outputs already in the input are read as conversation.
+``GET /v1/responses/{id}`` and its cancel (404). Tools are taken and echoed, but the sim calls
+none: it answers text (a vLLM without a tool parser answers an empty message under ``tool_choice``
+``auto``); function calls and their outputs already in the input are read as conversation, and
+reasoning items are skipped, as vLLM skips them.
 """
 
 from __future__ import annotations
@@ -45,8 +47,6 @@ def to_chat_body(body: Any) -> dict[str, Any]:
     if body.get("background") and body.get("store", True):
         raise InvalidRequestError("This vLLM engine does not support `store=True` and therefore does not support "
                                   "the background mode.", param="background")
-    if body.get("tools"):
-        raise InvalidRequestError("The sim serves no tools.", param="tools")
     messages: list[dict[str, Any]] = []
     if isinstance(body.get("instructions"), str):
         messages.append({"role": "system", "content": body["instructions"]})
@@ -54,7 +54,8 @@ def to_chat_body(body: Any) -> dict[str, Any]:
     if isinstance(given, str):
         messages.append({"role": "user", "content": given})
     elif isinstance(given, list):
-        messages += [_message(item, f"input[{i}]") for i, item in enumerate(given)]
+        messages += [_message(item, f"input[{i}]") for i, item in enumerate(given)
+                     if not (isinstance(item, dict) and item.get("type") == "reasoning")]
     else:
         raise InvalidRequestError("'input' must be a string or a list of items.", param="input")
     chat: dict[str, Any] = {"model": body.get("model"), "messages": messages,
@@ -125,7 +126,9 @@ class ResponseWriter:
             "id": self.response_id, "created_at": int(time.time()), "incomplete_details": None,
             "instructions": body.get("instructions"), "metadata": body.get("metadata"), "model": model,
             "object": "response", "output": [], "parallel_tool_calls": True,
-            "temperature": float(body.get("temperature", 1.0)), "tool_choice": "none", "tools": [],
+            "temperature": float(body.get("temperature", 1.0)),
+            "tool_choice": body.get("tool_choice", "auto" if body.get("tools") else "none"),
+            "tools": body.get("tools") or [],
             "top_p": float(body.get("top_p", 1.0)), "background": False,
             "max_output_tokens": body.get("max_output_tokens"), "max_tool_calls": None, "previous_response_id": None,
             "prompt": None, "reasoning": None, "service_tier": "auto", "status": "in_progress", "text": None,
