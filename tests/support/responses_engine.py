@@ -7,7 +7,8 @@ absent) and stored in this replica's memory under that name — a second request
 ``request_id`` overwrites it; ``previous_response_id`` continues a stored conversation (404 when
 unknown); ``GET /v1/responses/{id}`` returns it, ``POST …/cancel`` cancels a background one (400
 when it is not running). The answer's text names its input and the conversation's earlier inputs,
-so a test can see whose history a response continued. Every other path is the sim's.
+so a test can see whose history a response continued. Every other path is the sim's (whose own
+``/v1/responses`` is a vLLM's without the store).
 """
 
 from __future__ import annotations
@@ -69,12 +70,13 @@ async def _cancel(request: web.Request) -> web.Response:
 @asynccontextmanager
 async def running_responses_engine() -> AsyncIterator[tuple[str, dict[str, dict[str, Any]]]]:
     """A sim engine with a Responses store on a free loopback port: (its URL, the store)."""
-    app = build_app(FAST_SIM)
+    app = web.Application(client_max_size=FAST_SIM.max_body_bytes)
     store: dict[str, dict[str, Any]] = {}
     app[_STORE] = store
-    app.router.add_post("/v1/responses", _create)
+    app.router.add_post("/v1/responses", _create)  # before the sim's own (a vLLM without a store)
     app.router.add_get("/v1/responses/{response_id}", _retrieve)
     app.router.add_post("/v1/responses/{response_id}/cancel", _cancel)
+    build_app(FAST_SIM, app)
     runner, port = await start_app(app, "127.0.0.1", 0)
     try:
         yield f"http://127.0.0.1:{port}", store

@@ -29,10 +29,12 @@ from mmgate.sim.metrics import SimStats
 ENGINE_KEY = web.AppKey("mmgate_sim_engine", SimEngine)
 
 
-def build_app(settings: SimSettings) -> web.Application:
-    """An aiohttp app serving one sim engine; the engine closes with the app."""
+def build_app(settings: SimSettings, app: web.Application | None = None) -> web.Application:
+    """An aiohttp app serving one sim engine; the engine closes with the app. Onto ``app`` when
+    given: the routes it has already answer first (a stand-in for vLLM's response store in tests)."""
     engine = SimEngine(settings)
-    app = web.Application(client_max_size=settings.max_body_bytes)
+    if app is None:
+        app = web.Application(client_max_size=settings.max_body_bytes)
     app[ENGINE_KEY] = engine
     app.router.add_post("/v1/chat/completions", _chat)
     app.router.add_post("/v1/responses", _responses)
