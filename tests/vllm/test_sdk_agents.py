@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import base64
 import itertools
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 import aiohttp
 import anthropic
@@ -26,6 +27,7 @@ from tests.support.serve_process import metric_value
 from tests.support.vllm import SERVED_MODEL, GatewayProcess, VllmReplica
 
 TURNS = 3
+T = TypeVar("T")
 _seeds = itertools.count(7000)
 
 
@@ -55,12 +57,16 @@ class Forwarded:
                 *(metric_value(text, "mmgate_backend_requests_total", backend=name, outcome="ok")
                   for name in self.names)]
 
-    async def since(self, before: list[float]) -> tuple[dict[str, float], VllmReplica]:
-        """The images sent and stripped since ``before``, and the one replica that answered."""
+    async def turn(self, turn: int, answer: Awaitable[T]) -> tuple[T, VllmReplica]:
+        """``answer`` (a turn through the gateway), checked to have sent one screenshot with its
+        bytes and stripped the ``turn`` earlier ones; and the one replica that answered it."""
+        before = await self.read()
+        got = await answer
         after = await self.read()
         answered = [r for r, a, b in zip(self.replicas, after[2:], before[2:], strict=True) if a > b]
         assert len(answered) == 1, (before, after)
-        return {"sent": after[0] - before[0], "stripped": after[1] - before[1]}, answered[0]
+        assert {"sent": after[0] - before[0], "stripped": after[1] - before[1]} == {"sent": 1, "stripped": turn}
+        return got, answered[0]
 
 
 def openai_client(url: str, session: str | None = None) -> openai.AsyncOpenAI:
@@ -99,10 +105,7 @@ async def test_openai_chat_agent(gateway: GatewayProcess, vllm_replicas: list[Vl
             messages.append({"role": "user", "content": [
                 {"type": "text", "text": f"Step {turn}: what changed?"},
                 {"type": "image_url", "image_url": {"url": screenshot(), "detail": "auto"}}]})
-            before = await forwarded.read()
-            text = await chat_turn(via, messages)
-            sent, replica = await forwarded.since(before)
-            assert sent == {"sent": 1, "stripped": turn}
+            text, replica = await forwarded.turn(turn, chat_turn(via, messages))
             async with openai_client(replica.url) as direct:
                 assert await chat_turn(direct, messages) == text
             messages.append({"role": "assistant", "content": text})
@@ -133,10 +136,7 @@ async def test_openai_responses_agent(gateway: GatewayProcess, vllm_replicas: li
             items.append({"role": "user", "content": [
                 {"type": "input_text", "text": f"Step {turn}: what changed?"},
                 {"type": "input_image", "image_url": screenshot(), "detail": "auto"}]})
-            before = await forwarded.read()
-            text, output = await responses_turn(via, items)
-            sent, replica = await forwarded.since(before)
-            assert sent == {"sent": 1, "stripped": turn}
+            (text, output), replica = await forwarded.turn(turn, responses_turn(via, items))
             async with openai_client(replica.url) as direct:
                 assert (await responses_turn(direct, items))[0] == text
             items += output
@@ -175,10 +175,7 @@ async def test_anthropic_messages_agent(gateway: GatewayProcess, vllm_replicas: 
                 {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"tu_{turn}", "content": [
                     shot_block(screenshot()), {"type": "text", "text": f"step {turn}",
                                                "cache_control": {"type": "ephemeral"}}]}]}]
-            before = await forwarded.read()
-            text = await messages_turn(via, messages)
-            sent, replica = await forwarded.since(before)
-            assert sent == {"sent": 1, "stripped": turn}
+            text, replica = await forwarded.turn(turn, messages_turn(via, messages))
             async with anthropic_client(replica.url) as direct:
                 assert await messages_turn(direct, messages) == text
             messages.append({"role": "assistant", "content": [{"type": "text", "text": text or "ok"}]})
