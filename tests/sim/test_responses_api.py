@@ -102,6 +102,16 @@ async def test_a_conversation_of_messages_function_calls_and_tools_is_read(clien
     ({"input": [{"type": "computer_call", "call_id": "c"}]}, 400, "input[0]"),
     ({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]}, 400, "input[0].content[0]"),
     ({"input": [{"role": "user", "content": [{"type": "input_image"}]}]}, 400, None),
+    # Fields of the wrong type: each a 400 naming it (temperature and top_p were a 500).
+    ({"input": "x", "temperature": "hot"}, 400, "temperature"),
+    ({"input": "x", "top_p": [1]}, 400, "top_p"),
+    ({"input": "x", "temperature": True}, 400, "temperature"),
+    ({"input": "x", "stream": "yes"}, 400, "stream"),
+    ({"input": "x", "instructions": 5}, 400, "instructions"),
+    ({"input": "x", "tools": "t"}, 400, "tools"),
+    ({"input": [{"role": "user", "content": None}]}, 400, "input[0].content"),
+    ({"input": [{"type": "function_call", "call_id": "c", "name": "f"}]}, 400, "input[0].arguments"),
+    ({"input": [{"type": "function_call_output", "call_id": "c", "output": {"x": 1}}]}, 400, "input[0].output"),
 ])
 async def test_what_it_cannot_serve_is_vllms_error(sim: SimServer, body: dict[str, Any], status: int,
                                                    param: str | None) -> None:

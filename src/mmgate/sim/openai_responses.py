@@ -25,6 +25,11 @@ __all__ = ["InvalidRequestError", "ResponseWriter", "error_body", "not_found", "
 
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text", "refusal"})
 _ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
+# The request fields the sim reads or echoes, and their JSON types (null: the default).
+_FIELDS: dict[str, tuple[type, ...]] = {
+    "instructions": (str,), "stream": (bool,), "background": (bool,), "store": (bool,), "temperature": (int, float),
+    "top_p": (int, float), "tools": (list,), "tool_choice": (str, dict), "metadata": (dict,),
+    "previous_response_id": (str,)}
 
 
 def not_found(response_id: str) -> ResponseNotFoundError:
@@ -42,6 +47,10 @@ def to_chat_body(body: Any) -> dict[str, Any]:
     ``InvalidRequestError`` (400) or ``ResponseNotFoundError`` (404) naming what it cannot serve."""
     if not isinstance(body, dict):
         raise InvalidRequestError("Request body must be a JSON object.")
+    for name, kinds in _FIELDS.items():
+        value = body.get(name)
+        if value is not None and (not isinstance(value, kinds) or (bool not in kinds and isinstance(value, bool))):
+            raise InvalidRequestError(f"'{name}' must be {' or '.join(k.__name__ for k in kinds)}.", param=name)
     if body.get("previous_response_id") is not None:
         raise not_found(str(body["previous_response_id"]))
     if body.get("background") and body.get("store", True):
@@ -71,18 +80,28 @@ def _message(item: Any, where: str) -> dict[str, Any]:
         raise InvalidRequestError(f"{where} must be an object.", param=where)
     kind = item.get("type", "message")
     if kind == "function_call":
-        call = {"id": item.get("call_id"), "type": "function",
-                "function": {"name": item.get("name"), "arguments": item.get("arguments", "")}}
+        _strings(item, where, "call_id", "name", "arguments")
+        call = {"id": item["call_id"], "type": "function",
+                "function": {"name": item["name"], "arguments": item["arguments"]}}
         return {"role": "assistant", "content": None, "tool_calls": [call]}
     if kind == "function_call_output":
-        return {"role": "tool", "tool_call_id": item.get("call_id"), "content": str(item.get("output", ""))}
+        _strings(item, where, "call_id", "output")
+        return {"role": "tool", "tool_call_id": item["call_id"], "content": item["output"]}
     if kind != "message" or item.get("role") not in _ROLES:
         raise InvalidRequestError(f"{where}: unsupported item (type {kind!r}, role {item.get('role')!r}).",
                                   param=where)
     content = item.get("content")
     if isinstance(content, list):
         content = [_part(part, f"{where}.content[{j}]") for j, part in enumerate(content)]
+    elif not isinstance(content, str):
+        raise InvalidRequestError(f"{where}.content must be a string or a list of parts.", param=f"{where}.content")
     return {"role": _ROLES[item["role"]], "content": content}
+
+
+def _strings(item: dict[str, Any], where: str, *names: str) -> None:
+    for name in names:
+        if not isinstance(item.get(name), str):
+            raise InvalidRequestError(f"{where}.{name} must be a string.", param=f"{where}.{name}")
 
 
 def _part(part: Any, where: str) -> dict[str, Any]:
@@ -112,6 +131,12 @@ def _usage(input_tokens: int, output_tokens: int) -> dict[str, Any]:
             "total_tokens": input_tokens + output_tokens}
 
 
+def _number(body: dict[str, Any], name: str) -> float:
+    """A sampling setting as vLLM echoes it (1.0 when unset; ``to_chat_body`` checked its type)."""
+    value = body.get(name)
+    return 1.0 if value is None else float(value)
+
+
 class ResponseWriter:
     """One response's object and, streamed, its events in vLLM's order: ``response.created``,
     ``response.in_progress``, the item and its part added, one ``response.output_text.delta`` per
@@ -126,10 +151,10 @@ class ResponseWriter:
             "id": self.response_id, "created_at": int(time.time()), "incomplete_details": None,
             "instructions": body.get("instructions"), "metadata": body.get("metadata"), "model": model,
             "object": "response", "output": [], "parallel_tool_calls": True,
-            "temperature": float(body.get("temperature", 1.0)),
+            "temperature": _number(body, "temperature"),
             "tool_choice": body.get("tool_choice", "auto" if body.get("tools") else "none"),
             "tools": body.get("tools") or [],
-            "top_p": float(body.get("top_p", 1.0)), "background": False,
+            "top_p": _number(body, "top_p"), "background": False,
             "max_output_tokens": body.get("max_output_tokens"), "max_tool_calls": None, "previous_response_id": None,
             "prompt": None, "reasoning": None, "service_tier": "auto", "status": "in_progress", "text": None,
             "top_logprobs": None, "truncation": "disabled", "usage": None, "user": None, "presence_penalty": 0.0,
