@@ -232,10 +232,11 @@ def main() -> int:
     runs: list[dict[str, Any]] = []
     next_seed = 1_000_003
     spies = {}
-    if args.profile is not None:
-        args.profile.mkdir(parents=True, exist_ok=True)
-        spies = {name: _pyspy.start(proc.pid, args.profile / f"{name}.txt") for name, (proc, _) in gateways.items()}
     try:
+        if args.profile is not None:  # inside the try: a missing py-spy must not leave the gateways running
+            args.profile.mkdir(parents=True, exist_ok=True)
+            for name, (proc, _) in gateways.items():
+                spies[name] = _pyspy.start(proc.pid, args.profile / f"{name}.txt")
         for n in range(args.rounds):
             for api, mode in pairs if n % 2 == 0 else pairs[::-1]:
                 base = next_seed

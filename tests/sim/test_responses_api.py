@@ -127,3 +127,18 @@ async def test_no_response_is_stored(sim: SimServer, client: openai.AsyncOpenAI)
     for method, path in (("GET", f"/v1/responses/{made.id}"), ("POST", f"/v1/responses/{made.id}/cancel")):
         async with aiohttp.ClientSession() as http, http.request(method, sim.url + path) as resp:
             assert resp.status == 404 and (await resp.json())["error"]["param"] == "response_id"
+
+
+async def test_a_response_in_flight_counts_in_the_server_load(make_sim: Any) -> None:
+    """vLLM's ``load_aware_call`` counts Responses requests as it counts chat ones."""
+    sim = await make_sim(enable_server_load_tracking=True, speedup=1.0, decode_ms_per_token=100.0)
+    async with aiohttp.ClientSession() as http:
+        streaming = http.post(sim.url + "/v1/responses", json={"model": MODEL, "input": "hi", "stream": True,
+                                                                "max_output_tokens": 8})
+        async with streaming as resp:
+            await resp.content.readline()  # the stream has begun
+            async with http.get(sim.url + "/load") as load:
+                assert (await load.json()) == {"server_load": 1}
+            await resp.read()
+        async with http.get(sim.url + "/load") as load:
+            assert (await load.json()) == {"server_load": 0}

@@ -6,9 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-import orjson
-
+from tests.support.agents import Reply, call
 from tests.support.fidelity import CASES, run_corpus
 from tests.support.images import data_url, make_image
 from tests.support.vllm import SimProcess, VllmReplica
@@ -33,8 +31,8 @@ async def test_sim_matches_real_vllm_case_by_case(vllm_replicas: list[VllmReplic
 
 
 def _shape(value: Any) -> Any:
-    """The keys of every object in ``value``, nested, without the values: what a client's parser
-    relies on (ids, times and generated text differ by design)."""
+    """The keys of every object in ``value``, nested, with the JSON type of each value, not the
+    value: what a client's parser relies on (ids, times and generated text differ by design)."""
     if isinstance(value, dict):
         return {key: _shape(item) for key, item in value.items()}
     if isinstance(value, list):
@@ -42,19 +40,11 @@ def _shape(value: Any) -> Any:
     return type(value).__name__ if value is not None else None
 
 
-async def _responses(url: str, body: dict[str, Any]) -> tuple[int, Any, list[tuple[str, Any]]]:
-    """POST /v1/responses: status and JSON body, or, streamed, its events (consecutive text deltas as one)."""
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as http, \
-            http.post(url + "/v1/responses", json=body) as resp:
-        if not body.get("stream") or resp.status != 200:
-            return resp.status, await resp.json(), []
-        events: list[tuple[str, Any]] = []
-        for frame in (await resp.read()).decode().split("\n\n"):
-            name = next((line[7:] for line in frame.splitlines() if line.startswith("event: ")), None)
-            data = next((line[6:] for line in frame.splitlines() if line.startswith("data: ")), None)
-            if name is not None and data is not None and not (events and name == events[-1][0] == "response.output_text.delta"):
-                events.append((name, orjson.loads(data)))
-        return resp.status, None, events
+def _shapes(reply: Reply) -> Any:
+    """A reply's status and the shape of its body, or of each of its events in order (a text's
+    deltas merged, as ``Reply.normalised`` merges them)."""
+    status, body = reply.normalised()
+    return status, [(name, _shape(data)) for name, data in body] if reply.events else _shape(body)
 
 
 async def test_sims_responses_api_has_vllms_shape(vllm_replicas: list[VllmReplica], tmp_path: Path) -> None:
@@ -71,19 +61,16 @@ async def test_sims_responses_api_has_vllms_shape(vllm_replicas: list[VllmReplic
                     "instructions": "Be terse.", "input": [{"type": "message", "role": "user", "content": [
                         {"type": "input_text", "text": "What is this?"},
                         {"type": "input_image", "image_url": image, "detail": "auto"}]}]}
-            theirs, ours = await _responses(real.url, body), await _responses(fake.url, body)
-            assert theirs[0] == ours[0] == 200
+            theirs, ours = await call(real.url, "/v1/responses", body), await call(fake.url, "/v1/responses", body)
+            assert theirs.status == ours.status == 200 and bool(ours.events) == stream
+            assert _shapes(ours) == _shapes(theirs)
             if not stream:
-                assert _shape(ours[1]) == _shape(theirs[1])
-                assert ours[1]["status"] == theirs[1]["status"] == "incomplete"
-                assert ours[1]["usage"]["input_tokens"] == theirs[1]["usage"]["input_tokens"]
-            else:
-                assert [name for name, _ in ours[2]] == [name for name, _ in theirs[2]]
-                assert [_shape(data) for _, data in ours[2]] == [_shape(data) for _, data in theirs[2]]
+                assert ours.json["status"] == theirs.json["status"] == "incomplete"
+                assert ours.json["usage"]["input_tokens"] == theirs.json["usage"]["input_tokens"]
         # An unknown previous response (these replicas store responses; the sim, like a vLLM that
         # does not, knows none: the same 404 either way).
         body = {"model": real.model, "input": "hi", "max_output_tokens": 2, "previous_response_id": "resp_0123"}
-        theirs, ours = await _responses(real.url, body), await _responses(fake.url, body)
-        assert ours[0] == theirs[0] == 404 and ours[1] == theirs[1], (ours, theirs)
+        theirs, ours = await call(real.url, "/v1/responses", body), await call(fake.url, "/v1/responses", body)
+        assert ours.status == theirs.status == 404 and ours.json == theirs.json, (ours.json, theirs.json)
     finally:
         sim.stop()

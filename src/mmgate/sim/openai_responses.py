@@ -21,7 +21,7 @@ import orjson
 
 from mmgate.sim.errors import InvalidRequestError, ResponseNotFoundError, SimError
 
-__all__ = ["InvalidRequestError", "ResponseWriter", "error_body", "not_found", "to_chat_body"]
+__all__ = ["ResponseWriter", "error_body", "not_found", "to_chat_body"]
 
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text", "refusal"})
 _ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}

@@ -2,7 +2,7 @@
 
 Routes: ``POST /v1/chat/completions`` (SSE streaming and not), ``POST /v1/responses`` (the same
 engine behind the Responses API, ``mmgate.sim.openai_responses``), ``GET /v1/models``, ``GET /health``,
-``GET /metrics``, ``GET /load`` (vLLM's server load: chat requests in flight, with
+``GET /metrics``, ``GET /load`` (vLLM's server load: chat and Responses requests in flight, with
 ``--enable-server-load-tracking``). No module state: every app owns its engine, cache and Prometheus registry, so
 ``mmgate serve`` can run several engines in one process.
 """
@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import orjson
@@ -23,7 +24,7 @@ from mmgate.app_runtime import json_response, start_app
 from mmgate.sim import openai_responses, responses
 from mmgate.sim.config import SimSettings
 from mmgate.sim.engine import Admitted, SimEngine
-from mmgate.sim.errors import SimError
+from mmgate.sim.errors import InvalidRequestError, SimError
 from mmgate.sim.metrics import SimStats
 
 ENGINE_KEY = web.AppKey("mmgate_sim_engine", SimEngine)
@@ -36,8 +37,8 @@ def build_app(settings: SimSettings, app: web.Application | None = None) -> web.
     if app is None:
         app = web.Application(client_max_size=settings.max_body_bytes)
     app[ENGINE_KEY] = engine
-    app.router.add_post("/v1/chat/completions", _chat)
-    app.router.add_post("/v1/responses", _responses)
+    app.router.add_post("/v1/chat/completions", _served(_admitted_chat))
+    app.router.add_post("/v1/responses", _served(_admitted_responses))
     app.router.add_get("/v1/responses/{response_id}", _stored)
     app.router.add_post("/v1/responses/{response_id}/cancel", _stored)
     app.router.add_get("/v1/models", _models)
@@ -91,36 +92,39 @@ def _error(engine: SimEngine, exc: SimError) -> web.Response:
     return json_response(body, status=status)
 
 
-async def _read(request: web.Request, engine: SimEngine) -> bytes | web.Response:
-    """The body, or the error answer for one that could not be read."""
-    try:
-        return await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        engine.metrics.request(413)
-        body = responses.error_body(413, f"Request body exceeds {engine.settings.max_body_bytes} bytes.")
-        return json_response(body, status=413)
-    except RequestPayloadError as exc:  # a Content-Encoding that is not what it says: the client's 400
-        engine.metrics.request(400)
-        reason = getattr(exc.__cause__, "message", None) or str(exc) or "malformed body"
-        return json_response(responses.error_body(400, f"Request body could not be read: {reason}"), status=400)
+Answer = Callable[[web.Request, SimEngine, bytes, float], Awaitable[web.StreamResponse]]
 
 
-async def _chat(request: web.Request) -> web.StreamResponse:
-    engine = request.app[ENGINE_KEY]
-    # The modelled times run from the request's arrival: the sim's own real work (reading, decoding,
-    # processing) is part of them, as vLLM's is of its measured times (see benchmarks/regression/sim_fidelity.py).
-    arrived = asyncio.get_running_loop().time()
-    raw = await _read(request, engine)
-    if isinstance(raw, web.Response):
-        return raw
-    tracked = engine.settings.enable_server_load_tracking
-    if tracked:  # as vLLM's load_aware_call: counted once the body is parsed, until the last byte
-        engine.server_load += 1
-    try:
-        return await _admitted_chat(request, engine, raw, arrived)
-    finally:
-        if tracked:
-            engine.server_load -= 1
+def _served(answer: Answer) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """A handler that reads the body and has ``answer`` answer it, counted in the server load
+    while it runs (with ``--enable-server-load-tracking``: vLLM's ``load_aware_call``, on chat
+    completions and the Responses API alike)."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        engine = request.app[ENGINE_KEY]
+        # The modelled times run from the request's arrival: the sim's own real work (reading, decoding,
+        # processing) is part of them, as vLLM's is of its measured times (see benchmarks/regression/sim_fidelity.py).
+        arrived = asyncio.get_running_loop().time()
+        try:
+            raw = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            engine.metrics.request(413)
+            body = responses.error_body(413, f"Request body exceeds {engine.settings.max_body_bytes} bytes.")
+            return json_response(body, status=413)
+        except RequestPayloadError as exc:  # a Content-Encoding that is not what it says: the client's 400
+            engine.metrics.request(400)
+            reason = getattr(exc.__cause__, "message", None) or str(exc) or "malformed body"
+            return json_response(responses.error_body(400, f"Request body could not be read: {reason}"), status=400)
+        tracked = engine.settings.enable_server_load_tracking
+        if tracked:  # as vLLM's load_aware_call: counted once the body is parsed, until the last byte
+            engine.server_load += 1
+        try:
+            return await answer(request, engine, raw, arrived)
+        finally:
+            if tracked:
+                engine.server_load -= 1
+
+    return handler
 
 
 async def _admitted_chat(request: web.Request, engine: SimEngine, raw: bytes,
@@ -209,19 +213,15 @@ async def _stream(request: web.Request, engine: SimEngine, admitted: Admitted,
     return resp
 
 
-async def _responses(request: web.Request) -> web.StreamResponse:
-    """``POST /v1/responses``: the request mapped onto chat, answered by the engine, written as a
-    response (``mmgate.sim.openai_responses``), with the chat path's timings."""
-    engine = request.app[ENGINE_KEY]
-    arrived = asyncio.get_running_loop().time()
-    raw = await _read(request, engine)
-    if isinstance(raw, web.Response):
-        return raw
+async def _admitted_responses(request: web.Request, engine: SimEngine, raw: bytes,
+                              arrived: float) -> web.StreamResponse:
+    """``POST /v1/responses``: the request mapped onto chat and admitted as chat is, its answer
+    written as a response (``mmgate.sim.openai_responses``) on the chat path's timings."""
     try:
         try:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
-            raise openai_responses.InvalidRequestError(f"Invalid JSON in request body: {exc}.") from exc
+            raise InvalidRequestError(f"Invalid JSON in request body: {exc}.") from exc
         admitted = await engine.admit_body(openai_responses.to_chat_body(body))
     except SimError as exc:
         engine.metrics.request(exc.status)
@@ -231,29 +231,33 @@ async def _responses(request: web.Request) -> web.StreamResponse:
     first_token_at = engine.first_token_at(arrived, admitted.prefill_s)
     engine.metrics.tokens(admitted.prompt_tokens, 0)
     engine.metrics.running(+1)
-    sent = 0
     try:
         if not admitted.request.stream:
             await _sleep_until(first_token_at + max(0, len(plan.tokens) - 1) * admitted.decode_s)
+            answer: web.StreamResponse = json_response(writer.response(plan.text, plan.finish_reason,
+                                                                       len(plan.tokens)))
             sent = len(plan.tokens)
-            answer: web.StreamResponse = json_response(writer.response(plan.text, plan.finish_reason, sent))
         else:
             answer = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
             await answer.prepare(request)
-            await _sleep_until(first_token_at)
-            await answer.write(writer.opening())
-            for i, token in enumerate(plan.tokens):
-                await _sleep_until(first_token_at + i * admitted.decode_s)
-                sent += 1
-                await answer.write(writer.delta(token))
-            await answer.write(writer.closing(plan.text, plan.finish_reason, sent))
-            await answer.write_eof()
-    except (ConnectionResetError, asyncio.CancelledError) as exc:  # the client went away: stop generating
-        engine.metrics.tokens(0, sent)
-        engine.metrics.request("disconnected")
-        if isinstance(exc, asyncio.CancelledError):
-            raise
-        return answer
+            sent = 0
+            try:
+                await _sleep_until(first_token_at)
+                await answer.write(writer.opening())
+                for i, token in enumerate(plan.tokens):
+                    await _sleep_until(first_token_at + i * admitted.decode_s)
+                    sent += 1
+                    await answer.write(writer.delta(token))
+                await answer.write(writer.closing(plan.text, plan.finish_reason, sent))
+                await answer.write_eof()
+            except ConnectionResetError:  # the client went away mid-stream: stop generating
+                engine.metrics.tokens(0, sent)
+                engine.metrics.request("disconnected")
+                return answer
+            except asyncio.CancelledError:  # the server cancels the handler of a client that went away
+                engine.metrics.tokens(0, sent)
+                engine.metrics.request("disconnected")
+                raise
     finally:
         engine.metrics.running(-1)
     engine.metrics.tokens(0, sent)
