@@ -143,6 +143,12 @@ async def _admitted_chat(request: web.Request, engine: SimEngine, raw: bytes,
         engine.metrics.running(-1)
 
 
+def _disconnected(engine: SimEngine, sent: int) -> None:
+    """Count a stream whose client went away after ``sent`` tokens."""
+    engine.metrics.tokens(0, sent)
+    engine.metrics.request("disconnected")
+
+
 async def _sleep_until(deadline: float) -> None:
     delay = deadline - asyncio.get_running_loop().time()
     if delay > 0:
@@ -200,12 +206,10 @@ async def _stream(request: web.Request, engine: SimEngine, admitted: Admitted,
         await resp.write(responses.SSE_DONE)
         await resp.write_eof()
     except ConnectionResetError:  # the client went away mid-stream: stop generating
-        engine.metrics.tokens(0, sent)
-        engine.metrics.request("disconnected")
+        _disconnected(engine, sent)
         return resp
     except asyncio.CancelledError:  # the server cancels the handler of a client that went away
-        engine.metrics.tokens(0, sent)
-        engine.metrics.request("disconnected")
+        _disconnected(engine, sent)
         raise
     engine.metrics.tokens(0, sent)
     engine.metrics.success(admitted.plan.finish_reason)
@@ -250,13 +254,11 @@ async def _admitted_responses(request: web.Request, engine: SimEngine, raw: byte
                     await answer.write(writer.delta(token))
                 await answer.write(writer.closing(plan.text, plan.finish_reason, sent))
                 await answer.write_eof()
-            except ConnectionResetError:  # the client went away mid-stream: stop generating
-                engine.metrics.tokens(0, sent)
-                engine.metrics.request("disconnected")
+            except ConnectionResetError:  # as the chat stream: stop generating
+                _disconnected(engine, sent)
                 return answer
-            except asyncio.CancelledError:  # the server cancels the handler of a client that went away
-                engine.metrics.tokens(0, sent)
-                engine.metrics.request("disconnected")
+            except asyncio.CancelledError:
+                _disconnected(engine, sent)
                 raise
     finally:
         engine.metrics.running(-1)
