@@ -4,9 +4,9 @@ pipeline costs for a turn of one new 1280x800 PNG screenshot and three repeats, 
 Stages, with the gateway's own functions (``_agent_turns`` makes the bodies):
 
 * parse      the API's parse, as its handler does it: chat (``parse_chat_request_async``), Responses
-             (``loads_body`` + its rewrite's parser), both taking the repeats for the held
-             screenshots (``MediaLoader.held_urls``); Messages (``loads_body``, its checks, the
-             mapping onto chat, the chat parser)
+             (``loads_body`` + its rewrite's parser), Messages (``loads_body``, its checks, the
+             mapping onto chat, the chat parser), each taking the repeats for the held screenshots
+             (``MediaLoader.held_images``)
 * repeat     ``MediaLoader.load`` of a screenshot the gateway holds, given the held text as chat's
              parse gives it (its fingerprint, a local-cache hit, an identity compare), per image
 * new        ``MediaLoader.load`` of a screenshot it has not seen (base64 decode, SHA-256 of the
@@ -43,23 +43,24 @@ from mmgate.api.anthropic.request import check_messages_body, to_chat_body
 from mmgate.api.chat_request import ChatRequest, parse_chat_body, parse_chat_request_async
 from mmgate.api.openai_responses.parse import parse_responses_body
 from mmgate.config import CacheSettings, MediaSettings
-from mmgate.jsonbody import HeldText, dumps_body, loads_body
+from mmgate.jsonbody import dumps_body, loads_body
 from mmgate.media import MediaLoader
+from mmgate.media.repeats import HeldImages
 from mmgate.reuse import KeySpace, UUIDStore, plan_slots, render
 
 QUICK = {"repeats": 3}
 
 
-async def parse(api: str, raw: bytes, held: HeldText) -> ChatRequest:
+async def parse(api: str, raw: bytes, held: HeldImages) -> ChatRequest:
     """The API's parse, as its handler does it (the loop given back between a large body's big
     strings; chat's and Responses' repeats taken for the held screenshots, ``held``)."""
     if api == "chat":
         return await parse_chat_request_async(raw, max_images=16, max_uuid_length=256, held=held)
-    body = await loads_body(raw, held if api == "responses" else None)
+    body = await loads_body(raw, held)
     if api == "responses":
         return parse_responses_body(body, max_images=16, max_uuid_length=256, max_depth=64).chat
     check_messages_body(body)
-    chat, _ = to_chat_body(body)
+    chat, _ = to_chat_body(body, held=held.data_url)
     return parse_chat_body(chat, max_images=16, max_uuid_length=256, max_depth=64)
 
 
@@ -84,10 +85,8 @@ async def measure(api: str, shots: list[str], fresh: list[str], repeats: int) ->
             await loader.load(url)  # the repeats: held from earlier turns
         row: dict[str, Any] = {"api": api, "body_kib": len(raw) / 1024}
 
-        held = loader.held_urls(None, None)
-
         async def parsed() -> None:
-            await parse(api, raw, held)
+            await parse(api, raw, loader.held_images(None, None))  # one a request, as the gateway's
         row["parse"] = await timed(parsed, repeats)
 
         async def repeat() -> None:
@@ -103,7 +102,7 @@ async def measure(api: str, shots: list[str], fresh: list[str], repeats: int) ->
 
         samples = []
         for _ in range(repeats):
-            request = await parse(api, raw, held)  # rendering rewrites the parts: a fresh parse each time
+            request = await parse(api, raw, loader.held_images(None, None))  # rendering rewrites the parts: a fresh parse each time
             started = time.perf_counter()
             plans = plan_slots(store, request.slots, images, keys, None)
             render(plans, with_uuid=True, already_sent={p.key for p in plans[:-1]})

@@ -256,7 +256,7 @@ async def deliver(
         return web.Response(body=reply.body, status=relayed_status(reply.status),
                             headers={**headers, "Content-Type": reply.content_type}), True
     bound_send_buffer(request)
-    response = _HeadWithFirstChunk(
+    response = HeadWithFirstChunk(
         status=reply.status,
         headers={"Content-Type": reply.content_type, **STREAM_HEADERS, **headers},
     )
@@ -272,7 +272,7 @@ async def deliver(
 _UNBLOCKED_BYTES = 16 * 1024
 
 
-class _HeadWithFirstChunk(web.StreamResponse):
+class HeadWithFirstChunk(web.StreamResponse):
     """An event stream whose head waits for the first write, so a head and a chunk that are both
     at hand leave in one write (one send on the socket, not two): aiohttp's own ``Response``
     does the same for whole bodies. ``_send_headers_immediately`` is aiohttp's, not public

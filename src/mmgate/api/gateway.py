@@ -188,7 +188,7 @@ class Gateway:
         assert tenant is None or isinstance(tenant, str)
         session_id = self.session_id(headers)  # a hostile session header is a 400 before any work
         tag = self.keys.tenant_tag(tenant) if tenant is not None else None
-        held = self.loader.held_urls(session_id, tag)  # the parse finds repeats among them (media.repeats)
+        held = self.loader.held_images(session_id, tag)  # the parse finds repeats among them (media.repeats)
         if traced():
             with span("parse", {"mmgate.body_bytes": len(raw)}):
                 request = await self.parse_async(raw, held)

@@ -19,7 +19,13 @@ from typing import Any, Protocol, TypeVar
 
 from aiohttp import web
 
-from mmgate.api.forward import GATEWAY_KEY, STREAM_HEADERS, bound_send_buffer, relay_stream
+from mmgate.api.forward import (
+    GATEWAY_KEY,
+    STREAM_HEADERS,
+    HeadWithFirstChunk,
+    bound_send_buffer,
+    relay_stream,
+)
 from mmgate.api.gateway import Gateway
 from mmgate.api.tenant_slots import TenantSlots
 from mmgate.errors import MmgateError, ShuttingDownError
@@ -129,16 +135,24 @@ def tracked_handler(route: str, serve: Served) -> Callable[[web.Request], Awaita
 async def deliver(
     request: web.Request, gateway: Gateway, *, headers: dict[str, str], error_frame: ErrorFrame,
     body: bytes | None = None, stream: AsyncIterator[bytes] | None = None, status: int = 200,
+    arrived: Callable[[], bool] | None = None, ended: Callable[[], bool] | None = None,
 ) -> tuple[web.StreamResponse, bool]:
     """Send ``body`` whole, or relay ``stream`` frame by frame (``relay_stream``); returns the
-    response and whether it went out complete (False: the client went away or stalled mid-stream)."""
+    response and whether it went out complete (False: the client went away or stalled mid-stream).
+    ``arrived``: whether ``stream``'s first frame is at hand, so the head waits to leave with it
+    (else it leaves now); ``ended``: whether ``stream`` has nothing after the frame it just gave,
+    so that frame and the stream's end leave in one write (``relay_stream``)."""
     if stream is None:
         return web.Response(body=body, status=status, content_type="application/json", headers=headers), True
     started = time.perf_counter()
     bound_send_buffer(request)
-    response = web.StreamResponse(status=status, headers={**SSE_HEADERS, **headers})
+    sse = {**SSE_HEADERS, **headers}
+    response = web.StreamResponse(status=status, headers=sse) if arrived is None else \
+        HeadWithFirstChunk(status=status, headers=sse)
     await response.prepare(request)
+    if arrived is not None and not arrived():
+        await response.write(b"")  # nothing to send with the head: the client gets it now
     complete = await relay_stream(
         request, response, observed_stream(stream), gateway, error_frame=error_frame,
-        on_first=lambda: gateway.metrics.first_chunk(time.perf_counter() - started))
+        on_first=lambda: gateway.metrics.first_chunk(time.perf_counter() - started), ended=ended)
     return response, complete

@@ -32,7 +32,6 @@ from prometheus_client import CollectorRegistry
 
 from mmgate.config import CacheSettings, MediaSettings
 from mmgate.errors import ForbiddenURLError, MediaError, OriginError
-from mmgate.jsonbody import HeldText
 from mmgate.media.checks import (
     INLINE_HASH_BYTES,
     checked_inline,
@@ -48,7 +47,7 @@ from mmgate.media.keys import data_url_key, scope_key, url_key
 from mmgate.media.metrics import MediaMetrics, Outcome
 from mmgate.media.origin import OriginFetcher
 from mmgate.media.passthrough import check_passthrough_url
-from mmgate.media.repeats import RepeatIndex, fingerprint, held_image, held_urls
+from mmgate.media.repeats import HeldImages, RepeatIndex, fingerprint, held_image
 from mmgate.media.url_policy import UrlPolicy
 from mmgate.store import ByteLRU, LoadedImage, SharedTier
 
@@ -160,10 +159,10 @@ class MediaLoader:
             self.metrics.load("local_hit")
         return hit
 
-    def held_urls(self, session_id: str | None, tenant_tag: str | None) -> HeldText:
-        """The data: URLs held in the request's tenant and session space, for its parse to find its
-        repeats in (``mmgate.media.repeats``)."""
-        return held_urls(self._repeats, self.local, self._scope(session_id, tenant_tag))
+    def held_images(self, session_id: str | None, tenant_tag: str | None) -> HeldImages:
+        """The images held in the request's tenant and session space, for its parse to find its
+        repeats in (``mmgate.media.repeats``): one per request."""
+        return HeldImages(self._repeats, self.local, self._scope(session_id, tenant_tag))
 
     def _scope(self, session_id: str | None, tenant_tag: str | None) -> Callable[[str], str | None]:
         """A key → its tier key in the request's tenant and session space (``scope_key``)."""

@@ -14,11 +14,16 @@ unchanged.
 The index maps a fingerprint to the SHA-256 key it was last seen with; it is bounded by entries
 and by the cache's TTL, and a stale entry costs only a failed confirmation.
 
-The parse can go one step earlier (``held_urls``): a big string token of the raw body whose
+The fingerprint samples the URL's payload, the base64 after its comma, so that an Anthropic image
+source's ``data`` (the payload alone: vLLM prefixes ``data:{media_type};base64,``) has the
+fingerprint of the URL it stands for.
+
+The parse can go one step earlier (``HeldImages``): a big string token of the raw body whose
 sample matches a held image's fingerprint, in the request's own tenant and session space, is
-confirmed against that image's URL byte for byte (``mmgate.jsonbody``) and parsed to the held
-``str`` itself: the repeat's text is never decoded to a new string, and the confirmation above
-is then an identity.
+confirmed against that image's URL (or, for a payload token, its payload) byte for byte
+(``mmgate.jsonbody``) and parsed to the held ``str`` itself (a payload: a copy of the URL's tail,
+the source's URL is then the held one, ``HeldImages.data_url``): the repeat's text is never
+decoded to a new string, and the confirmation above is then an identity.
 """
 
 from __future__ import annotations
@@ -27,13 +32,14 @@ from collections.abc import Callable
 
 import xxhash
 
-from mmgate.jsonbody import HeldText
 from mmgate.store import ByteLRU, LoadedImage
 
 # The fingerprint's sample: the text's two ends and one character in every _STRIDE between (two
 # screenshots differ all through their compressed data, so a sample tells them apart).
 _EDGE = 4096
 _STRIDE = 509
+# How far into a data: URL its payload's comma is looked for (its type and parameters before it).
+_HEAD = 256
 # Bookkeeping per entry (the 16-byte fingerprint, the 68-character key, the map's own): the
 # index's byte budget is this times its entry cap.
 _ENTRY_BYTES = 256
@@ -59,36 +65,69 @@ class RepeatIndex:
 
 
 def fingerprint(url: str) -> bytes | None:
-    """XXH3-128 of the data: URL's length, its first and last ``_EDGE`` characters and one in
-    every ``_STRIDE`` between: a filter, not an identity (``forwards``), read without copying the
-    text; None for non-ASCII text (which the SHA-256 path refuses)."""
+    """XXH3-128 of the data: URL's payload (its text after the first comma within ``_HEAD``
+    characters; all of it without one): its length, its first and last ``_EDGE`` characters and
+    one in every ``_STRIDE`` between: a filter, not an identity (``forwards``), read without
+    copying the text; None for non-ASCII text (which the SHA-256 path refuses)."""
     if not url.isascii():
         return None
-    sample = f"{len(url)}:{url[:_EDGE]}{url[_EDGE:-_EDGE:_STRIDE]}{url[-_EDGE:]}"
+    start = url.find(",", 0, _HEAD) + 1
+    end = len(url)
+    head_end = min(end, start + _EDGE)
+    tail_start = max(start, end - _EDGE)
+    sample = f"{end - start}:{url[start:head_end]}{url[head_end:tail_start:_STRIDE]}{url[tail_start:]}"
     return xxhash.xxh3_128_digest(sample.encode("ascii"))
 
 
 def span_fingerprint(raw: bytes | bytearray, start: int, end: int) -> bytes:
     """``fingerprint`` of the text ``raw[start:end]`` (ASCII, as a data: URL's is), read from the
     bytes without decoding them: the same sample, so the same fingerprint."""
-    n = end - start
+    comma = raw.find(b",", start, min(end, start + _HEAD))
+    if comma >= 0:
+        start = comma + 1
     head_end = min(end, start + _EDGE)
     tail_start = max(start, end - _EDGE)
-    sample = b"".join((b"%d:" % n, raw[start:head_end], raw[head_end:tail_start:_STRIDE], raw[tail_start:end]))
+    sample = b"".join((b"%d:" % (end - start), raw[start:head_end], raw[head_end:tail_start:_STRIDE],
+                       raw[tail_start:end]))
     return xxhash.xxh3_128_digest(sample)
 
 
-def held_urls(index: RepeatIndex, local: ByteLRU[str, LoadedImage], scope: Callable[[str], str | None]) -> HeldText:
-    """For ``mmgate.jsonbody``: the data: URL of the image held in ``local`` under the tier key
-    ``scope`` gives (the request's tenant and session space) for a token whose fingerprint the
-    index knows. Held URLs are built from a validated image's type and canonical base64, so they
-    are printable ASCII with no ``\\`` or ``"``, as ``HeldText`` requires."""
+class HeldImages:
+    """For ``mmgate.jsonbody``: the held text a big string token may be, in the request's tenant
+    and session space (``scope``: a key → its tier key there). For a token that is a data: URL,
+    the data URL of the image ``local`` holds under the key the index knows for the token's
+    fingerprint; for a payload token (an Anthropic source's base64 ``data``), that URL's payload.
+    Held URLs are built from a validated image's type and canonical base64, so they are printable
+    ASCII with no ``\\`` or ``"``, as ``HeldText`` requires. One per request: it keeps the payloads it
+    gave out (at most one per big string of the body) for ``data_url``."""
 
-    def held(raw: bytes | bytearray, start: int, end: int) -> str | None:
-        image = _held_under(index, local, scope, span_fingerprint(raw, start, end))
-        return None if image is None else image.data_url()
+    def __init__(self, index: RepeatIndex, local: ByteLRU[str, LoadedImage],
+                 scope: Callable[[str], str | None]) -> None:
+        self._index, self._local, self._scope = index, local, scope
+        self._payloads: dict[int, tuple[str, LoadedImage]] = {}  # id → (the payload given, its image)
 
-    return held
+    def __call__(self, raw: bytes | bytearray, start: int, end: int) -> str | None:
+        image = _held_under(self._index, self._local, self._scope, span_fingerprint(raw, start, end))
+        if image is None:
+            return None
+        url = image.data_url()
+        if raw.startswith(b"data:", start):
+            return url
+        at = url.index(",") + 1
+        if len(url) - at != end - start:
+            return None  # not this payload: no copy made
+        payload = url[at:]
+        self._payloads[id(payload)] = (payload, image)
+        return payload
+
+    def data_url(self, media_type: object, data: object) -> str | None:
+        """The held image's own data URL for an image source of ``media_type`` whose ``data`` is a
+        payload given out here (the parse confirmed it byte for byte), when the image is of that
+        type: the text ``data:{media_type};base64,{data}`` is, without building it. None: build it."""
+        given = self._payloads.get(id(data))
+        if given is None or given[0] is not data or given[1].mime != media_type:
+            return None
+        return given[1].data_url()
 
 
 def _held_under(index: RepeatIndex, local: ByteLRU[str, LoadedImage], scope: Callable[[str], str | None],

@@ -17,13 +17,14 @@ from __future__ import annotations
 import asyncio
 import base64
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import orjson
 from aiohttp import web
 
 from mmgate.api.anthropic.reply import error_body, error_event, message_from_chat, relayed_error
 from mmgate.api.anthropic.request import (
+    HeldURL,
     check_messages_body,
     forward_reason,
     has_inline_system,
@@ -32,7 +33,7 @@ from mmgate.api.anthropic.request import (
     source_url,
     to_chat_body,
 )
-from mmgate.api.anthropic.stream import events, whole_events
+from mmgate.api.anthropic.stream import StreamMapper, events, whole_events
 from mmgate.api.anthropic.template_probes import TemplateProbes
 from mmgate.api.chat_request import ChatRequest, check_depth, parse_chat_body
 from mmgate.api.edge import read_body
@@ -58,11 +59,23 @@ MESSAGES_PATH = "/v1/messages"
 COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
 PATHS = frozenset({MESSAGES_PATH, COUNT_TOKENS_PATH})  # whose every error is in Anthropic's shape
 Work = Callable[[], Awaitable[tuple[web.StreamResponse, bool]]]
+
+
 _T = TypeVar("_T")
 # A body with at least this much text outside its big strings (~2,500 blocks: tens of ms of pure
 # Python) is checked and mapped in a thread (``_run``); an agent's turn of big images (~1 KB of it)
 # stays on the loop, where the trip to a thread and back would cost more than its checks.
 OFF_LOOP_BYTES = 64 * 1024
+
+
+class _Body(NamedTuple):
+    """A request's tenant, its checked body, whether it is large (its checks ran off the loop), and
+    the data URLs of its image sources the gateway holds (``source_url``'s ``held``)."""
+
+    tenant: str | None
+    body: dict[str, Any]
+    large: bool
+    held: HeldURL
 
 
 class MessagesService:
@@ -93,25 +106,27 @@ class MessagesService:
         return error_response(EndpointNotFoundError(
             f"the gateway does not serve {shown} (docs/ENDPOINTS.md lists what it serves)", param="path"))
 
-    async def _body(self, request: web.Request, *, count_tokens: bool = False) -> tuple[str | None, Any, bool]:
-        """The tenant, the checked body, and whether it is large (its checks ran off the loop)."""
+    async def _body(self, request: web.Request, *, count_tokens: bool = False) -> _Body:
         gateway = self.gateway
         settings = gateway.settings
         tenant = request_tenant(request, gateway)
-        gateway.session_id(request.headers)
+        session_id = gateway.session_id(request.headers)
         raw = await read_body(request, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_s,
                               max_inflation_ratio=settings.max_inflation_ratio,
                               inflate_pool=gateway.inflate_pool)
+        # The parse finds the images resent in the request's own space among the held ones, as chat's.
+        held = gateway.loader.held_images(session_id, None if tenant is None else gateway.keys.tenant_tag(tenant))
         try:
-            body, skeleton = await loads_sized(raw)
+            body, skeleton = await loads_sized(raw, held)
         except orjson.JSONDecodeError as exc:
             raise InvalidRequestError(f"request body is not valid JSON: {exc}") from exc
         large = skeleton >= OFF_LOOP_BYTES  # many blocks, not an agent turn's few big images
-        return tenant, await _run(large, _checked, body, settings.max_json_depth, count_tokens), large
+        checked = await _run(large, _checked, body, settings.max_json_depth, count_tokens)
+        return _Body(tenant, checked, large, held.data_url)
 
     async def _create(self, request: web.Request) -> tuple[web.StreamResponse, bool]:
         gateway = self.gateway
-        tenant, body, large = await self._body(request)
+        tenant, body, large, held = await self._body(request)
         candidates = gateway.router.candidates(body["model"])  # an unknown model is a 404 first, as on vLLM
         # Refused on either path (chat_parsed for a mapped request), before a backend is asked anything.
         refuse_transfer_params(body, gateway.settings.allow_transfer_params)
@@ -128,14 +143,16 @@ class MessagesService:
         if forward_reason(body, effort, merge) is not None:
             if tenant is not None:  # vLLM salts its prefix cache with it: one partition per tenant
                 body["cache_salt"] = gateway.keys.cache_salt(tenant, client_cache_salt(body))
-            return await self._forward(request, body, tenant, MESSAGES_PATH, stream=bool(body.get("stream")))
-        parsed = await _run(large, _mapped, body, gateway.settings, effort, bool(merge))
+            return await self._forward(request, body, tenant, held, MESSAGES_PATH, stream=bool(body.get("stream")))
+        parsed = await _run(large, _mapped, body, gateway.settings, effort, bool(merge), held)
         outcome = await gateway.chat_parsed(parsed, request.headers, tenant)
         try:
             reply = outcome.reply
             if reply.stream is not None:
+                mapper = StreamMapper()  # its last event and the stream's end leave in one write
                 return await deliver(request, gateway, headers=outcome.headers, error_frame=error_event,
-                                     stream=events(reply.stream))
+                                     stream=events(reply.stream, mapper), arrived=reply.stream_arrived,
+                                     ended=lambda: mapper.done)
             try:
                 message = message_from_chat(orjson.loads(reply.body or b""))
             except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
@@ -147,11 +164,12 @@ class MessagesService:
             outcome.close()
 
     async def _count_tokens(self, request: web.Request) -> tuple[web.StreamResponse, bool]:
-        tenant, body, _ = await self._body(request, count_tokens=True)
-        return await self._forward(request, body, tenant, COUNT_TOKENS_PATH, stream=False)
+        tenant, body, _, held = await self._body(request, count_tokens=True)
+        return await self._forward(request, body, tenant, held, COUNT_TOKENS_PATH, stream=False)
 
     async def _forward(
-        self, request: web.Request, body: dict[str, Any], tenant: str | None, path: str, *, stream: bool
+        self, request: web.Request, body: dict[str, Any], tenant: str | None, held: HeldURL, path: str, *,
+        stream: bool,
     ) -> tuple[web.StreamResponse, bool]:
         """``body`` to the backend's own ``path``, its images policed and inlined first; the
         backend's answer, any status, relayed as it is (an error in Anthropic's shape:
@@ -159,7 +177,7 @@ class MessagesService:
         gateway = self.gateway
         session_id = gateway.session_id(request.headers)
         gateway.router.candidates(body["model"])  # an unknown model is a 404 before any image is loaded
-        await self._police(body, session_id, tenant)
+        await self._police(body, session_id, tenant, held)
         forwarded = await Forwarder(gateway).send(
             "POST", path, await dumps_body(body), model=body["model"], session_id=session_id,
             headers=_JSON, stream=stream)
@@ -176,7 +194,7 @@ class MessagesService:
         finally:
             forwarded.close()
 
-    async def _police(self, body: dict[str, Any], session_id: str | None, tenant: str | None) -> None:
+    async def _police(self, body: dict[str, Any], session_id: str | None, tenant: str | None, held: HeldURL) -> None:
         """Load every image as the chat pipeline does — under the gateway's policy and limits, at
         once, charged to one pixel budget, in the tenant's key space — and make its source the
         validated bytes (base64), so the backend fetches nothing the client named. With tenants the
@@ -187,7 +205,8 @@ class MessagesService:
         if len(sources) > limit:
             raise InvalidRequestError(f"too many images: at most {limit} per request", param=sources[limit][0])
         tag = gateway.keys.tenant_tag(tenant) if tenant is not None else None
-        images = await gateway.load_urls([(where, source_url(source)) for where, source in sources], session_id, tag)
+        images = await gateway.load_urls([(where, source_url(source, held)) for where, source in sources], session_id,
+                                         tag)
         gateway.check_request_pixels(zip((where for where, _ in sources), images, strict=True))
         for (_, source), image in zip(sources, images, strict=True):
             data = image.data if tag is None else tenant_marked(image.data, tag)
@@ -210,9 +229,9 @@ def _checked(body: Any, max_depth: int, count_tokens: bool) -> dict[str, Any]:
 
 
 def _mapped(body: dict[str, Any], settings: GatewaySettings, disabled_effort: str | None,
-            merge_inline_system: bool) -> ChatRequest:
+            merge_inline_system: bool, held: HeldURL) -> ChatRequest:
     """The chat request ``body`` maps to, parsed; its errors and image slots name the client's fields."""
-    chat_body, params = to_chat_body(body, disabled_effort, merge_inline_system)
+    chat_body, params = to_chat_body(body, disabled_effort, merge_inline_system, held)
     try:
         parsed = parse_chat_body(chat_body, max_images=settings.max_images_per_request,
                                  max_uuid_length=settings.max_uuid_length, max_depth=settings.max_json_depth)

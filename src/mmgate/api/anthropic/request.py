@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from mmgate.api.anthropic.checks import check_messages_body
 
-__all__ = ["STREAM_OPTIONS", "check_messages_body", "forward_reason", "has_inline_system", "image_sources",
+__all__ = ["STREAM_OPTIONS", "HeldURL", "check_messages_body", "forward_reason", "has_inline_system", "image_sources",
            "is_disabled_thinking", "source_url", "to_chat_body"]
 
 _BILLING = "x-anthropic-billing-header"
@@ -34,6 +34,9 @@ _BILLING = "x-anthropic-billing-header"
 _COPIED = ("temperature", "top_p", "top_k", "watermarking", "cache_salt", "kv_transfer_params",
            "ec_transfer_params", "vllm_xargs", "chat_template_kwargs")
 STREAM_OPTIONS = {"include_usage": True, "continuous_usage_stats": True}
+# (media_type, data) → the data URL they make when it is one the gateway holds (the held string
+# itself: ``mmgate.media.repeats.HeldImages.data_url``), else None.
+HeldURL = Callable[[Any, Any], str | None]
 
 
 # vLLM's Literal values for these fields (``vllm/entrypoints/anthropic/protocol.py``).
@@ -107,11 +110,12 @@ def _output_config(config: Any) -> dict[str, Any] | None:
 
 
 def to_chat_body(body: dict[str, Any], disabled_effort: str | None = None,
-                 merge_inline_system: bool = False) -> tuple[dict[str, Any], dict[str, str]]:
+                 merge_inline_system: bool = False, held: HeldURL | None = None) -> tuple[dict[str, Any], dict[str, str]]:
     """The chat-completions body vLLM builds for ``body`` (checked, and with no forward reason),
     and each image part's chat path → its Anthropic path (``messages[0].content[1].source``), so
     errors name the client's field. ``merge_inline_system``: system messages inside ``messages``
-    join the leading system prompt (else each stays in place, its text only, as in vLLM)."""
+    join the leading system prompt (else each stays in place, its text only, as in vLLM).
+    ``held``: ``source_url``'s."""
     messages: list[dict[str, Any]] = []
     params: dict[str, str] = {}
     system = _system_text(body.get("system"))
@@ -124,7 +128,7 @@ def to_chat_body(body: dict[str, Any], disabled_effort: str | None = None,
             if not merge_inline_system and (text := _inline_system_text(message)):
                 messages.append({"role": "system", "content": text})
             continue
-        _convert_message(message, messages, params, f"messages[{i}]")
+        _convert_message(message, messages, params, f"messages[{i}]", held)
     chat: dict[str, Any] = {"model": body["model"], "messages": messages,
                             "max_tokens": body["max_tokens"], "max_completion_tokens": body["max_tokens"]}
     # Explicit, as vLLM sets them: null is not the chat defaults ([] and "none").
@@ -175,14 +179,19 @@ def image_sources(body: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
                         yield f"{where}.content[{k}].source", source if isinstance(source, dict) else {}
 
 
-def source_url(source: dict[str, Any]) -> str:
-    """vLLM's ``_convert_image_source_to_url``: a url source's URL, else a data URL (base64)."""
+def source_url(source: dict[str, Any], held: HeldURL | None = None) -> str:
+    """vLLM's ``_convert_image_source_to_url``: a url source's URL, else a data URL (base64);
+    ``held`` gives the one the gateway holds, when it is that text."""
     if source.get("type") == "url":
         return str(source.get("url", ""))
-    return f"data:{source.get('media_type', 'image/jpeg')};base64,{source.get('data', '')}"
+    media_type, data = source.get("media_type", "image/jpeg"), source.get("data", "")
+    if held is not None and (url := held(media_type, data)) is not None:
+        return url
+    return f"data:{media_type};base64,{data}"
 
 
-def _convert_message(message: dict[str, Any], out: list[dict[str, Any]], params: dict[str, str], where: str) -> None:
+def _convert_message(message: dict[str, Any], out: list[dict[str, Any]], params: dict[str, str], where: str,
+                     held: HeldURL | None) -> None:
     role = message["role"]
     chat: dict[str, Any] = {"role": role}
     content = message["content"]
@@ -197,7 +206,7 @@ def _convert_message(message: dict[str, Any], out: list[dict[str, Any]], params:
             at = f"{where}.content[{j}]"
             if block["type"] == "image" and block.get("source"):
                 images[len(parts)] = f"{at}.source"
-            _convert_block(block, role, parts, calls, reasoning, out, params, at)
+            _convert_block(block, role, parts, calls, reasoning, out, params, at, held)
         if reasoning:
             chat["reasoning"] = "".join(reasoning)
         if calls:
@@ -212,13 +221,13 @@ def _convert_message(message: dict[str, Any], out: list[dict[str, Any]], params:
 
 def _convert_block(
     block: dict[str, Any], role: str, parts: list[dict[str, Any]], calls: list[dict[str, Any]],
-    reasoning: list[str], out: list[dict[str, Any]], params: dict[str, str], where: str,
+    reasoning: list[str], out: list[dict[str, Any]], params: dict[str, str], where: str, held: HeldURL | None,
 ) -> None:
     kind = block["type"]
     if kind == "text" and block.get("text"):
         parts.append({"type": "text", "text": block["text"]})
     elif kind == "image" and block.get("source"):
-        parts.append({"type": "image_url", "image_url": {"url": source_url(block["source"])}})
+        parts.append({"type": "image_url", "image_url": {"url": source_url(block["source"], held)}})
     elif kind == "thinking" and block.get("thinking") is not None:
         reasoning.append(block["thinking"])
     elif kind == "tool_use":
@@ -229,13 +238,14 @@ def _convert_block(
         })
     elif kind == "tool_result":
         if role == "user":
-            _user_tool_result(block, out, params, where)
+            _user_tool_result(block, out, params, where, held)
         else:
             text = str(block["content"]) if block.get("content") else ""
             parts.append({"type": "text", "text": f"Tool result: {text}"})
 
 
-def _user_tool_result(block: dict[str, Any], out: list[dict[str, Any]], params: dict[str, str], where: str) -> None:
+def _user_tool_result(block: dict[str, Any], out: list[dict[str, Any]], params: dict[str, str], where: str,
+                      held: HeldURL | None) -> None:
     """A user's tool_result: a tool message, then a user message with its images, then its tool
     references (vLLM's ``_convert_user_tool_result``)."""
     content = block.get("content")
@@ -254,7 +264,7 @@ def _user_tool_result(block: dict[str, Any], out: list[dict[str, Any]], params: 
             if kind == "text":
                 texts.append(item.get("text", ""))
             elif kind == "image":
-                url = source_url(item.get("source", {}))
+                url = source_url(item.get("source", {}), held)
                 if url:
                     images.append(url)
                     paths.append(f"{where}.content[{k}].source")

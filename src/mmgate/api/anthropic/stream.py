@@ -176,11 +176,12 @@ class StreamMapper:
         return out + self._stop_block()
 
 
-async def events(stream: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """The Anthropic events for a backend's chat SSE bytes (frames split on blank lines). After
-    the last event the backend's reply is read to its end (``_drained``), so that its connection
+async def events(stream: AsyncIterator[bytes], mapper: StreamMapper | None = None) -> AsyncIterator[bytes]:
+    """The Anthropic events for a backend's chat SSE bytes (frames split on blank lines), mapped
+    by ``mapper`` (a new one by default): once it is ``done``, what was just yielded is the last
+    event. After it the backend's reply is read to its end (``_drained``), so that its connection
     goes back to the pool rather than being closed."""
-    mapper = StreamMapper()
+    mapper = StreamMapper() if mapper is None else mapper
     buffer = b""
     async for chunk in stream:
         buffer += chunk

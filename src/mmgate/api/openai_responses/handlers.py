@@ -63,7 +63,7 @@ class ResponsesService:
                               max_inflation_ratio=settings.max_inflation_ratio,
                           inflate_pool=gateway.inflate_pool)
             tag = None if tenant is None else gateway.keys.tenant_tag(tenant)
-            held = gateway.loader.held_urls(gateway.session_id(request.headers), tag)  # as chat's parse
+            held = gateway.loader.held_images(gateway.session_id(request.headers), tag)  # as chat's parse
             try:
                 body = await loads_body(raw, held)
             except orjson.JSONDecodeError as exc:
@@ -93,8 +93,9 @@ class ResponsesService:
                     self._record_body(reply.body, name)
                     return await deliver(request, gateway, headers=outcome.headers, error_frame=error_frame,
                                          body=reply.body)
-                stream = self._recording(reply.stream, name)
-                return await deliver(request, gateway, headers=outcome.headers, error_frame=error_frame, stream=stream)
+                stream = self._recording(reply.stream, name)  # the backend's chunks, one for one
+                return await deliver(request, gateway, headers=outcome.headers, error_frame=error_frame, stream=stream,
+                                     arrived=reply.stream_arrived, ended=reply.stream_ended)
             finally:
                 outcome.close()
 
