@@ -33,12 +33,15 @@ async def _chat(request: web.Request) -> web.StreamResponse:
         await asyncio.sleep(FIRST_CHUNK_DELAY_S)
     for frame in FRAMES:
         await response.write(frame)
+    if body.get("model") == "lingers":  # after its [DONE]: a pause, a frame no client may see, the end
+        await asyncio.sleep(FIRST_CHUNK_DELAY_S)
+        await response.write(b"data: after-done\n\n")
     await response.write_eof()
     return response
 
 
 async def _models(request: web.Request) -> web.Response:
-    return web.json_response({"object": "list", "data": [{"id": m, "object": "model"} for m in ("m", "slow")]})
+    return web.json_response({"object": "list", "data": [{"id": m, "object": "model"} for m in ("m", "slow", "lingers")]})
 
 
 @pytest.fixture
@@ -71,12 +74,12 @@ APIS = {
 }
 
 
-async def _stream(url: str, *, slow: bool, api: str = "chat") -> tuple[float, float, bytes]:
+async def _stream(url: str, *, slow: bool, api: str = "chat", model: str | None = None) -> tuple[float, float, bytes]:
     """Seconds to the response's head, seconds to its end, and its body."""
     path, body = APIS[api]
     async with aiohttp.ClientSession() as s:
         started = time.monotonic()
-        async with s.post(url + path, json={**body, "model": "slow" if slow else "m"}) as r:
+        async with s.post(url + path, json={**body, "model": model or ("slow" if slow else "m")}) as r:
             head_s = time.monotonic() - started
             assert r.status == 200 and r.content_type == "text/event-stream"
             body = await r.read()
@@ -107,3 +110,17 @@ async def test_a_stream_at_hand_goes_out_whole_and_unchanged(tmp_path: Path, bac
         for _ in range(3):  # a fresh connection and a reused one
             _, _, body = await _stream(gw.url, slow=False, api=api)
             assert _whole(api, body), body
+
+
+@pytest.mark.parametrize("api", ["chat", "messages"])
+async def test_a_stream_ends_for_the_client_at_its_done(tmp_path: Path, backend: str, api: str) -> None:
+    """Nothing follows ``data: [DONE]`` in an OpenAI stream: the client's stream ends with it (in
+    the same write), not when the backend gets round to closing its reply; what a backend still
+    sends is read, not relayed, and the connection serves the next request."""
+    with serve_process(tmp_path, "--backend", f"openai={backend}") as gw:
+        for _ in range(2):
+            _, end_s, body = await _stream(gw.url, slow=False, api=api, model="lingers")
+            assert end_s < FIRST_CHUNK_DELAY_S / 2, f"the stream ended {end_s:.2f}s in, with the backend's reply"
+            assert _whole(api, body) and b"after-done" not in body, body
+        _, _, body = await _stream(gw.url, slow=False, api=api)
+        assert _whole(api, body), body

@@ -43,6 +43,7 @@ from mmgate.api.edge import body_encoding
 from mmgate.api.error_responses import error_frame
 from mmgate.api.gateway import ChatOutcome, Gateway
 from mmgate.backends import Backend, BackendReply
+from mmgate.backends.base import drain
 from mmgate.errors import (
     BackendBusyError,
     BackendConnectError,
@@ -264,9 +265,11 @@ async def deliver(
     if not reply.stream_arrived():
         await response.write(b"")  # nothing to send with the head: the client gets it now
     return response, await relay_stream(request, response, observed_stream(reply.stream), gateway, on_first=on_first,
-                                         ended=reply.stream_ended)
+                                         ended=reply.stream_ended, last_frame=DONE_FRAME)
 
 
+# The frame after which an OpenAI-style event stream sends nothing.
+DONE_FRAME = b"data: [DONE]\n\n"
 # A write that leaves the transport's buffer at most this full cannot wait for the client (asyncio's
 # and uvloop's transports pause their writer above 64 KiB).
 _UNBLOCKED_BYTES = 16 * 1024
@@ -284,13 +287,15 @@ class HeadWithFirstChunk(web.StreamResponse):
 async def relay_stream(
     request: web.Request, response: web.StreamResponse, chunks: AsyncIterator[bytes], gateway: Gateway, *,
     on_first: Callable[[], None] | None = None, error_frame: Callable[[MmgateError], bytes] = error_frame,
-    ended: Callable[[], bool] | None = None,
+    ended: Callable[[], bool] | None = None, last_frame: bytes | None = None,
 ) -> bool:
     """Relay ``chunks`` into the prepared ``response``; True when it went out complete. A backend
     error mid-stream ends it with ``error_frame`` (the API's own shape: the status is sent); a client
     that reads nothing for ``--stream-stall-timeout`` is cut, freeing the backend's connection.
-    ``ended``: whether ``chunks`` has nothing left (``BackendReply.stream_ended``), so the last
-    chunk and the stream's end leave in one write."""
+    The last chunk and the stream's end leave in one write when it is known to be the last: when
+    ``ended()`` (``chunks`` has nothing left: ``BackendReply.stream_ended``), or when it ends with
+    ``last_frame``, after which the protocol sends nothing (``DONE_FRAME``: the backend's reply is
+    then read to its end, ``drain``, and whatever it still held is not relayed)."""
     first = True
     stall_s = gateway.settings.stream_stall_timeout_s
     transport = request.transport
@@ -299,15 +304,18 @@ async def relay_stream(
             if first and on_first is not None:
                 on_first()
             first = False
-            last = ended is not None and ended()
+            last = (ended is not None and ended()) or (last_frame is not None and chunk.endswith(last_frame))
             if transport is not None and transport.get_write_buffer_size() + len(chunk) <= _UNBLOCKED_BYTES:
                 # Far below the transport's high-water mark the write cannot wait: no timer to arm.
                 await (response.write_eof(chunk) if last else response.write(chunk))
-                continue
-            # A client that stops reading fills its socket and the write waits: past the stall
-            # timeout the stream is cut, so its backend connection (and engine slot) is freed.
-            async with asyncio.timeout(stall_s):
-                await (response.write_eof(chunk) if last else response.write(chunk))
+            else:
+                # A client that stops reading fills its socket and the write waits: past the stall
+                # timeout the stream is cut, so its backend connection (and engine slot) is freed.
+                async with asyncio.timeout(stall_s):
+                    await (response.write_eof(chunk) if last else response.write(chunk))
+            if last:
+                await drain(chunks)
+                break
     except TimeoutError:
         gateway.metrics.streams_stalled.inc()
         log.info("cut a stream whose client read nothing for %gs (--stream-stall-timeout)", stall_s)

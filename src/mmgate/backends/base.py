@@ -11,15 +11,19 @@ inspect them (cache-miss healing) before anything reached the client.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from mmgate.errors import MmgateError
 from mmgate.vllm_protocol import error_message
 
-__all__ = ["CHAT_PATH", "Backend", "BackendKind", "BackendReply", "error_message"]
+__all__ = ["CHAT_PATH", "Backend", "BackendKind", "BackendReply", "drain", "error_message"]
 
 CHAT_PATH = "/v1/chat/completions"
+# What is read of a reply's stream after its last event (vLLM sends nothing more), at most.
+DRAIN_BYTES = 64 * 1024
 
 BackendKind = Literal["vllm", "openai"]
 
@@ -80,3 +84,16 @@ class Backend(Protocol):
         """One health probe: True when the server answers its health endpoint."""
 
     async def close(self) -> None: ...
+
+
+async def drain(stream: AsyncIterator[bytes], received: int = 0) -> None:
+    """Read what a backend's stream still sends after its last event (vLLM: nothing, then the
+    reply's end), ``received`` bytes of it already, at most ``DRAIN_BYTES``: a reply read to its
+    end leaves its connection open for the next request; one abandoned early is closed (a new
+    connection a turn, for the gateway and vLLM). The client has its whole answer already: a
+    failure here costs the connection, nothing more."""
+    with contextlib.suppress(MmgateError):
+        async for chunk in stream:
+            received += len(chunk)
+            if received > DRAIN_BYTES:
+                return

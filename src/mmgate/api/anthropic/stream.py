@@ -11,7 +11,6 @@ simply stops with no ``message_stop``. Pure apart from that async wrapper.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import uuid
 from collections.abc import AsyncIterator
@@ -20,7 +19,8 @@ from typing import Any
 import orjson
 
 from mmgate.api.anthropic.reply import anthropic_usage, stop_reason
-from mmgate.errors import BackendProtocolError, MmgateError
+from mmgate.backends.base import drain
+from mmgate.errors import BackendProtocolError
 
 # A backend frame longer than this is not a chat chunk: the stream is broken off with an error.
 MAX_FRAME_BYTES = 16 * 1024 * 1024
@@ -179,7 +179,7 @@ class StreamMapper:
 async def events(stream: AsyncIterator[bytes], mapper: StreamMapper | None = None) -> AsyncIterator[bytes]:
     """The Anthropic events for a backend's chat SSE bytes (frames split on blank lines), mapped
     by ``mapper`` (a new one by default): once it is ``done``, what was just yielded is the last
-    event. After it the backend's reply is read to its end (``_drained``), so that its connection
+    event. After it the backend's reply is read to its end (``drain``), so that its connection
     goes back to the pool rather than being closed."""
     mapper = StreamMapper() if mapper is None else mapper
     buffer = b""
@@ -196,7 +196,7 @@ async def events(stream: AsyncIterator[bytes], mapper: StreamMapper | None = Non
                     if out:
                         yield out
         if mapper.done:
-            await _drained(stream, len(buffer))
+            await drain(stream, len(buffer))
             return
         if len(buffer) > MAX_FRAME_BYTES:
             yield mapper.feed("{broken")
@@ -204,22 +204,6 @@ async def events(stream: AsyncIterator[bytes], mapper: StreamMapper | None = Non
     if not mapper.done:
         where = "mid-event" if buffer.strip() else "without its [DONE]"
         raise BackendProtocolError(f"the backend's stream was cut short: it ended {where}")
-
-
-# What is read of a reply after its [DONE] (vLLM sends nothing more), at most.
-_DRAIN_BYTES = 64 * 1024
-
-
-async def _drained(stream: AsyncIterator[bytes], received: int) -> None:
-    """Read what the backend sends after its ``[DONE]`` (vLLM: nothing, then the reply's end), at
-    most ``_DRAIN_BYTES``: a reply read to its end leaves its connection open for the next
-    request; one abandoned early is closed (a new connection a turn, for the gateway and vLLM).
-    The client has its whole answer already: a failure here costs the connection, nothing more."""
-    with contextlib.suppress(MmgateError):
-        async for chunk in stream:
-            received += len(chunk)
-            if received > _DRAIN_BYTES:
-                return
 
 
 _ENDS = (b"\nevent: message_stop\n", b"\nevent: error\n")
