@@ -59,8 +59,6 @@ MESSAGES_PATH = "/v1/messages"
 COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
 PATHS = frozenset({MESSAGES_PATH, COUNT_TOKENS_PATH})  # whose every error is in Anthropic's shape
 Work = Callable[[], Awaitable[tuple[web.StreamResponse, bool]]]
-
-
 _T = TypeVar("_T")
 # A body with at least this much text outside its big strings (~2,500 blocks: tens of ms of pure
 # Python) is checked and mapped in a thread (``_run``); an agent's turn of big images (~1 KB of it)
