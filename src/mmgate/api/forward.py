@@ -228,7 +228,7 @@ STREAM_SEND_BUFFER = 32 * 1024
 _BOUND: weakref.WeakSet[asyncio.BaseTransport] = weakref.WeakSet()
 
 
-def bound_send_buffer(request: web.Request) -> None:
+def _bound_send_buffer(request: web.Request) -> None:
     """Give the request's client socket a fixed, small send buffer (``STREAM_SEND_BUFFER``): an event
     stream follows. Once per connection (``_BOUND``)."""
     transport = request.transport
@@ -256,26 +256,32 @@ async def deliver(
         # A backend's 500 is 502 here as on chat (``relayed_status``); its body goes as it came.
         return web.Response(body=reply.body, status=relayed_status(reply.status),
                             headers={**headers, "Content-Type": reply.content_type}), True
-    bound_send_buffer(request)
-    response = HeadWithFirstChunk(
-        status=reply.status,
-        headers={"Content-Type": reply.content_type, **STREAM_HEADERS, **headers},
-    )
-    await response.prepare(request)
-    if not reply.stream_arrived():
-        await response.write(b"")  # nothing to send with the head: the client gets it now
+    head = {"Content-Type": reply.content_type, **STREAM_HEADERS, **headers}
+    response = await open_stream(request, reply.status, head, arrived=reply.stream_arrived())
     return response, await relay_stream(request, response, observed_stream(reply.stream), gateway, on_first=on_first,
-                                         ended=reply.stream_ended, last_frame=DONE_FRAME)
+                                         is_last=lambda chunk: reply.stream_ended() or chunk.endswith(DONE_FRAME))
 
 
-# The frame after which an OpenAI-style event stream sends nothing.
+async def open_stream(request: web.Request, status: int, headers: Mapping[str, str], *, arrived: bool) -> web.StreamResponse:
+    """The prepared response of an event stream, its client socket's send buffer bound: its head
+    waits for the first chunk when one is ``arrived`` (one write for both), else leaves now (a
+    client must not wait for the first token to see the response start)."""
+    _bound_send_buffer(request)
+    response = _HeadWithFirstChunk(status=status, headers=headers)
+    await response.prepare(request)
+    if not arrived:
+        await response.write(b"")  # nothing to send with the head: the client gets it now
+    return response
+
+
+# The frame after which an OpenAI event stream sends nothing.
 DONE_FRAME = b"data: [DONE]\n\n"
 # A write that leaves the transport's buffer at most this full cannot wait for the client (asyncio's
 # and uvloop's transports pause their writer above 64 KiB).
 _UNBLOCKED_BYTES = 16 * 1024
 
 
-class HeadWithFirstChunk(web.StreamResponse):
+class _HeadWithFirstChunk(web.StreamResponse):
     """An event stream whose head waits for the first write, so a head and a chunk that are both
     at hand leave in one write (one send on the socket, not two): aiohttp's own ``Response``
     does the same for whole bodies. ``_send_headers_immediately`` is aiohttp's, not public
@@ -287,15 +293,15 @@ class HeadWithFirstChunk(web.StreamResponse):
 async def relay_stream(
     request: web.Request, response: web.StreamResponse, chunks: AsyncIterator[bytes], gateway: Gateway, *,
     on_first: Callable[[], None] | None = None, error_frame: Callable[[MmgateError], bytes] = error_frame,
-    ended: Callable[[], bool] | None = None, last_frame: bytes | None = None,
+    is_last: Callable[[bytes], bool] | None = None,
 ) -> bool:
     """Relay ``chunks`` into the prepared ``response``; True when it went out complete. A backend
     error mid-stream ends it with ``error_frame`` (the API's own shape: the status is sent); a client
     that reads nothing for ``--stream-stall-timeout`` is cut, freeing the backend's connection.
-    The last chunk and the stream's end leave in one write when it is known to be the last: when
-    ``ended()`` (``chunks`` has nothing left: ``BackendReply.stream_ended``), or when it ends with
-    ``last_frame``, after which the protocol sends nothing (``DONE_FRAME``: the backend's reply is
-    then read to its end, ``drain``, and whatever it still held is not relayed)."""
+    ``is_last(chunk)``: whether nothing is to follow ``chunk`` (the backend's reply has nothing
+    left, ``BackendReply.stream_ended``; or the protocol sends nothing after it, ``DONE_FRAME``):
+    it then leaves with the stream's end in one write, and the backend's reply is read to its end
+    after (``drain``), whatever it still held not relayed."""
     first = True
     stall_s = gateway.settings.stream_stall_timeout_s
     transport = request.transport
@@ -304,7 +310,7 @@ async def relay_stream(
             if first and on_first is not None:
                 on_first()
             first = False
-            last = (ended is not None and ended()) or (last_frame is not None and chunk.endswith(last_frame))
+            last = is_last is not None and is_last(chunk)
             if transport is not None and transport.get_write_buffer_size() + len(chunk) <= _UNBLOCKED_BYTES:
                 # Far below the transport's high-water mark the write cannot wait: no timer to arm.
                 await (response.write_eof(chunk) if last else response.write(chunk))

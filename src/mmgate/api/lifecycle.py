@@ -19,13 +19,7 @@ from typing import Any, Protocol, TypeVar
 
 from aiohttp import web
 
-from mmgate.api.forward import (
-    GATEWAY_KEY,
-    STREAM_HEADERS,
-    HeadWithFirstChunk,
-    bound_send_buffer,
-    relay_stream,
-)
+from mmgate.api.forward import GATEWAY_KEY, STREAM_HEADERS, open_stream, relay_stream
 from mmgate.api.gateway import Gateway
 from mmgate.api.tenant_slots import TenantSlots
 from mmgate.errors import MmgateError, ShuttingDownError
@@ -135,24 +129,17 @@ def tracked_handler(route: str, serve: Served) -> Callable[[web.Request], Awaita
 async def deliver(
     request: web.Request, gateway: Gateway, *, headers: dict[str, str], error_frame: ErrorFrame,
     body: bytes | None = None, stream: AsyncIterator[bytes] | None = None, status: int = 200,
-    arrived: Callable[[], bool] | None = None, ended: Callable[[], bool] | None = None,
+    arrived: bool = False, is_last: Callable[[bytes], bool] | None = None,
 ) -> tuple[web.StreamResponse, bool]:
     """Send ``body`` whole, or relay ``stream`` frame by frame (``relay_stream``); returns the
     response and whether it went out complete (False: the client went away or stalled mid-stream).
-    ``arrived``: whether ``stream``'s first frame is at hand, so the head waits to leave with it
-    (else it leaves now); ``ended``: whether ``stream`` has nothing after the frame it just gave,
-    so that frame and the stream's end leave in one write (``relay_stream``)."""
+    ``arrived``: whether ``stream``'s first frame is at hand (``open_stream``); ``is_last``:
+    ``relay_stream``'s."""
     if stream is None:
         return web.Response(body=body, status=status, content_type="application/json", headers=headers), True
     started = time.perf_counter()
-    bound_send_buffer(request)
-    sse = {**SSE_HEADERS, **headers}
-    response = web.StreamResponse(status=status, headers=sse) if arrived is None else \
-        HeadWithFirstChunk(status=status, headers=sse)
-    await response.prepare(request)
-    if arrived is not None and not arrived():
-        await response.write(b"")  # nothing to send with the head: the client gets it now
+    response = await open_stream(request, status, {**SSE_HEADERS, **headers}, arrived=arrived)
     complete = await relay_stream(
         request, response, observed_stream(stream), gateway, error_frame=error_frame,
-        on_first=lambda: gateway.metrics.first_chunk(time.perf_counter() - started), ended=ended)
+        on_first=lambda: gateway.metrics.first_chunk(time.perf_counter() - started), is_last=is_last)
     return response, complete

@@ -149,8 +149,8 @@ class MessagesService:
             if reply.stream is not None:
                 mapper = StreamMapper()  # its last event and the stream's end leave in one write
                 return await deliver(request, gateway, headers=outcome.headers, error_frame=error_event,
-                                     stream=events(reply.stream, mapper), arrived=reply.stream_arrived,
-                                     ended=lambda: mapper.done)
+                                     stream=events(reply.stream, mapper), arrived=reply.stream_arrived(),
+                                     is_last=lambda _: mapper.done)
             try:
                 message = message_from_chat(orjson.loads(reply.body or b""))
             except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:

@@ -95,7 +95,7 @@ class ResponsesService:
                                          body=reply.body)
                 stream = self._recording(reply.stream, name)  # the backend's chunks, one for one
                 return await deliver(request, gateway, headers=outcome.headers, error_frame=error_frame, stream=stream,
-                                     arrived=reply.stream_arrived, ended=reply.stream_ended)
+                                     arrived=reply.stream_arrived(), is_last=lambda _: reply.stream_ended())
             finally:
                 outcome.close()
 
