@@ -1,7 +1,7 @@
 """Stored responses belong to the tenant that created them: through a real gateway with two API
-keys, in front of an engine that stores responses as vLLM does (``tests.support.responses_engine``:
-vLLM itself cannot run here), tenant B cannot read, cancel, continue or overwrite tenant A's
-response, nor choose an id; every such try is answered as an unknown id. Ownership is read from the
+keys, in front of a sim engine that stores responses as vLLM does (``--responses-store-mb``),
+tenant B cannot read, cancel, continue or overwrite tenant A's response, nor choose an id; every
+such try is answered as an unknown id. Ownership is read from the
 id, so it holds on a restarted gateway with the same tenant secret. Response ids stay out of the
 access log."""
 
@@ -14,17 +14,20 @@ from typing import Any
 
 import pytest
 
+from mmgate._settings import MiB
 from mmgate.config import BackendSpec
 from mmgate.observe.access import ACCESS_LOGGER
 from mmgate.response_ids import is_tenants_response, mint_response_id, redact_response_path
 from tests.support.agents import Reply, call
-from tests.support.gateway import gateway_settings, running_gateway
-from tests.support.responses_engine import running_responses_engine
+from tests.support.gateway import FAST_SIM, gateway_settings, running_gateway, running_sims
 
 MODEL = "mmgate-sim-vl"
 A = {"Authorization": "Bearer key-a"}
 B = {"Authorization": "Bearer key-b"}
 SECRET = "tenant-secret-0123456789abcdef"
+STORING = FAST_SIM.model_copy(update={"responses_store_bytes": MiB})
+# A background answer that runs for seconds: still running while tenant B tries to reach it.
+SLOW = STORING.model_copy(update={"speedup": 1.0, "decode_ms_per_token": 200.0})
 
 
 class _Lines(logging.Handler):
@@ -73,13 +76,16 @@ def test_minted_ids_name_their_tenant_and_paths_hide_them() -> None:
 
 
 async def test_another_tenants_response_is_an_unknown_id(tmp_path: Path, access_lines: list[str]) -> None:
-    async with running_responses_engine() as (engine_url, store), \
-            running_gateway(settings_for(engine_url, tmp_path / "keys.txt", access_log="logfmt")) as gw:
-        created = await call(gw.url, "/v1/responses", {"model": MODEL, "input": "a-secret", "background": True}, headers=A)
-        assert created.status == 200, created.json
+    async with running_sims(1, SLOW) as (sim,), \
+            running_gateway(settings_for(sim.url, tmp_path / "keys.txt", access_log="logfmt")) as gw:
+        created = await call(gw.url, "/v1/responses", {"model": MODEL, "input": "hello", "background": True,
+                                                       "metadata": {"note": "a-secret"}, "max_output_tokens": 30},
+                             headers=A)
+        assert created.status == 200 and created.json["status"] == "queued", created.json
         ida = created.json["id"]
-        assert ida in store and is_tenants_response(ida, gw.gateway.keys.tenant_tag("tenant-a"))
-        assert (await call(gw.url, f"/v1/responses/{ida}", method="GET", headers=A)).json["output_text"] == "a-secret"
+        assert sim.engine.stored is not None and sim.engine.stored.get(ida) is not None
+        assert is_tenants_response(ida, gw.gateway.keys.tenant_tag("tenant-a"))
+        assert (await call(gw.url, f"/v1/responses/{ida}", method="GET", headers=A)).json == created.json
 
         unknown = "resp_" + "ab" * 32
         for method, suffix in (("GET", ""), ("POST", "/cancel")):
@@ -99,12 +105,16 @@ async def test_another_tenants_response_is_an_unknown_id(tmp_path: Path, access_
             refused = await call(gw.url, "/v1/responses", {"model": MODEL, "input": "b-text", "request_id": chosen},
                                  headers=B)
             assert refused.status == 400 and refused.json["error"]["param"] == "request_id"
-        assert store[ida]["said"] == "a-secret" and store[ida]["status"] == "in_progress"
+        assert (await call(gw.url, f"/v1/responses/{ida}", method="GET", headers=A)).json == created.json
 
-        # A's own: continued and cancelled as before; B's own responses are B's.
-        follow = await call(gw.url, "/v1/responses", {"model": MODEL, "input": "more", "previous_response_id": ida},
-                            headers=A)
-        assert follow.status == 200 and follow.json["output_text"] == "a-secret | more"
+        # A's own: continued (the sim's answer is seeded by the prompt: A's conversation, then
+        # "more") and cancelled; B's own responses are B's.
+        follow = await call(gw.url, "/v1/responses", {"model": MODEL, "input": "more", "previous_response_id": ida,
+                                                      "max_output_tokens": 3, "store": False}, headers=A)
+        whole = await call(gw.url, "/v1/responses", {"model": MODEL, "max_output_tokens": 3, "store": False, "input": [
+            {"role": "user", "content": "hello"}, {"role": "user", "content": "more"}]}, headers=A)
+        assert follow.status == 200 and follow.json["output"][0]["content"] == whole.json["output"][0]["content"]
+        assert follow.json["usage"]["input_tokens"] == whole.json["usage"]["input_tokens"]
         assert (await call(gw.url, f"/v1/responses/{ida}/cancel", headers=A)).json["status"] == "cancelled"
         idb = (await call(gw.url, "/v1/responses", {"model": MODEL, "input": "b-own"}, headers=B)).json["id"]
         assert (await call(gw.url, f"/v1/responses/{idb}", method="GET", headers=B)).status == 200
@@ -114,20 +124,21 @@ async def test_another_tenants_response_is_an_unknown_id(tmp_path: Path, access_
 
 
 async def test_ownership_survives_a_restart_with_the_same_secret(tmp_path: Path) -> None:
-    async with running_responses_engine() as (engine_url, _):
-        settings = settings_for(engine_url, tmp_path / "keys.txt")
+    async with running_sims(1, STORING) as (sim,):
+        settings = settings_for(sim.url, tmp_path / "keys.txt")
         async with running_gateway(settings) as gw:
-            ida = (await call(gw.url, "/v1/responses", {"model": MODEL, "input": "kept"}, headers=A)).json["id"]
+            made = (await call(gw.url, "/v1/responses", {"model": MODEL, "input": "kept"}, headers=A)).json
         async with running_gateway(settings) as gw:  # a new process's map is empty: found by asking
-            mine = await call(gw.url, f"/v1/responses/{ida}", method="GET", headers=A)
-            assert mine.status == 200 and mine.json["output_text"] == "kept"
-            assert (await call(gw.url, f"/v1/responses/{ida}", method="GET", headers=B)).status == 404
+            mine = await call(gw.url, f"/v1/responses/{made['id']}", method="GET", headers=A)
+            assert mine.status == 200 and mine.json == made
+            assert (await call(gw.url, f"/v1/responses/{made['id']}", method="GET", headers=B)).status == 404
 
 
 async def test_without_api_keys_a_client_still_names_its_response(tmp_path: Path) -> None:
     """One trust domain: vLLM's ``request_id`` passes as it always did."""
-    async with running_responses_engine() as (engine_url, store), running_gateway(
-            gateway_settings(backends=(BackendSpec(kind="vllm", url=engine_url, name="r0"),))) as gw:
+    async with running_sims(1, STORING) as (sim,), running_gateway(
+            gateway_settings(backends=(BackendSpec(kind="vllm", url=sim.url, name="r0"),))) as gw:
         named = await call(gw.url, "/v1/responses", {"model": MODEL, "input": "hi", "request_id": "resp_mine"})
-        assert named.status == 200 and named.json["id"] == "resp_mine" and "resp_mine" in store
+        assert named.status == 200 and named.json["id"] == "resp_mine"
+        assert sim.engine.stored is not None and sim.engine.stored.get("resp_mine") is not None
         assert (await call(gw.url, "/v1/responses/resp_mine", method="GET")).status == 200

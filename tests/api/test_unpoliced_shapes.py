@@ -1,6 +1,6 @@
 """Shapes vLLM reads media or URLs from that the gateway's URL policy cannot see are refused with
-a 400 naming the field, or policed: through a real gateway (sim engines; for the Responses API an
-engine that serves it, ``tests.support.responses_engine``), nothing of a refused request is sent."""
+a 400 naming the field, or policed: through a real gateway in front of a sim engine, nothing of a
+refused request is sent."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ import pytest
 
 from mmgate.config import BackendSpec
 from tests.support.agents import call, is_openai_error
-from tests.support.gateway import gateway_settings, running_gateway
-from tests.support.responses_engine import running_responses_engine
+from tests.support.gateway import gateway_settings, running_gateway, running_sims
 
 MODEL = "mmgate-sim-vl"
 IMAGE = "http://10.0.0.1/cat.png"  # a private address the URL policy refuses
@@ -39,18 +38,18 @@ IMAGE = "http://10.0.0.1/cat.png"  # a private address the URL policy refuses
         {"type": "mcp", "server_label": "x", "server_url": 5}]}, "tools[0].server_url"),
 ])
 async def test_refused_with_a_400_naming_the_field(path: str, body: dict[str, Any], param: str) -> None:
-    async with running_responses_engine() as (engine_url, store), running_gateway(
-            gateway_settings(backends=(BackendSpec(kind="vllm", url=engine_url, name="r0"),))) as gw:
+    async with running_sims() as (sim,), running_gateway(
+            gateway_settings(backends=(BackendSpec(kind="vllm", url=sim.url, name="r0"),))) as gw:
         reply = await call(gw.url, path, body)
         assert reply.status == 400 and is_openai_error(reply), reply.raw
         error = reply.json["error"]
         assert error["param"] == param and error["type"] == "invalid_request_error", error
-        assert not store  # nothing reached the engine
+        assert sim.stats.requests == 0  # nothing reached the engine
 
 
 async def test_an_mcp_server_url_the_policy_allows_is_forwarded() -> None:
-    async with running_responses_engine() as (engine_url, store), running_gateway(
-            gateway_settings(backends=(BackendSpec(kind="vllm", url=engine_url, name="r0"),))) as gw:
+    async with running_sims() as (sim,), running_gateway(
+            gateway_settings(backends=(BackendSpec(kind="vllm", url=sim.url, name="r0"),))) as gw:
         reply = await call(gw.url, "/v1/responses", {"model": MODEL, "input": "hi", "tools": [
             {"type": "mcp", "server_label": "x", "server_url": "http://127.0.0.1:9/mcp"}]})
-        assert reply.status == 200 and len(store) == 1, reply.raw
+        assert reply.status == 200 and sim.stats.requests == 1, reply.raw

@@ -98,6 +98,8 @@ async def test_a_conversation_of_messages_function_calls_and_tools_is_read(clien
 @pytest.mark.parametrize(("body", "status", "param"), [
     ({"input": "x", "previous_response_id": "resp_1"}, 404, "response_id"),
     ({"input": "x", "background": True}, 400, "background"),
+    ({"input": "x", "background": True, "store": False}, 400, "background"),
+    ({"input": "x", "request_id": 5}, 400, "request_id"),
     ({"input": 7}, 400, "input"),
     ({"input": [{"type": "computer_call", "call_id": "c"}]}, 400, "input[0]"),
     ({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]}, 400, "input[0].content[0]"),

@@ -3,6 +3,8 @@ status, error body, processor-cache counters, usage with image tokens, ``n`` —
 
 from __future__ import annotations
 
+import asyncio
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -74,3 +76,67 @@ async def test_sims_responses_api_has_vllms_shape(vllm_replicas: list[VllmReplic
         assert ours.status == theirs.status == 404 and ours.json == theirs.json, (ours.json, theirs.json)
     finally:
         sim.stop()
+
+
+def _said(response: dict[str, Any]) -> str:
+    return "".join(part["text"] for item in response["output"] for part in item["content"])
+
+
+async def _store_script(engine: Any, tag: str) -> list[Any]:
+    """What an engine with a response store answers to one script: each step's status and shape,
+    and the facts that must hold on both (ids kept, a continuation's prompt = its history sent whole)."""
+    def blank(reply: Reply) -> Any:
+        return reply.status, _shape(reply.json) if reply.status == 200 else \
+            {k: (v.replace(tag, "TAG") if isinstance(v, str) else v) for k, v in reply.json["error"].items()}
+
+    base = {"model": engine.model, "max_output_tokens": 3, "temperature": 0}
+    seen: list[Any] = []
+    one = await call(engine.url, "/v1/responses", {**base, "input": "Name a colour.", "instructions": "Be terse.",
+                                                   "request_id": f"resp_{tag}1"})
+    seen += [blank(one), one.json["id"] == f"resp_{tag}1"]
+    got = await call(engine.url, f"/v1/responses/resp_{tag}1", method="GET")
+    seen += [got.status, got.json == one.json]
+    two = await call(engine.url, "/v1/responses", {**base, "input": "Another.", "previous_response_id": f"resp_{tag}1"})
+    whole = await call(engine.url, "/v1/responses", {**base, "store": False, "input": [
+        {"role": "user", "content": "Name a colour."}, {"role": "assistant", "content": _said(one.json)},
+        {"role": "user", "content": "Another."}]})
+    seen += [blank(two), two.json["previous_response_id"] == f"resp_{tag}1",
+             two.json["usage"]["input_tokens"] == whole.json["usage"]["input_tokens"]]
+    seen.append(blank(await call(engine.url, f"/v1/responses/resp_{tag}1/cancel")))
+    await call(engine.url, "/v1/responses", {**base, "input": "x", "store": False, "request_id": f"resp_{tag}3"})
+    seen.append(blank(await call(engine.url, f"/v1/responses/resp_{tag}3", method="GET")))
+    seen.append((await call(engine.url, "/v1/responses", {**base, "input": "x", "background": True,
+                                                           "store": False})).status)
+    queued = await call(engine.url, "/v1/responses", {**base, "input": "Later.", "background": True,
+                                                      "request_id": f"resp_{tag}4"})
+    seen += [blank(queued), queued.json["status"]]
+    for _ in range(600):
+        done = await call(engine.url, f"/v1/responses/resp_{tag}4", method="GET")
+        if done.json["status"] != "queued":
+            break
+        await asyncio.sleep(0.1)
+    seen += [blank(done), done.json["status"], done.json["usage"]["output_tokens"]]
+    streamed = await call(engine.url, "/v1/responses", {**base, "input": "Stream.", "background": True,
+                                                        "stream": True, "request_id": f"resp_{tag}5"})
+    again = await call(engine.url, f"/v1/responses/resp_{tag}5?stream=true&starting_after=2", method="GET")
+    seen += [_shapes(streamed), _shapes(again), len(again.events) == len(streamed.events) - 3]
+    return seen
+
+
+async def test_sims_response_store_answers_as_vllms(vllm_replicas: list[VllmReplica], tmp_path: Path) -> None:
+    """With ``--responses-store-mb`` the sim keeps responses as real vLLM does with
+    ``VLLM_ENABLE_RESPONSES_API_STORE=1``: named by ``request_id``, read back, continued with the
+    conversation they were made of, run in the background (whole and streamed, read again from an
+    event), refused to cancel once done; the same statuses, shapes and errors, step by step."""
+    sim = SimProcess(tmp_path / "sim.log")
+    sim.start(["--profile", "tiny-qwen2vl-cpu", "--speedup", "1000", "--responses-store-mb", "64"])
+    try:
+        tag = uuid.uuid4().hex[:8]
+        theirs, ours = await _store_script(vllm_replicas[1], tag), await _store_script(sim, tag)
+    finally:
+        sim.stop()
+    assert ours == theirs
+    # The facts hold, not merely alike: the id kept, read back whole, the continuation's previous
+    # id and prompt, a background response queued then answered, its stream read again.
+    assert theirs[1] is theirs[3] is theirs[5] is theirs[6] is theirs[-1] is True
+    assert (theirs[11], theirs[13], theirs[14]) == ("queued", "incomplete", 3)

@@ -38,7 +38,7 @@ log = logging.getLogger("mmgate")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 # The embedded engines' settings a gateway user may change, as --sim-<flag>.
 SIM_PREFIX = "--sim-"
-SIM_FIELDS = ("speedup", "mm_processor_cache_gb")
+SIM_FIELDS = ("speedup", "mm_processor_cache_gb", "responses_store_bytes")
 
 
 HELP_ALL = "--help-all"

@@ -14,8 +14,8 @@ from mmgate.sim.server import start_sim
 
 DESCRIPTION = """\
 Run the embedded vLLM-like engine alone. It is a stand-in for vLLM, not a model: it speaks
-vLLM's OpenAI-compatible API (/v1/chat/completions with SSE streaming, /v1/models, /health,
-/metrics), keeps vLLM's multimodal processor cache (LRU by bytes, keyed by the image part's uuid or
+vLLM's OpenAI-compatible API (/v1/chat/completions with SSE streaming, /v1/responses with vLLM's
+response store under --responses-store-mb, /v1/models, /health, /metrics), keeps vLLM's multimodal processor cache (LRU by bytes, keyed by the image part's uuid or
 a content hash; UUID-only references hit it or fail with vLLM's 400 "Cache miss ..."), does real
 per-image work on a miss (decode, resize to the Qwen2-VL patch grid, normalise to float32), and
 answers with deterministic text after modelled prefill and decode delays. Every flag also reads

@@ -63,6 +63,12 @@ class SimSettings(Frozen):
     enable_server_load_tracking: bool = setting(
         False, flag="--enable-server-load-tracking",
         help="count in-flight chat requests for GET /load, like vLLM's flag (off: /load answers 0)")
+    # vLLM's VLLM_ENABLE_RESPONSES_API_STORE=1 (off by default, as there): stored responses for
+    # previous_response_id, background mode, GET and cancel; bounded here, where vLLM's never forgets.
+    responses_store_bytes: int = setting(
+        0, flag="--responses-store-mb", scale=MiB, ge=0,
+        help="keep Responses API responses, up to this many MiB (vLLM's VLLM_ENABLE_RESPONSES_API_STORE=1); "
+             "0: none, as vLLM by default")
     # vLLM decodes an image it was sent before looking the processor cache up, so a hit that
     # carries data still pays the decode; False skips it (a cheaper, less faithful engine).
     decode_on_hit: bool = setting(True, flag="--no-decode-on-hit",

@@ -36,12 +36,20 @@ from mmgate.sim.generation import (
 from mmgate.sim.metrics import SimMetrics
 from mmgate.sim.processor import content_hash, decode_image, process_image
 from mmgate.sim.request import ImageRef, SimRequest, parse_sim_request, with_param
+from mmgate.sim.response_store import ResponseStore
 from mmgate.vllm_protocol import cache_miss_message
 
 T = TypeVar("T")
 
 # data: URLs longer than this are decoded (and hashed) in the thread pool, not on the loop.
 INLINE_DECODE_LIMIT = 256 * 1024
+
+
+async def sleep_until(deadline: float) -> None:
+    """Wait until the event loop's time is ``deadline`` (a modelled time)."""
+    delay = deadline - asyncio.get_running_loop().time()
+    if delay > 0:
+        await asyncio.sleep(delay)
 
 
 def cache_miss_error(index: int) -> InvalidRequestError:
@@ -106,6 +114,8 @@ class SimEngine:
         self._prefill_free_at = 0.0
         # Chat requests the HTTP front holds (GET /load, with enable_server_load_tracking).
         self.server_load = 0
+        # Stored Responses API responses (--responses-store-mb); None: none, as vLLM by default.
+        self.stored = ResponseStore(settings.responses_store_bytes) if settings.responses_store_bytes else None
         # One request's cache lookups and processing at a time, as vLLM's renderer runs them on a
         # single-worker executor (``vllm/renderers/base.py``, ``_mm_executor``): a request showing an
         # image that another is processing waits and hits the cache instead of processing it again.
@@ -121,7 +131,14 @@ class SimEngine:
         self._prefill_free_at = start + prefill_s
         return self._prefill_free_at
 
+    def disconnected(self, sent: int) -> None:
+        """Count a stream whose client went away after ``sent`` tokens."""
+        self.metrics.tokens(0, sent)
+        self.metrics.request("disconnected")
+
     async def close(self) -> None:
+        if self.stored is not None:
+            await self.stored.close()
         if self._session is not None:
             await self._session.close()
             self._session = None

@@ -1,16 +1,15 @@
-"""The Responses API as vLLM 0.32 serves it by default (``/v1/responses``, pure logic): a request's
-input mapped onto the chat request the engine answers, and the answer written as vLLM writes a
-response — one ``message`` output item holding one ``output_text`` — whole, or as its stream of
-events.
+"""The Responses API as vLLM 0.32 serves it (``/v1/responses``, pure logic): a request's input
+mapped onto the chat request the engine answers, and the answer written as vLLM writes a response —
+one ``message`` output item holding one ``output_text`` — whole, or as its stream of events.
 
-Like a vLLM launched without ``VLLM_ENABLE_RESPONSES_API_STORE``, the sim stores no response: a
-``previous_response_id`` is not found (404), a background request is refused (400), and so are
-``GET /v1/responses/{id}`` and its cancel (404). Tools are taken and echoed, but the sim calls
-none: it answers text (a vLLM without a tool parser answers an empty message under ``tool_choice``
+Like a vLLM launched without ``VLLM_ENABLE_RESPONSES_API_STORE``, the sim stores no response by
+default: a ``previous_response_id`` is not found (404), a background request is refused (400), and
+so are ``GET /v1/responses/{id}`` and its cancel (404). ``--responses-store-mb`` gives it vLLM's
+store (``mmgate.sim.response_store``). Tools are taken and echoed, but the sim calls none: it
+answers text (a vLLM without a tool parser answers an empty message under ``tool_choice``
 ``auto``); function calls and their outputs already in the input are read as conversation, and
 reasoning items are skipped, as vLLM skips them.
 """
-
 from __future__ import annotations
 
 import secrets
@@ -21,7 +20,7 @@ import orjson
 
 from mmgate.sim.errors import InvalidRequestError, ResponseNotFoundError, SimError
 
-__all__ = ["ResponseWriter", "error_body", "not_found", "to_chat_body"]
+__all__ = ["ResponseWriter", "check_fields", "error_body", "not_found", "to_chat_body"]
 
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text", "refusal"})
 _ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
@@ -29,7 +28,7 @@ _ROLES = {"user": "user", "system": "system", "developer": "system", "assistant"
 _FIELDS: dict[str, tuple[type, ...]] = {
     "instructions": (str,), "stream": (bool,), "background": (bool,), "store": (bool,), "temperature": (int, float),
     "top_p": (int, float), "tools": (list,), "tool_choice": (str, dict), "metadata": (dict,),
-    "previous_response_id": (str,)}
+    "previous_response_id": (str,), "request_id": (str,)}
 
 
 def not_found(response_id: str) -> ResponseNotFoundError:
@@ -42,23 +41,37 @@ def error_body(exc: SimError) -> dict[str, Any]:
                       "code": exc.status}}
 
 
-def to_chat_body(body: Any) -> dict[str, Any]:
-    """The chat-completions request the engine answers for a Responses request ``body``; raises
-    ``InvalidRequestError`` (400) or ``ResponseNotFoundError`` (404) naming what it cannot serve."""
+def check_fields(body: Any, *, stores: bool) -> dict[str, Any]:
+    """``body`` if its fields are of the types vLLM takes and its mode one this engine serves
+    (``stores``: it keeps responses); raises ``InvalidRequestError`` naming the field."""
     if not isinstance(body, dict):
         raise InvalidRequestError("Request body must be a JSON object.")
     for name, kinds in _FIELDS.items():
         value = body.get(name)
         if value is not None and (not isinstance(value, kinds) or (bool not in kinds and isinstance(value, bool))):
             raise InvalidRequestError(f"'{name}' must be {' or '.join(k.__name__ for k in kinds)}.", param=name)
-    if body.get("previous_response_id") is not None:
+    if body.get("background"):
+        if not body.get("store", True):
+            raise InvalidRequestError("background can only be used when `store` is true", param="background")
+        if not stores:
+            raise InvalidRequestError(
+                "This vLLM engine does not support `store=True` and therefore does not support the background mode. "
+                "To enable these features, set the environment variable `VLLM_ENABLE_RESPONSES_API_STORE=1` when "
+                "launching the vLLM server.", param="background")
+    return body
+
+
+def to_chat_body(body: dict[str, Any], history: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The chat-completions request the engine answers for a Responses request ``body`` (checked
+    by ``check_fields``) continuing ``history`` (the stored conversation of its
+    ``previous_response_id``, ``None`` when not stored); raises ``InvalidRequestError`` (400) or
+    ``ResponseNotFoundError`` (404) naming what it cannot serve."""
+    if body.get("previous_response_id") is not None and history is None:
         raise not_found(str(body["previous_response_id"]))
-    if body.get("background") and body.get("store", True):
-        raise InvalidRequestError("This vLLM engine does not support `store=True` and therefore does not support "
-                                  "the background mode.", param="background")
     messages: list[dict[str, Any]] = []
     if isinstance(body.get("instructions"), str):
         messages.append({"role": "system", "content": body["instructions"]})
+    messages += history or []
     given = body.get("input")
     if isinstance(given, str):
         messages.append({"role": "user", "content": given})
@@ -132,7 +145,7 @@ def _usage(input_tokens: int, output_tokens: int) -> dict[str, Any]:
 
 
 def _number(body: dict[str, Any], name: str) -> float:
-    """A sampling setting as vLLM echoes it (1.0 when unset; ``to_chat_body`` checked its type)."""
+    """A sampling setting as vLLM echoes it (1.0 when unset; ``check_fields`` checked its type)."""
     value = body.get(name)
     return 1.0 if value is None else float(value)
 
@@ -145,6 +158,8 @@ class ResponseWriter:
 
     def __init__(self, body: dict[str, Any], model: str, input_tokens: int) -> None:
         self.response_id, self.item_id = _ids()
+        if isinstance(body.get("request_id"), str):  # vLLM names a response by its request's id
+            self.response_id = body["request_id"]
         self._input_tokens = input_tokens
         self._sequence = 0
         self._head: dict[str, Any] = {
@@ -154,8 +169,9 @@ class ResponseWriter:
             "temperature": _number(body, "temperature"),
             "tool_choice": body.get("tool_choice", "auto" if body.get("tools") else "none"),
             "tools": body.get("tools") or [],
-            "top_p": _number(body, "top_p"), "background": False,
-            "max_output_tokens": body.get("max_output_tokens"), "max_tool_calls": None, "previous_response_id": None,
+            "top_p": _number(body, "top_p"), "background": bool(body.get("background")),
+            "max_output_tokens": body.get("max_output_tokens"), "max_tool_calls": None,
+            "previous_response_id": body.get("previous_response_id"),
             "prompt": None, "reasoning": None, "service_tier": "auto", "status": "in_progress", "text": None,
             "top_logprobs": None, "truncation": "disabled", "usage": None, "user": None, "presence_penalty": 0.0,
             "frequency_penalty": 0.0, "kv_transfer_params": None, "ec_transfer_params": None,
@@ -176,31 +192,35 @@ class ResponseWriter:
                 "output": [self._item(text)], "status": "incomplete" if cut else "completed",
                 "usage": _usage(self._input_tokens, output_tokens)}
 
+    def queued(self) -> dict[str, Any]:
+        """A background response before its answer (vLLM stores it so, ``queued``)."""
+        return {**self._head, "status": "queued"}
+
     def _event(self, kind: str, fields: dict[str, Any]) -> bytes:
         data = orjson.dumps({**fields, "sequence_number": self._sequence, "type": kind})
         self._sequence += 1
         return b"event: " + kind.encode() + b"\ndata: " + data + b"\n\n"
 
-    def opening(self) -> bytes:
+    def opening(self) -> list[bytes]:
         """The events before the first token."""
         where = {"item_id": self.item_id, "output_index": 0}
-        return b"".join((
+        return [
             self._event("response.created", {"response": self._head}),
             self._event("response.in_progress", {"response": self._head}),
             self._event("response.output_item.added", {"item": self._item(None), "output_index": 0}),
             self._event("response.content_part.added", {"content_index": 0, **where, "part": {
-                "annotations": [], "text": "", "type": "output_text", "logprobs": []}})))
+                "annotations": [], "text": "", "type": "output_text", "logprobs": []}})]
 
     def delta(self, text: str) -> bytes:
         return self._event("response.output_text.delta", {"content_index": 0, "delta": text, "item_id": self.item_id,
                                                           "logprobs": [], "output_index": 0})
 
-    def closing(self, text: str, finish_reason: str, output_tokens: int) -> bytes:
+    def closing(self, text: str, finish_reason: str, output_tokens: int) -> list[bytes]:
         """The events after the last token."""
         where = {"item_id": self.item_id, "output_index": 0}
         part: dict[str, Any] = {"annotations": [], "text": text, "type": "output_text", "logprobs": None}
-        return b"".join((
+        return [
             self._event("response.output_text.done", {"content_index": 0, **where, "logprobs": [], "text": text}),
             self._event("response.content_part.done", {"content_index": 0, **where, "part": part}),
             self._event("response.output_item.done", {"item": self._item(text), "output_index": 0}),
-            self._event("response.completed", {"response": self.response(text, finish_reason, output_tokens)})))
+            self._event("response.completed", {"response": self.response(text, finish_reason, output_tokens)})]

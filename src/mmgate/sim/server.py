@@ -1,7 +1,7 @@
 """HTTP front of the sim, a stand-in for vLLM's OpenAI-compatible server (not a model).
 
-Routes: ``POST /v1/chat/completions`` (SSE streaming and not), ``POST /v1/responses`` (the same
-engine behind the Responses API, ``mmgate.sim.openai_responses``), ``GET /v1/models``, ``GET /health``,
+Routes: ``POST /v1/chat/completions`` (SSE streaming and not), ``/v1/responses`` and its stored
+responses (the same engine behind the Responses API, ``mmgate.sim.responses_http``), ``GET /v1/models``, ``GET /health``,
 ``GET /metrics``, ``GET /load`` (vLLM's server load: chat and Responses requests in flight, with
 ``--enable-server-load-tracking``). No module state: every app owns its engine, cache and Prometheus registry, so
 ``mmgate serve`` can run several engines in one process.
@@ -15,32 +15,29 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-import orjson
 from aiohttp import web
 from aiohttp.web_protocol import RequestPayloadError
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from mmgate.app_runtime import json_response, start_app
-from mmgate.sim import openai_responses, responses
+from mmgate.sim import responses, responses_http
 from mmgate.sim.config import SimSettings
-from mmgate.sim.engine import Admitted, SimEngine
-from mmgate.sim.errors import InvalidRequestError, SimError
+from mmgate.sim.engine import Admitted, SimEngine, sleep_until
+from mmgate.sim.errors import SimError
 from mmgate.sim.metrics import SimStats
 
 ENGINE_KEY = web.AppKey("mmgate_sim_engine", SimEngine)
 
 
-def build_app(settings: SimSettings, app: web.Application | None = None) -> web.Application:
-    """An aiohttp app serving one sim engine; the engine closes with the app. Onto ``app`` when
-    given: the routes it has already answer first (a stand-in for vLLM's response store in tests)."""
+def build_app(settings: SimSettings) -> web.Application:
+    """An aiohttp app serving one sim engine; the engine closes with the app."""
     engine = SimEngine(settings)
-    if app is None:
-        app = web.Application(client_max_size=settings.max_body_bytes)
+    app = web.Application(client_max_size=settings.max_body_bytes)
     app[ENGINE_KEY] = engine
     app.router.add_post("/v1/chat/completions", _served(_admitted_chat))
-    app.router.add_post("/v1/responses", _served(_admitted_responses))
-    app.router.add_get("/v1/responses/{response_id}", _stored)
-    app.router.add_post("/v1/responses/{response_id}/cancel", _stored)
+    app.router.add_post("/v1/responses", _served(responses_http.create))
+    app.router.add_get("/v1/responses/{response_id}", _with_engine(responses_http.retrieve))
+    app.router.add_post("/v1/responses/{response_id}/cancel", _with_engine(responses_http.cancel))
     app.router.add_get("/v1/models", _models)
     app.router.add_get("/health", _health)
     app.router.add_get("/metrics", _metrics)
@@ -84,6 +81,15 @@ async def start_sim(settings: SimSettings) -> SimServer:
     app = build_app(settings)
     runner, port = await start_app(app, settings.host, settings.port)
     return SimServer(app=app, runner=runner, port=port, host=settings.host)
+
+
+def _with_engine(
+    handler: Callable[[web.Request, SimEngine], Awaitable[web.StreamResponse]],
+) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    async def with_engine(request: web.Request) -> web.StreamResponse:
+        return await handler(request, request.app[ENGINE_KEY])
+
+    return with_engine
 
 
 def _error(engine: SimEngine, exc: SimError) -> web.Response:
@@ -143,18 +149,6 @@ async def _admitted_chat(request: web.Request, engine: SimEngine, raw: bytes,
         engine.metrics.running(-1)
 
 
-def _disconnected(engine: SimEngine, sent: int) -> None:
-    """Count a stream whose client went away after ``sent`` tokens."""
-    engine.metrics.tokens(0, sent)
-    engine.metrics.request("disconnected")
-
-
-async def _sleep_until(deadline: float) -> None:
-    delay = deadline - asyncio.get_running_loop().time()
-    if delay > 0:
-        await asyncio.sleep(delay)
-
-
 def _ids() -> tuple[str, int]:
     return f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
 
@@ -162,7 +156,7 @@ def _ids() -> tuple[str, int]:
 async def _complete(engine: SimEngine, admitted: Admitted, arrived: float) -> web.Response:
     n = admitted.completion_tokens
     first_token_at = engine.first_token_at(arrived, admitted.prefill_s)
-    await _sleep_until(first_token_at + max(0, admitted.longest - 1) * admitted.decode_s)
+    await sleep_until(first_token_at + max(0, admitted.longest - 1) * admitted.decode_s)
     request_id, created = _ids()
     body = responses.completion(
         request_id=request_id, created=created, model=admitted.request.model,
@@ -189,11 +183,11 @@ async def _stream(request: web.Request, engine: SimEngine, admitted: Admitted,
     plans = admitted.plans
     sent = 0
     try:
-        await _sleep_until(first_token_at)
+        await sleep_until(first_token_at)
         for index in range(len(plans)):
             await resp.write(writer.role(index))
         for i in range(admitted.longest):
-            await _sleep_until(first_token_at + i * admitted.decode_s)
+            await sleep_until(first_token_at + i * admitted.decode_s)
             for index, plan in enumerate(plans):  # the choices decode together, step by step
                 if i < len(plan.tokens):
                     last = i == len(plan.tokens) - 1
@@ -206,72 +200,15 @@ async def _stream(request: web.Request, engine: SimEngine, admitted: Admitted,
         await resp.write(responses.SSE_DONE)
         await resp.write_eof()
     except ConnectionResetError:  # the client went away mid-stream: stop generating
-        _disconnected(engine, sent)
+        engine.disconnected(sent)
         return resp
     except asyncio.CancelledError:  # the server cancels the handler of a client that went away
-        _disconnected(engine, sent)
+        engine.disconnected(sent)
         raise
     engine.metrics.tokens(0, sent)
     engine.metrics.success(admitted.plan.finish_reason)
     engine.metrics.request(200)
     return resp
-
-
-async def _admitted_responses(request: web.Request, engine: SimEngine, raw: bytes,
-                              arrived: float) -> web.StreamResponse:
-    """``POST /v1/responses``: the request mapped onto chat and admitted as chat is, its answer
-    written as a response (``mmgate.sim.openai_responses``) on the chat path's timings."""
-    try:
-        try:
-            body = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise InvalidRequestError(f"Invalid JSON in request body: {exc}.") from exc
-        admitted = await engine.admit_body(openai_responses.to_chat_body(body))
-    except SimError as exc:
-        engine.metrics.request(exc.status)
-        return json_response(openai_responses.error_body(exc), status=exc.status)
-    writer = openai_responses.ResponseWriter(body, admitted.request.model, admitted.prompt_tokens)
-    plan = admitted.plan
-    first_token_at = engine.first_token_at(arrived, admitted.prefill_s)
-    engine.metrics.tokens(admitted.prompt_tokens, 0)
-    engine.metrics.running(+1)
-    try:
-        if not admitted.request.stream:
-            await _sleep_until(first_token_at + max(0, len(plan.tokens) - 1) * admitted.decode_s)
-            answer: web.StreamResponse = json_response(writer.response(plan.text, plan.finish_reason,
-                                                                       len(plan.tokens)))
-            sent = len(plan.tokens)
-        else:
-            answer = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-            await answer.prepare(request)
-            sent = 0
-            try:
-                await _sleep_until(first_token_at)
-                await answer.write(writer.opening())
-                for i, token in enumerate(plan.tokens):
-                    await _sleep_until(first_token_at + i * admitted.decode_s)
-                    sent += 1
-                    await answer.write(writer.delta(token))
-                await answer.write(writer.closing(plan.text, plan.finish_reason, sent))
-                await answer.write_eof()
-            except ConnectionResetError:  # as the chat stream: stop generating
-                _disconnected(engine, sent)
-                return answer
-            except asyncio.CancelledError:
-                _disconnected(engine, sent)
-                raise
-    finally:
-        engine.metrics.running(-1)
-    engine.metrics.tokens(0, sent)
-    engine.metrics.success(plan.finish_reason)
-    engine.metrics.request(200)
-    return answer
-
-
-async def _stored(request: web.Request) -> web.Response:
-    """``GET /v1/responses/{id}`` and its cancel: not found, as on a vLLM that stores no response."""
-    exc = openai_responses.not_found(request.match_info["response_id"])
-    return json_response(openai_responses.error_body(exc), status=exc.status)
 
 
 async def _models(request: web.Request) -> web.Response:
