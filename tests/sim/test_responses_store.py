@@ -177,3 +177,18 @@ async def test_without_a_store_a_request_id_still_names_the_response(make_sim: A
     status, made = await call(sim, "/v1/responses", ask("hi", request_id="resp_named"))
     assert status == 200 and made["id"] == "resp_named"
     assert (await call(sim, "/v1/responses/resp_named", method="GET"))[0] == 404
+
+
+async def test_a_stream_its_client_left_is_not_kept(make_sim: Any) -> None:
+    """As vLLM stores a response once answered: a stream cut by its client leaves nothing."""
+    sim = await make_sim(**SLOW)
+    async with aiohttp.ClientSession() as http:
+        async with http.post(sim.url + "/v1/responses", json=ask("cut", stream=True, max_output_tokens=30,
+                                                                  request_id="resp_cut")) as resp:
+            await resp.content.readline()  # the stream has begun; leave
+    for _ in range(50):  # the engine sees the disconnect at its next write
+        if sim.stats.requests:
+            break
+        await asyncio.sleep(0.1)
+    assert sim.engine.stored is not None and sim.engine.stored.get("resp_cut") is None
+    assert (await call(sim, "/v1/responses/resp_cut", method="GET"))[0] == 404
