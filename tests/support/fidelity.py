@@ -71,6 +71,9 @@ def _body(model: str, *parts: dict[str, Any], text: str = "Describe the image.",
             "messages": [{"role": "user", "content": [{"type": "text", "text": text}, *parts]}], **extra}
 
 
+TOOLS = [{"type": "function", "function": {"name": "click", "description": "Click a point.", "parameters": {
+    "type": "object", "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}}}}}]
+CLICK = {"type": "function", "function": {"name": "click"}}
 GARBAGE = "data:image/jpeg;base64," + base64.b64encode(b"not an image at all").decode()
 
 # (name, build(model, tag, seed) -> body). Order matters: "seed" fills uuid {tag}-a.
@@ -117,6 +120,15 @@ CASES: list[Case] = [
     ("unknown model", lambda m, t, s: {**_body(m), "model": "no-such-model"}),
     ("stream with include_usage", lambda m, t, s: _body(m, image(None, f"{t}-a"), stream=True,
                                                        stream_options={"include_usage": True})),
+    # Tools on an engine without --enable-auto-tool-choice or --tool-call-parser (vLLM's default).
+    ("tools, no tool_choice (auto)", lambda m, t, s: _body(m, tools=TOOLS)),
+    ("tools, tool_choice auto, streamed", lambda m, t, s: _body(m, tools=TOOLS, tool_choice="auto", stream=True)),
+    ("tools, tool_choice none", lambda m, t, s: _body(m, tools=TOOLS, tool_choice="none")),
+    ("tools, tool_choice required", lambda m, t, s: _body(m, tools=TOOLS, tool_choice="required")),
+    ("tools, a named function", lambda m, t, s: _body(m, tools=TOOLS, tool_choice=CLICK)),
+    ("tools, an unknown named function", lambda m, t, s: _body(
+        m, tools=TOOLS, tool_choice={"type": "function", "function": {"name": "scroll"}})),
+    ("tool_choice without tools", lambda m, t, s: _body(m, tool_choice="required")),
 ]
 
 

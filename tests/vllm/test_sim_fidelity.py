@@ -69,6 +69,14 @@ async def test_sims_responses_api_has_vllms_shape(vllm_replicas: list[VllmReplic
             if not stream:
                 assert ours.json["status"] == theirs.json["status"] == "incomplete"
                 assert ours.json["usage"]["input_tokens"] == theirs.json["usage"]["input_tokens"]
+        # Tools under tool_choice "auto" on an engine without a tool parser: answered, the tools
+        # echoed as vLLM's request model holds them.
+        for stream in (False, True):
+            body = {"model": real.model, "max_output_tokens": 3, "input": "Hi.", "stream": stream, "temperature": 0,
+                    "tool_choice": "auto", "tools": [{"type": "function", "name": "click",
+                                                      "parameters": {"type": "object", "properties": {}}}]}
+            theirs, ours = await call(real.url, "/v1/responses", body), await call(fake.url, "/v1/responses", body)
+            assert theirs.status == ours.status == 200 and _shapes(ours) == _shapes(theirs)
         # An unknown previous response (these replicas store responses; the sim, like a vLLM that
         # does not, knows none: the same 404 either way).
         body = {"model": real.model, "input": "hi", "max_output_tokens": 2, "previous_response_id": "resp_0123"}

@@ -17,6 +17,10 @@ from mmgate.sim import SimSettings, start_sim
 # entries are records of processed images, not the pixels.
 EMBEDDED_LOCAL_CACHE_BYTES = 128 * MiB
 EMBEDDED_UUID_STORE_BYTES = 64 * MiB
+# The embedded engines stand for a vLLM deployed for agents (``--enable-auto-tool-choice
+# --tool-call-parser hermes``): an agent's tools are taken (the sim calls none), where a bare
+# ``vllm serve`` — and ``mmgate sim`` — refuse them.
+EMBEDDED_TOOL_CALL_PARSER = "hermes"
 
 
 def embedded_defaults(settings: GatewaySettings) -> GatewaySettings:
@@ -39,7 +43,10 @@ async def start_embedded_engines(
     ``/metrics`` are easy to find: 8001 and 8002 beside a gateway on 8000), else on any free port.
     """
     base = sim_settings if sim_settings is not None else SimSettings()
-    base = base.model_copy(update={"host": "127.0.0.1", "port": 0})
+    update: dict[str, object] = {"host": "127.0.0.1", "port": 0}
+    if "tool_call_parser" not in base.model_fields_set:  # engines deployed for agents: tools taken
+        update.update(enable_auto_tool_choice=True, tool_call_parser=EMBEDDED_TOOL_CALL_PARSER)
+    base = base.model_copy(update=update)
     servers = []
     try:
         for i in range(count):

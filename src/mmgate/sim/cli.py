@@ -18,8 +18,9 @@ vLLM's OpenAI-compatible API (/v1/chat/completions with SSE streaming, /v1/respo
 response store under --responses-store-mb, /v1/models, /health, /metrics), keeps vLLM's multimodal processor cache (LRU by bytes, keyed by the image part's uuid or
 a content hash; UUID-only references hit it or fail with vLLM's 400 "Cache miss ..."), does real
 per-image work on a miss (decode, resize to the Qwen2-VL patch grid, normalise to float32), and
-answers with deterministic text after modelled prefill and decode delays. Every flag also reads
-MMGATE_<FLAG> from the environment.
+answers with deterministic text after modelled prefill and decode delays (it calls no tool; tools
+are checked as vLLM checks them, --enable-auto-tool-choice and --tool-call-parser included). Every
+flag also reads MMGATE_<FLAG> from the environment.
 """
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -63,6 +63,15 @@ class SimSettings(Frozen):
     enable_server_load_tracking: bool = setting(
         False, flag="--enable-server-load-tracking",
         help="count in-flight chat requests for GET /load, like vLLM's flag (off: /load answers 0)")
+    # vLLM's --enable-auto-tool-choice and --tool-call-parser. Without them vLLM refuses a chat request
+    # whose tool_choice is "auto" (the default when tools are given); without a parser, "required" and
+    # a named function too. The sim's model calls no tool: where vLLM would parse, the sim answers text.
+    enable_auto_tool_choice: bool = setting(
+        False, flag="--enable-auto-tool-choice",
+        help="take tool_choice 'auto' on chat, as vLLM's flag (needs --tool-call-parser; the sim calls no tool)")
+    tool_call_parser: str | None = setting(
+        None, flag="--tool-call-parser", min_length=1,
+        help="a tool-call parser's name, as vLLM's flag: 'required' and named tool choices are taken")
     # vLLM's VLLM_ENABLE_RESPONSES_API_STORE=1 (off by default, as there): stored responses for
     # previous_response_id, background mode, GET and cancel; bounded here, where vLLM's never forgets.
     responses_store_bytes: int = setting(
@@ -146,6 +155,8 @@ class SimSettings(Frozen):
     def _check_grid(self) -> SimSettings:
         if self.min_pixels > self.max_pixels:
             raise ValueError("min_pixels must not exceed max_pixels")
+        if self.enable_auto_tool_choice and self.tool_call_parser is None:
+            raise ValueError("--enable-auto-tool-choice requires --tool-call-parser")  # as vLLM refuses to start
         return self
 
     @property

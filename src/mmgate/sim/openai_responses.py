@@ -5,10 +5,10 @@ one ``message`` output item holding one ``output_text`` — whole, or as its str
 Like a vLLM launched without ``VLLM_ENABLE_RESPONSES_API_STORE``, the sim stores no response by
 default: a ``previous_response_id`` is not found (404), a background request is refused (400), and
 so are ``GET /v1/responses/{id}`` and its cancel (404). ``--responses-store-mb`` gives it vLLM's
-store (``mmgate.sim.response_store``). Tools are taken and echoed, but the sim calls none: it
-answers text (a vLLM without a tool parser answers an empty message under ``tool_choice``
-``auto``); function calls and their outputs already in the input are read as conversation, and
-reasoning items are skipped, as vLLM skips them.
+store (``mmgate.sim.response_store``). Tools are taken and echoed as vLLM echoes them, but the sim
+calls none: it answers text, as vLLM without a tool parser does under any ``tool_choice``; function
+calls and their outputs already in the input are read as conversation, and reasoning items are
+skipped, as vLLM skips them.
 """
 from __future__ import annotations
 
@@ -144,6 +144,17 @@ def _usage(input_tokens: int, output_tokens: int) -> dict[str, Any]:
             "total_tokens": input_tokens + output_tokens}
 
 
+# A function tool as vLLM 0.32 echoes it (the openai package's ``FunctionTool``, every field).
+_FUNCTION_TOOL_FIELDS = ("name", "parameters", "strict", "type", "allowed_callers", "async", "defer_loading",
+                         "description", "output_schema")
+
+
+def _echoed_tool(tool: Any) -> Any:
+    if isinstance(tool, dict) and tool.get("type") == "function":
+        return {name: tool.get(name) for name in _FUNCTION_TOOL_FIELDS}
+    return tool
+
+
 def _number(body: dict[str, Any], name: str) -> float:
     """A sampling setting as vLLM echoes it (1.0 when unset; ``check_fields`` checked its type)."""
     value = body.get(name)
@@ -168,7 +179,7 @@ class ResponseWriter:
             "object": "response", "output": [], "parallel_tool_calls": True,
             "temperature": _number(body, "temperature"),
             "tool_choice": body.get("tool_choice", "auto" if body.get("tools") else "none"),
-            "tools": body.get("tools") or [],
+            "tools": [_echoed_tool(tool) for tool in body.get("tools") or []],
             "top_p": _number(body, "top_p"), "background": bool(body.get("background")),
             "max_output_tokens": body.get("max_output_tokens"), "max_tool_calls": None,
             "previous_response_id": body.get("previous_response_id"),

@@ -1,6 +1,9 @@
 """Parse and validate a Chat Completions request the way vLLM's OpenAI server does (pure logic).
 
 Unknown fields are ignored (sampling knobs such as ``temperature`` have no effect on the sim).
+``tools`` are checked as vLLM checks them (``check_tools``), but the sim calls no tool: where vLLM
+would run its parser (``--enable-auto-tool-choice``, ``--tool-call-parser``) the answer is text, as
+from a model that called none (for ``required`` or a named function vLLM would force a call).
 """
 
 from __future__ import annotations
@@ -75,6 +78,7 @@ def parse_sim_request(body: Any, settings: SimSettings) -> SimRequest:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise InvalidRequestError("'messages' must be a non-empty list.", param="messages")
+    check_tools(body, settings)
     texts: list[str] = []
     images: list[ImageRef] = []
     roles: list[str] = []
@@ -130,6 +134,40 @@ def parse_sim_request(body: Any, settings: SimSettings) -> SimRequest:
         min_tokens=min_tokens,
         ignore_eos=_opt_bool(body, "ignore_eos"),
     )
+
+
+def check_tools(body: dict[str, Any], settings: SimSettings) -> None:
+    """vLLM 0.32's checks of ``tools`` and ``tool_choice`` on chat: its request model's (a choice
+    needs tools; a named one must be among them), then its renderer's (what it cannot parse)."""
+    tools = body.get("tools")
+    choice = body.get("tool_choice")
+    if choice is not None and choice != "none" and not tools:
+        raise InvalidRequestError(with_param("When using `tool_choice`, `tools` must be set.", "tool_choice"),
+                                  param="tool_choice")
+    if not tools:
+        return
+    if not isinstance(tools, list):
+        raise InvalidRequestError("'tools' must be a list.", param="tools")
+    if choice is None:
+        choice = "auto"
+    if isinstance(choice, dict):
+        named = choice.get("function")
+        name = named.get("name") if isinstance(named, dict) else None
+        functions = [t.get("function") for t in tools if isinstance(t, dict)]
+        if not isinstance(name, str) or name not in [f.get("name") for f in functions if isinstance(f, dict)]:
+            raise InvalidRequestError(with_param("The tool specified in `tool_choice` does not match any of the "
+                                                 "specified `tools`", "tool_choice"), param="tool_choice")
+        wanted = f'function "{name}"'
+    elif choice in ("none", "auto", "required"):
+        wanted = f'"{choice}"'
+    else:
+        raise InvalidRequestError("'tool_choice' must be 'none', 'auto', 'required' or a named function.",
+                                  param="tool_choice")
+    if choice == "auto" and not settings.enable_auto_tool_choice:
+        raise InvalidRequestError('"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser '
+                                  "to be set")
+    if choice not in ("none", "auto") and settings.tool_call_parser is None:
+        raise InvalidRequestError(f"tool_choice={wanted} requires --tool-call-parser to be set")
 
 
 def _parse_message(message: Any, m_idx: int, texts: list[str], images: list[ImageRef]) -> str:
