@@ -17,6 +17,8 @@ import pytest
 from mmgate._settings import MiB
 from mmgate.sim.response_store import ENTRY_OVERHEAD_BYTES
 from mmgate.sim.server import SimServer
+from tests.support.agents import call as agents_call
+from tests.support.gateway import FAST_SIM, running_gateway
 
 MODEL = "mmgate-sim-vl"
 STORE = {"responses_store_bytes": MiB}
@@ -192,3 +194,15 @@ async def test_a_stream_its_client_left_is_not_kept(make_sim: Any) -> None:
         await asyncio.sleep(0.1)
     assert sim.engine.stored is not None and sim.engine.stored.get("resp_cut") is None
     assert (await call(sim, "/v1/responses/resp_cut", method="GET"))[0] == 404
+
+
+async def test_the_engines_mmgate_serve_embeds_keep_responses() -> None:
+    """``make run``'s engines keep responses (as OpenAI's API does by default), unless told not to."""
+    async with running_gateway() as gw:
+        made = await agents_call(gw.url, "/v1/responses", ask("first"))
+        follow = await agents_call(gw.url, "/v1/responses", ask("next", previous_response_id=made.json["id"]))
+        assert made.status == follow.status == 200 and follow.json["previous_response_id"] == made.json["id"]
+    async with running_gateway(sim=FAST_SIM.model_copy(update={"responses_store_bytes": 0})) as gw:
+        made = await agents_call(gw.url, "/v1/responses", ask("first"))
+        follow = await agents_call(gw.url, "/v1/responses", ask("next", previous_response_id=made.json["id"]))
+        assert made.status == 200 and follow.status == 404
