@@ -137,7 +137,9 @@ async def test_a_background_stream_is_read_again_from_any_event(make_sim: Any) -
     assert await events(sim, path + "?stream=true&starting_after=3", method="GET") == first[4:]
     assert await events(sim, path + "?stream=1", method="GET") == first
     assert (await call(sim, path, method="GET"))[1] == first[-1]["response"]
-    for query, param in (("?stream=maybe", "stream"), ("?stream=true&starting_after=x", "starting_after")):
+    for query, param in (("?stream=maybe", "stream"), ("?stream=true&starting_after=x", "starting_after"),
+                         ("?stream=true&starting_after=--5", "starting_after"),
+                         ("?stream=true&starting_after=" + "9" * 5000, "starting_after")):
         status, error = await call(sim, path + query, method="GET")
         assert status == 400 and error["error"]["param"] == param
     _, plain = await call(sim, "/v1/responses", ask("not in the background"))

@@ -175,13 +175,15 @@ async def retrieve(request: web.Request, engine: SimEngine) -> web.StreamRespons
         if stream in _FALSE:
             return json_response(kept.response)
         after = request.query.get("starting_after")
-        if after is not None and not after.lstrip("-").isdigit():
-            raise InvalidRequestError("'starting_after' must be an integer.", param="starting_after")
+        try:
+            starting_after = None if after is None else int(after)
+        except ValueError:
+            raise InvalidRequestError("'starting_after' must be an integer.", param="starting_after") from None
         if kept.events is None:
             raise InvalidRequestError(f"Unknown response_id: {response_id}", param="response_id")
     except SimError as exc:
         return json_response(error_body(exc), status=exc.status)
-    return await _replay(request, kept, None if after is None else int(after))
+    return await _replay(request, kept, starting_after)
 
 
 async def cancel(request: web.Request, engine: SimEngine) -> web.Response:
