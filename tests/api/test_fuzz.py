@@ -6,14 +6,13 @@ afterwards the gateway still serves the valid request with the right image."""
 
 from __future__ import annotations
 
-import copy
-import json
 import random
 from typing import Any
 
 import aiohttp
 import orjson
 
+from tests.support.fuzz import mutate
 from tests.support.gateway import gateway_settings, running_gateway, running_sims, vllm_specs
 from tests.support.images import png_data_url
 from tests.support.recorder import recording_proxy
@@ -43,51 +42,6 @@ def valid_request(all_shapes: bool = True) -> dict[str, Any]:
     return body
 
 
-JUNK: list[Any] = [
-    None, True, 0, -1, 2**70, 1.5e308, "", "x" * 300, "data:image/png;base64,", "data:text/html;base64,PGI+",
-    "http://[::1]/x.png", "file:///etc/passwd", "gopher://x", [], {}, [None], {"url": None}, {"uuid": 5},
-    "data:image/png;base64," + "A" * 4096, "\u0000\ud800", {"url": "data:image/png;base64,iVBORw0KGgo="},
-    "input_image", "image_pil", "image_embeds", "video_url", "audio_url", "input_audio", "tool_reference",
-    "thinking", "prompt_embeds", "http://127.0.0.1:1/secret", {"url": "http://169.254.169.254/"},
-    {"data": "AA==", "format": "wav"}, "~sha256:" + "0" * 64,
-]
-MEDIA_KEYS = ["uuid", "image_url", "type", "zzz", "image_pil", "image_embeds", "audio_embeds", "video_embeds",
-              "prompt_embeds", "video_url", "audio_url", "input_audio", "input_image", "file_id", "detail"]
-
-
-def paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    out = [prefix]
-    if isinstance(node, dict):
-        for k, v in node.items():
-            out += paths(v, (*prefix, k))
-    elif isinstance(node, list):
-        for i, v in enumerate(node):
-            out += paths(v, (*prefix, i))
-    return out
-
-
-def mutate(rng: random.Random) -> bytes:
-    body = valid_request()
-    for _ in range(rng.randint(1, 3)):
-        target = rng.choice(paths(body)[1:])
-        parent = body
-        for key in target[:-1]:
-            parent = parent[key]
-        action = rng.random()
-        if action < 0.6:
-            parent[target[-1]] = copy.deepcopy(rng.choice(JUNK))
-        elif action < 0.8 and isinstance(parent, dict):
-            del parent[target[-1]]
-        elif isinstance(parent, dict):
-            parent[rng.choice(MEDIA_KEYS)] = copy.deepcopy(rng.choice(JUNK))
-    # The stdlib writes what orjson refuses to (lone surrogates, ints past 64 bits): more garbage.
-    raw = json.dumps(body).encode() if rng.random() < 0.9 else b""
-    if rng.random() < 0.1:
-        cut = rng.randrange(1, max(2, len(raw)))
-        raw = raw[:cut]  # truncated JSON
-    return raw
-
-
 TEXT_TYPES = {"text", "input_text", "output_text", "refusal", "thinking", "tool_reference"}
 MEDIA = {"image_url", "input_image", "image_pil", "image_embeds", "audio_embeds", "video_embeds", "prompt_embeds",
          "audio_url", "input_audio", "video_url"}
@@ -115,7 +69,7 @@ async def test_mutated_requests_and_junk_never_5xx_and_poison_nothing() -> None:
         async with running_gateway(gateway_settings(backends=vllm_specs([rec]))) as gw, aiohttp.ClientSession() as s:
             url = gw.url + "/v1/chat/completions"
             statuses: dict[int, int] = {}
-            bodies = [mutate(rng) for _ in range(1500)]
+            bodies = [mutate(rng, valid_request()) for _ in range(1500)]
             bodies += [rng.randbytes(rng.randint(0, 2000)) for _ in range(50)]
             bodies += [b"\xff\xfe{", b"[]", b"null", b'{"model": "mmgate-sim-vl", "messages": {}}']
             for raw in bodies:
@@ -148,7 +102,7 @@ async def test_the_embedded_engine_survives_the_same_garbage() -> None:
         del first["messages"][1]["content"][2]  # the reference to fz-1: the engine sees fz-1 first
         async with s.post(url, json=first) as r:
             assert r.status == 200
-        for raw in [mutate(rng) for _ in range(800)] + [rng.randbytes(rng.randint(0, 500)) for _ in range(50)]:
+        for raw in [mutate(rng, valid_request()) for _ in range(800)] + [rng.randbytes(rng.randint(0, 500)) for _ in range(50)]:
             async with s.post(url, data=raw, headers={"Content-Type": "application/json"}) as r:
                 assert r.status < 500, (r.status, raw[:200], (await r.read())[:300])
         async with s.post(url, json=valid_request(all_shapes=False)) as r:

@@ -100,7 +100,7 @@ def _message(item: Any, where: str) -> dict[str, Any]:
     if kind == "function_call_output":
         _strings(item, where, "call_id", "output")
         return {"role": "tool", "tool_call_id": item["call_id"], "content": item["output"]}
-    if kind != "message" or item.get("role") not in _ROLES:
+    if kind != "message" or not isinstance(item.get("role"), str) or item["role"] not in _ROLES:
         raise InvalidRequestError(f"{where}: unsupported item (type {kind!r}, role {item.get('role')!r}).",
                                   param=where)
     content = item.get("content")
@@ -119,7 +119,7 @@ def _strings(item: dict[str, Any], where: str, *names: str) -> None:
 
 def _part(part: Any, where: str) -> dict[str, Any]:
     kind = part.get("type") if isinstance(part, dict) else None
-    if kind in _TEXT_PARTS:
+    if isinstance(kind, str) and kind in _TEXT_PARTS:
         return {"type": "text", "text": part.get("text", part.get("refusal"))}
     if kind == "input_image":
         url = part.get("image_url")
