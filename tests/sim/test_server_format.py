@@ -12,6 +12,8 @@ from openai import AsyncOpenAI
 
 from mmgate.sim.server import SimServer
 from tests.sim.helpers import chat_body, data_url, image_bytes, image_part, post_chat
+from tests.support.agents import call
+from tests.support.gateway import running_gateway
 
 
 @pytest.fixture
@@ -172,3 +174,15 @@ async def test_n_choices_non_streaming_and_streaming(client: AsyncOpenAI) -> Non
     assert roles == [0, 1]
     assert sum(1 for c in chunks if c.choices and c.choices[0].finish_reason) == 2
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 8
+
+
+BODY = {"model": "mmgate-sim-vl", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}
+
+
+async def test_a_completion_through_the_gateway_carries_its_request_id() -> None:
+    """The gateway passes ``X-Request-Id`` on and the engine names the completion by it, as vLLM does."""
+    async with running_gateway() as gw:
+        reply = await call(gw.url, "/v1/chat/completions", BODY, headers={"X-Request-Id": "agent-turn-42"})
+        assert reply.status == 200 and reply.json["id"] == "chatcmpl-agent-turn-42"
+        plain = await call(gw.url, "/v1/chat/completions", BODY)
+        assert plain.json["id"] == "chatcmpl-" + plain.headers["x-request-id"]

@@ -65,3 +65,4 @@ async def test_the_engines_mmgate_serve_embeds_take_an_agents_tools() -> None:
     async with running_gateway() as gw:
         reply = await call(gw.url, "/v1/chat/completions", ask(tools=TOOLS))
         assert reply.status == 200 and reply.json["choices"][0]["message"]["content"], reply.json
+

@@ -148,3 +148,19 @@ async def test_sims_response_store_answers_as_vllms(vllm_replicas: list[VllmRepl
     # id and prompt, a background response queued then answered, its stream read again.
     assert theirs[1] is theirs[3] is theirs[5] is theirs[6] is theirs[-1] is True
     assert (theirs[11], theirs[13], theirs[14]) == ("queued", "incomplete", 3)
+
+
+async def test_a_completion_is_named_by_its_x_request_id_as_vllm_names_it(vllm_replicas: list[VllmReplica],
+                                                                          tmp_path: Path) -> None:
+    sim = SimProcess(tmp_path / "sim.log")
+    sim.start(["--profile", "tiny-qwen2vl-cpu", "--speedup", "1000"])
+    try:
+        for stream in (False, True):
+            body = {"model": sim.model, "max_tokens": 2, "stream": stream,
+                    "messages": [{"role": "user", "content": "Hi."}]}
+            for engine in (vllm_replicas[1], sim):
+                named = await call(engine.url, "/v1/chat/completions", body, headers={"X-Request-Id": "fid-req-7"})
+                ids = {data["id"] for _, data in named.events if isinstance(data, dict)} if stream else {named.json["id"]}
+                assert ids == {"chatcmpl-fid-req-7"}, (engine.url, ids)
+    finally:
+        sim.stop()

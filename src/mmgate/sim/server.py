@@ -144,20 +144,22 @@ async def _admitted_chat(request: web.Request, engine: SimEngine, raw: bytes,
     try:
         if admitted.request.stream:
             return await _stream(request, engine, admitted, arrived)
-        return await _complete(engine, admitted, arrived)
+        return await _complete(request, engine, admitted, arrived)
     finally:
         engine.metrics.running(-1)
 
 
-def _ids() -> tuple[str, int]:
-    return f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+def _ids(request: web.Request) -> tuple[str, int]:
+    """The completion's id and time: ``chatcmpl-`` and the request's ``X-Request-Id`` when it has one,
+    as vLLM names it (so one id follows a request from the gateway into the engine), else a random one."""
+    return f"chatcmpl-{request.headers.get('X-Request-Id') or uuid.uuid4().hex}", int(time.time())
 
 
-async def _complete(engine: SimEngine, admitted: Admitted, arrived: float) -> web.Response:
+async def _complete(request: web.Request, engine: SimEngine, admitted: Admitted, arrived: float) -> web.Response:
     n = admitted.completion_tokens
     first_token_at = engine.first_token_at(arrived, admitted.prefill_s)
     await sleep_until(first_token_at + max(0, admitted.longest - 1) * admitted.decode_s)
-    request_id, created = _ids()
+    request_id, created = _ids(request)
     body = responses.completion(
         request_id=request_id, created=created, model=admitted.request.model,
         choices=[(p.text, p.finish_reason) for p in admitted.plans],
@@ -172,7 +174,7 @@ async def _complete(engine: SimEngine, admitted: Admitted, arrived: float) -> we
 async def _stream(request: web.Request, engine: SimEngine, admitted: Admitted,
                   arrived: float) -> web.StreamResponse:
     first_token_at = engine.first_token_at(arrived, admitted.prefill_s)
-    request_id, created = _ids()
+    request_id, created = _ids(request)
     writer = responses.ChunkWriter(
         request_id=request_id, created=created, model=admitted.request.model,
         prompt_tokens=admitted.prompt_tokens, include_usage=admitted.request.include_usage,
