@@ -41,9 +41,9 @@ def error_body(exc: SimError) -> dict[str, Any]:
                       "code": exc.status}}
 
 
-def check_fields(body: Any, *, stores: bool) -> dict[str, Any]:
-    """``body`` if its fields are of the types vLLM takes and its mode one this engine serves
-    (``stores``: it keeps responses); raises ``InvalidRequestError`` naming the field."""
+def check_fields(body: Any, *, stores: bool) -> None:
+    """Raise ``InvalidRequestError`` naming the field unless ``body``'s fields are of the types vLLM
+    takes and its mode one this engine serves (``stores``: it keeps responses)."""
     if not isinstance(body, dict):
         raise InvalidRequestError("Request body must be a JSON object.")
     for name, kinds in _FIELDS.items():
@@ -58,7 +58,6 @@ def check_fields(body: Any, *, stores: bool) -> dict[str, Any]:
                 "This vLLM engine does not support `store=True` and therefore does not support the background mode. "
                 "To enable these features, set the environment variable `VLLM_ENABLE_RESPONSES_API_STORE=1` when "
                 "launching the vLLM server.", param="background")
-    return body
 
 
 def to_chat_body(body: dict[str, Any], history: list[dict[str, Any]] | None = None) -> dict[str, Any]:

@@ -56,6 +56,15 @@ class Stored:
                 return
             await self._arrived.wait()
 
+    def history(self) -> list[dict[str, Any]]:
+        """The messages a continuation of this response starts with (vLLM's
+        ``construct_input_messages``): its prompt's without the system ones, then its answer."""
+        messages = [m for m in self.messages if m.get("role") != "system"]
+        for item in self.response.get("output") or []:
+            if item.get("type") == "message":
+                messages += [{"role": "assistant", "content": part.get("text")} for part in item.get("content") or []]
+        return messages
+
     def ended(self) -> None:
         """The background run is over: wake the readers waiting for an event."""
         self._arrived.set()
@@ -104,21 +113,6 @@ class ResponseStore:
     def _drop(self, response_id: str) -> None:
         if self._entries.pop(response_id, None) is not None:
             self._bytes -= self._counted.pop(response_id)
-
-    def history(self, response_id: str) -> list[dict[str, Any]]:
-        """The messages a continuation of ``response_id`` starts with (vLLM's
-        ``construct_input_messages``); the caller checked the id is stored."""
-        stored = self._entries[response_id]
-        messages = [m for m in stored.messages if m.get("role") != "system"]
-        for item in stored.response.get("output") or []:
-            if item.get("type") == "message":
-                messages += [{"role": "assistant", "content": part.get("text")} for part in item.get("content") or []]
-        return messages
-
-    def size_of(self, raw_body: bytes, previous: str | None) -> int:
-        """The counted size of a response made from ``raw_body`` continuing ``previous``."""
-        carried = self._entries[previous].size if previous is not None and previous in self._entries else 0
-        return len(raw_body) + carried + ENTRY_OVERHEAD_BYTES
 
     async def close(self) -> None:
         """Cancel every background run and wait for them (the engine is closing)."""

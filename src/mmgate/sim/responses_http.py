@@ -21,11 +21,12 @@ from mmgate.app_runtime import json_response
 from mmgate.sim.engine import Admitted, SimEngine, sleep_until
 from mmgate.sim.errors import InvalidRequestError, SimError
 from mmgate.sim.openai_responses import ResponseWriter, check_fields, error_body, not_found, to_chat_body
-from mmgate.sim.response_store import ResponseStore, Stored
+from mmgate.sim.response_store import ENTRY_OVERHEAD_BYTES, ResponseStore, Stored
 
 _EVENT_STREAM = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 # FastAPI's reading of a boolean query parameter (vLLM's ``?stream=``).
-_TRUE, _FALSE = frozenset({"true", "1", "yes", "on"}), frozenset({"false", "0", "no", "off", ""})
+_FALSE = frozenset({"false", "0", "no", "off", ""})
+_BOOLEAN = _FALSE | {"true", "1", "yes", "on"}
 
 
 @dataclass
@@ -79,10 +80,8 @@ async def create(request: web.Request, engine: SimEngine, raw: bytes, arrived: f
             raise InvalidRequestError(f"Invalid JSON in request body: {exc}.") from exc
         check_fields(body, stores=store is not None)
         previous = body.get("previous_response_id")
-        history = None
-        if store is not None and previous is not None and store.get(previous) is not None:
-            history = store.history(previous)
-        chat = to_chat_body(body, history)
+        earlier = store.get(previous) if store is not None and previous is not None else None
+        chat = to_chat_body(body, earlier.history() if earlier is not None else None)
         admitted = await engine.admit_body(chat)
     except SimError as exc:
         return _refused(engine, exc)
@@ -91,7 +90,9 @@ async def create(request: web.Request, engine: SimEngine, raw: bytes, arrived: f
     engine.metrics.tokens(admitted.prompt_tokens, 0)
     kept = None
     if store is not None and body.get("store", True):
-        kept = Stored(response=run.writer.queued(), messages=chat["messages"], size=store.size_of(raw, previous))
+        # Counted as the request bodies of its conversation (``response_store``).
+        size = len(raw) + (earlier.size if earlier is not None else 0) + ENTRY_OVERHEAD_BYTES
+        kept = Stored(response=run.writer.queued(), messages=chat["messages"], size=size)
     if body.get("background"):  # check_fields: only with a store, and store true
         assert kept is not None and store is not None
         kept.events = [] if admitted.request.stream else None
@@ -170,7 +171,7 @@ async def retrieve(request: web.Request, engine: SimEngine) -> web.StreamRespons
         if kept is None:
             raise not_found(response_id)
         stream = request.query.get("stream", "").lower()
-        if stream not in _TRUE | _FALSE:
+        if stream not in _BOOLEAN:
             raise InvalidRequestError("'stream' must be a boolean.", param="stream")
         if stream in _FALSE:
             return json_response(kept.response)
