@@ -384,7 +384,7 @@ def bounded_entry_bytes() -> tuple[int, int]:
     import hashlib
     import tracemalloc
 
-    from mmgate.routing import BackendHoldings
+    from mmgate.fleet import BackendHoldings
 
     n = 20_000
     out = []

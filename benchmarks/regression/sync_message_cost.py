@@ -41,8 +41,9 @@ from benchmarks._run import parse_args, write_results
 from benchmarks._table import Column, pct, print_table
 from benchmarks.regression.image_affinity import start_redis
 from mmgate.config import GatewaySettings
+from mmgate.fleet import BackendHoldings
 from mmgate.metrics import GatewayMetrics
-from mmgate.routing import BackendHoldings, PeerBudget, Routed, RoutingSync, sync_message
+from mmgate.routing import PeerBudget, Routed, RoutingSync, sync_message
 
 CHANNEL = "bench:routing"
 SECRET = b"the benchmark's fleet secret, 32+ characters"

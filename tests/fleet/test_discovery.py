@@ -1,4 +1,4 @@
-"""Backend discovery (``mmgate.backends.discovery``) against a real DNS server on loopback (dnslib):
+"""Backend discovery (``mmgate.fleet.discovery``) against a real DNS server on loopback (dnslib):
 each A/AAAA record a backend named by its address and the configured port, the set applied only
 when it changes, fail static on SERVFAIL/NXDOMAIN/empty answers (counted), bounded by
 ``--max-backends``. The backends here are plain records (no I/O): what is checked is the set; the
@@ -15,7 +15,8 @@ from prometheus_client import CollectorRegistry
 
 from mmgate._settings import ConfigError
 from mmgate.backends import BackendKind
-from mmgate.backends.discovery import (
+from mmgate.config import BackendSpec, GatewaySettings
+from mmgate.fleet.discovery import (
     BackendDiscovery,
     DiscoveryError,
     DnsResolver,
@@ -23,7 +24,6 @@ from mmgate.backends.discovery import (
     first_backends,
     wanted_backends,
 )
-from mmgate.config import BackendSpec, GatewaySettings
 from tests.backends.echo_server import echo_backend
 from tests.fleet.dns import loopback_dns
 from tests.support.gateway import gateway_settings, running_gateway

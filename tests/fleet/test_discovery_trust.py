@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 import aiohttp
 import pytest
 
-from mmgate.backends.dns_admission import admitted
+from mmgate.fleet.dns_admission import admitted
 from mmgate.sim.config import SimSettings
 from mmgate.sim.server import start_sim
 from tests.fleet.dns import Records, loopback_dns

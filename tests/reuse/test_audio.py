@@ -11,6 +11,7 @@ import pytest
 
 from mmgate.api.chat_request import parse_chat_body
 from mmgate.errors import UnknownUUIDError
+from mmgate.fleet import BackendHoldings
 from mmgate.reuse import KeySpace
 from mmgate.reuse.videos import (
     AUDIO_HELD_BYTES,
@@ -21,7 +22,6 @@ from mmgate.reuse.videos import (
     send_healing_videos,
     video_refs,
 )
-from mmgate.routing import BackendHoldings
 from tests.reuse.test_store import tier
 from tests.reuse.test_videos import miss
 

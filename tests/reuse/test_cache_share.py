@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from mmgate.errors import CacheShareError
+from mmgate.fleet import BackendHoldings
 from mmgate.reuse.cache_share import CacheShares
-from mmgate.routing import BackendHoldings
 
 A, B, C = "t" + "a" * 32, "t" + "b" * 32, "t" + "c" * 32
 

@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry
 from mmgate.backends import BackendKind, BackendReply, HTTPBackend
 from mmgate.config import GatewaySettings
 from mmgate.errors import BackendStatusError, UnknownUUIDError
+from mmgate.fleet import BackendHoldings
 from mmgate.metrics import GatewayMetrics
 from mmgate.reuse import (
     ImageSlot,
@@ -24,7 +25,6 @@ from mmgate.reuse import (
     plan_slots,
     reply_cache_miss_index,
 )
-from mmgate.routing import BackendHoldings
 from mmgate.sim import SimServer
 from mmgate.store import LoadedImage
 from mmgate.vllm_protocol import cache_miss_message

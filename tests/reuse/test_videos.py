@@ -9,9 +9,9 @@ import pytest
 
 from mmgate.api.chat_request import parse_chat_body
 from mmgate.errors import BackendStatusError, UnknownUUIDError
+from mmgate.fleet import BackendHoldings
 from mmgate.reuse import KeySpace
 from mmgate.reuse.videos import VideoURLs, is_video_cache_miss, render_videos, send_healing_videos, video_refs
-from mmgate.routing import BackendHoldings
 from mmgate.vllm_protocol import cache_miss_index
 
 URL = "data:video/mp4;base64,AAAA"

@@ -11,7 +11,8 @@ from pydantic import ValidationError
 
 from mmgate.config import GatewaySettings
 from mmgate.config_routing import RoutingSettings
-from mmgate.routing import BackendHoldings, RoutedImage, RoutingPolicy, session_token
+from mmgate.fleet import BackendHoldings, session_token
+from mmgate.routing import RoutedImage, RoutingPolicy
 from mmgate.routing.scheduling.filters.capacity import capacity, free_backends, spill
 from mmgate.routing.scheduling.parts import REASONS, Request
 from mmgate.routing.scheduling.rendezvous import rendezvous_pick

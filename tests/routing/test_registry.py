@@ -11,7 +11,8 @@ import pytest
 
 from mmgate.config import GatewaySettings
 from mmgate.config_routing import RoutingSettings
-from mmgate.routing import BackendHoldings, RoutedImage, RoutingPolicy
+from mmgate.fleet import BackendHoldings
+from mmgate.routing import RoutedImage, RoutingPolicy
 from mmgate.routing.scheduling.parts import (
     FILTERS,
     PICKERS,

@@ -15,8 +15,9 @@ from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
 from mmgate.config import GatewaySettings
+from mmgate.fleet import BackendHoldings
 from mmgate.metrics import GatewayMetrics
-from mmgate.routing import BackendHoldings, PeerBudget, Routed, RoutingSync, sync_message
+from mmgate.routing import PeerBudget, Routed, RoutingSync, sync_message
 from mmgate.routing.sync.peers import MAX_KEYS, MAX_MESSAGE_KEYS
 from mmgate.routing.sync.seal import MAX_MESSAGE_BYTES
 from tests.support.redis_servers import RedisServer

@@ -10,8 +10,8 @@ import tracemalloc
 
 import pytest
 
+from mmgate.fleet import BackendHoldings
 from mmgate.reuse.store import UUIDStore
-from mmgate.routing import BackendHoldings
 from mmgate.store import ByteLRU, LoadedImage
 
 

@@ -31,8 +31,8 @@ import time
 from collections.abc import Callable
 
 from mmgate.errors import CacheShareError
+from mmgate.fleet import BackendHoldings
 from mmgate.reuse.namespace import tag_of
-from mmgate.routing import BackendHoldings
 
 # How long a tenant counts as active at a backend after its last request with an image there:
 # an idle tenant's images are no longer kept from the others, so every refusal ends within it.

@@ -17,6 +17,7 @@ import orjson
 
 from mmgate.backends import CHAT_PATH, Backend, BackendReply, status_error
 from mmgate.errors import CacheShareError
+from mmgate.fleet import BackendHoldings, processed_bytes
 from mmgate.jsonbody import LARGE_BODY_BYTES, dumps_body
 from mmgate.metrics import GatewayMetrics
 from mmgate.reuse.cache_share import CacheShares
@@ -24,7 +25,7 @@ from mmgate.reuse.heal import MAX_HEALS, reply_cache_miss_index, resolve_from_st
 from mmgate.reuse.namespace import tag_of
 from mmgate.reuse.plan import ReuseCounts, SlotPlan, render
 from mmgate.reuse.store import UUIDStore
-from mmgate.routing import BackendHoldings, image_weight, processed_bytes
+from mmgate.routing import image_weight
 
 # A client body below this, with no image inlined, is sent without looking for big strings.
 SMALL_BODY_BYTES = LARGE_BODY_BYTES // 2

@@ -39,9 +39,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from mmgate.errors import BackendStatusError, UnknownUUIDError
+from mmgate.fleet import BackendHoldings
 from mmgate.media.audio import AUDIO_KINDS, media_url, media_value
 from mmgate.reuse.namespace import KeySpace
-from mmgate.routing import BackendHoldings, image_weight
+from mmgate.routing import image_weight
 from mmgate.store import LoadedImage, SharedTier
 from mmgate.vllm_protocol import CACHE_MISS_MARKER, CACHE_MISS_STATUS, error_message
 

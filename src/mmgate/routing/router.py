@@ -16,9 +16,9 @@ from mmgate.app_runtime import STOP_WAIT_S, stop_tasks
 from mmgate.backends import Backend
 from mmgate.config import GatewaySettings
 from mmgate.errors import ConfigError
+from mmgate.fleet import Fleet
+from mmgate.fleet.holdings import processed_bytes, session_token
 from mmgate.metrics import GatewayMetrics
-from mmgate.routing.fleet import Fleet
-from mmgate.routing.holdings import processed_bytes, session_token
 from mmgate.routing.scheduling import RoutingPolicy
 from mmgate.routing.sync import SECRET_FLAG, Routed, RoutingSync, read_sync_secret, sync_client
 from mmgate.routing.weights import UNKNOWN_IMAGE_TOKENS, RoutedImage
@@ -64,6 +64,15 @@ class Router(Fleet):
         if images:
             self.holdings.show([i.key for i in images], session_token(session_id))
         return order
+
+    def begin(self, backend: Backend, images: Sequence[RoutedImage] = ()) -> None:
+        """One more request in flight to ``backend``, showing ``images``; pair every call with
+        ``end``. Counts the image weight ``backend`` is believed to hold (the weight hit ratio)."""
+        super().begin(backend)
+        if images and backend.name in self._current:  # not one that left
+            hit = sum(i.weight for i in images if self.holdings.holds(backend.name, i.key))
+            self._metrics.routing_image_weight.labels(backend.name, "hit").inc(hit)
+            self._metrics.routing_image_weight.labels(backend.name, "miss").inc(sum(i.weight for i in images) - hit)
 
     def record_answered(self, backend: Backend, images: Sequence[RoutedImage], session_id: str | None) -> None:
         """``backend`` answered a request showing ``images`` (the reuse sender recorded that it

@@ -22,9 +22,9 @@ from aiohttp import web
 
 from mmgate._env import env_value
 from mmgate._settings import ConfigError
-from mmgate.backends.discovery import DiscoveryError, DnsResolver
-from mmgate.backends.dns_admission import admitted
 from mmgate.config import GatewaySettings
+from mmgate.fleet.discovery import DiscoveryError, DnsResolver
+from mmgate.fleet.dns_admission import admitted
 
 log = logging.getLogger(__name__)
 

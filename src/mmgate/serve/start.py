@@ -19,7 +19,9 @@ from mmgate.api import Gateway, build_app
 from mmgate.api.edge import raise_fd_limit
 from mmgate.app_runtime import bound_port, server_logger
 from mmgate.backends import Backend, HTTPBackend
-from mmgate.backends.discovery import (
+from mmgate.config import GatewaySettings
+from mmgate.errors import ConfigError
+from mmgate.fleet.discovery import (
     BackendDiscovery,
     DiscoveryError,
     DnsResolver,
@@ -27,8 +29,6 @@ from mmgate.backends.discovery import (
     Wanted,
     first_backends,
 )
-from mmgate.config import GatewaySettings
-from mmgate.errors import ConfigError
 from mmgate.media import MediaLoader
 from mmgate.metrics import GatewayMetrics
 from mmgate.observe.middleware import OBSERVER_KEY, refusal_log

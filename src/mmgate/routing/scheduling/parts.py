@@ -12,8 +12,8 @@ from functools import cached_property
 from typing import TypeVar
 
 from mmgate.backends import Backend
-from mmgate.routing.fleet import Fleet
-from mmgate.routing.holdings import BackendHoldings
+from mmgate.fleet import Fleet
+from mmgate.fleet.holdings import BackendHoldings
 from mmgate.routing.scheduling.rendezvous import rendezvous_pick
 from mmgate.routing.weights import RoutedImage
 

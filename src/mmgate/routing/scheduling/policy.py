@@ -9,8 +9,8 @@ from collections.abc import Sequence
 
 from mmgate.backends import Backend
 from mmgate.config_routing import RoutingSettings
-from mmgate.routing.fleet import Fleet
-from mmgate.routing.holdings import BackendHoldings
+from mmgate.fleet import Fleet
+from mmgate.fleet.holdings import BackendHoldings
 from mmgate.routing.scheduling.parts import FILTERS, PICKERS, SCORERS, Decision, Request
 from mmgate.routing.scheduling.profiles import PROFILES
 from mmgate.routing.weights import RoutedImage

@@ -6,7 +6,7 @@ processed again on backends the others already sent them to. ``mmgate.routing.sy
 off the request path, what each gateway's backends answered (as Dynamo's router replicas share
 their state): a message body is ``{"v": 3, "s": [...]}``, ``s`` the requests answered since the
 sender's last message: backend, the session's 64-bit token
-(``mmgate.routing.holdings.session_token``, never the session id; -1 for none) and the image keys
+(``mmgate.fleet.holdings.session_token``, never the session id; -1 for none) and the image keys
 (tenant-scoped uuids or content hashes: what the record holds anyway). The receiver records each
 in its own record of what each backend holds, as if it had routed it.
 

@@ -5,7 +5,7 @@ the real error rather than a 503)."""
 from __future__ import annotations
 
 from mmgate.backends import Backend
-from mmgate.routing.fleet import Fleet
+from mmgate.fleet import Fleet
 from mmgate.routing.scheduling.parts import FILTERS, Filter, register
 
 

@@ -5,7 +5,7 @@ backend while none ever answered). The others are never tried; a model no backen
 from __future__ import annotations
 
 from mmgate.backends import Backend
-from mmgate.routing.fleet import Fleet
+from mmgate.fleet import Fleet
 from mmgate.routing.scheduling.parts import FILTERS, Filter, register
 
 

@@ -43,8 +43,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from mmgate._settings import ConfigError
 from mmgate.app_runtime import STOP_WAIT_S, stop_tasks
 from mmgate.backends.base import Backend, BackendKind
-from mmgate.backends.dns_admission import admitted
 from mmgate.config import BackendSpec, dns_server_address
+from mmgate.fleet.dns_admission import admitted
 from mmgate.media.addresses import IPNetwork
 
 log = logging.getLogger(__name__)

@@ -17,11 +17,10 @@ from prometheus_client import CollectorRegistry
 from mmgate.backends import Backend
 from mmgate.config import GatewaySettings
 from mmgate.errors import MmgateError, ModelNotFoundError
+from mmgate.fleet.health import BackendHealth, probe
+from mmgate.fleet.holdings import BackendHoldings
+from mmgate.fleet.retire import Retirements
 from mmgate.metrics import GatewayMetrics
-from mmgate.routing.fleet.health import BackendHealth, probe
-from mmgate.routing.fleet.retire import Retirements
-from mmgate.routing.holdings import BackendHoldings
-from mmgate.routing.weights import RoutedImage
 
 log = logging.getLogger(__name__)
 
@@ -135,14 +134,9 @@ class Fleet:
         """Requests in flight to ``backend`` (between ``begin`` and ``end``; 0 once it left)."""
         return self._retirements.load(backend.name, self._current.get(backend.name))
 
-    def begin(self, backend: Backend, images: Sequence[RoutedImage] = ()) -> None:
-        """One more request in flight to ``backend``, showing ``images``; pair every call with
-        ``end``. Counts the image weight ``backend`` is believed to hold (the weight hit ratio)."""
+    def begin(self, backend: Backend) -> None:
+        """One more request in flight to ``backend``; pair every call with ``end``."""
         self._retirements.begin(backend)
-        if images and backend.name in self._current:  # not one that left
-            hit = sum(i.weight for i in images if self.holdings.holds(backend.name, i.key))
-            self._metrics.routing_image_weight.labels(backend.name, "hit").inc(hit)
-            self._metrics.routing_image_weight.labels(backend.name, "miss").inc(sum(i.weight for i in images) - hit)
 
     def end(self, backend: Backend) -> None:
         """One request to ``backend`` finished (its stream included); never goes below zero."""

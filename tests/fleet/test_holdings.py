@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from mmgate.config import GatewaySettings
-from mmgate.routing import BackendHoldings, processed_bytes, session_token
+from mmgate.fleet import BackendHoldings, processed_bytes, session_token
 
 
 def test_sized_by_the_shipped_settings() -> None:

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from mmgate.config import GatewaySettings
-from mmgate.routing.fleet.health import BackendHealth
+from mmgate.fleet.health import BackendHealth
 
 SHIPPED = GatewaySettings()
 
