@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from tests.api.test_endpoints import call, fleet
-from tests.media.test_audio import data_url, wav
+from tests.support.audio import data_url, wav
 from tests.support.images import make_image
 from tests.support.origin import ImageOrigin
 

@@ -7,7 +7,9 @@
    against the turn that references it by uuid (a processor-cache hit), alternating, and the
    replica's ``vllm:mm_cache_*`` counters.
 
-    .venv/bin/python tools/audio_reuse_cost.py --rounds 10
+    .venv/bin/python benchmarks/studies/audio_reuse_cost.py --rounds 10
+
+The method: docs/benchmarks/audio-reuse-cost.md.
 """
 
 from __future__ import annotations
@@ -18,21 +20,20 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import pybase64
+from tests.support.audio import data_url, wav
+from tests.support.vllm import VllmReplica, VllmSetup
 
-import pybase64  # noqa: E402
-from tests.media.test_audio import data_url, wav  # noqa: E402
-from tests.support.vllm import VllmReplica, VllmSetup  # noqa: E402
+from benchmarks._run import write_results
+from mmgate.media.audio import check_data_audio
 
-from mmgate.media.audio import check_data_audio  # noqa: E402
-
+ROOT = Path(__file__).resolve().parents[2]
 MODEL = "tiny-qwen2audio"
 
 
@@ -40,7 +41,8 @@ def ms(samples: list[float]) -> str:
     return f"{statistics.median(samples) * 1000:.2f} ms"
 
 
-def probe_cost(rounds: int) -> None:
+def probe_cost(rounds: int) -> list[dict[str, Any]]:
+    rows = []
     for seconds in (5.0, 30.0):
         url = data_url(wav(seconds))
         payload = url[url.index(",") + 1:]
@@ -54,6 +56,9 @@ def probe_cost(rounds: int) -> None:
             decode.append(time.perf_counter() - t)
         print(f"check of a {seconds:g} s 16 kHz WAV ({len(url) / 1e6:.2f} MB of data URL): {ms(check)}; "
               f"base64 decode alone {ms(decode)}")
+        rows.append({"seconds": seconds, "data_url_bytes": len(url), "check_s": statistics.median(check),
+                     "base64_decode_s": statistics.median(decode)})
+    return rows
 
 
 def post(url: str, part: dict[str, object]) -> tuple[float, int]:
@@ -67,7 +72,7 @@ def post(url: str, part: dict[str, object]) -> tuple[float, int]:
     return time.perf_counter() - t, answer["usage"]["prompt_tokens"]
 
 
-def engine_cost(rounds: int, seconds: float) -> None:
+def engine_cost(rounds: int, seconds: float) -> dict[str, Any]:
     located = VllmSetup.locate()
     setup = VllmSetup(located.python, ROOT / "build" / MODEL, located.start_timeout_s)
     subprocess.run([str(setup.python), str(ROOT / "tools" / "tiny_qwen2audio.py"), "--out", str(setup.model_dir)],
@@ -92,17 +97,23 @@ def engine_cost(rounds: int, seconds: float) -> None:
             replica.stop()
     print(f"vLLM, a {seconds:g} s audio ({tokens} prompt tokens), max_tokens 1, median of {rounds}: "
           f"sent {ms(full)}, referenced by uuid {ms(ref)}; mm cache queries +{queries:g}, hits +{hits:g}")
+    return {"seconds": seconds, "prompt_tokens": tokens, "sent_s": statistics.median(full),
+            "referenced_s": statistics.median(ref), "cache_queries": queries, "cache_hits": hits}
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--seconds", type=float, default=10.0, help="audio length for the vLLM turns")
+    p.add_argument("--out", default="results/audio_reuse_cost.json")
     args = p.parse_args()
-    print(f"load {os.getloadavg()[0]:.2f}")
-    probe_cost(max(args.rounds, 20))
-    engine_cost(args.rounds, args.seconds)
-    print(f"load {os.getloadavg()[0]:.2f}")
+    load = [os.getloadavg()[0]]
+    print(f"load {load[0]:.2f}")
+    checks = probe_cost(max(args.rounds, 20))
+    engine = engine_cost(args.rounds, args.seconds)
+    load.append(os.getloadavg()[0])
+    print(f"load {load[1]:.2f}")
+    write_results(args.out, {"load": load, "rounds": args.rounds, "check": checks, "vllm": engine})
     return 0
 
 
