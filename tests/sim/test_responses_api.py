@@ -1,6 +1,6 @@
 """The sim's Responses API (``POST /v1/responses``), seen by the openai SDK and by raw aiohttp:
 vLLM's response object and event stream, images counted and cached as on chat, and what a vLLM
-that stores no response refuses (``mmgate.sim.openai_responses``)."""
+that stores no response refuses (``mmgate.sim.responses_api``)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The embedded engine's errors: a separate program, so a tree of its own (not the gateway's).
 
-Each error carries the HTTP status vLLM answers with; ``mmgate.sim.responses`` turns it into
+Each error carries the HTTP status vLLM answers with; ``mmgate.sim.wire`` turns it into
 vLLM's error body.
 
     SimError                     500

@@ -1,4 +1,4 @@
-"""The sim's ``/v1/responses`` routes: a request mapped onto chat (``mmgate.sim.openai_responses``)
+"""The sim's ``/v1/responses`` routes: a request mapped onto chat (``mmgate.sim.responses_api``)
 and admitted as chat is, its answer written as a response on the chat path's timings. With
 ``--responses-store-mb`` (``mmgate.sim.response_store``), as vLLM with its store: a response is
 kept under its request's ``request_id`` once answered, a ``previous_response_id`` continues it, a
@@ -20,8 +20,8 @@ from aiohttp import web
 from mmgate.app_runtime import json_response
 from mmgate.sim.engine import Admitted, SimEngine, sleep_until
 from mmgate.sim.errors import InvalidRequestError, SimError
-from mmgate.sim.openai_responses import ResponseWriter, check_fields, error_body, not_found, to_chat_body
 from mmgate.sim.response_store import ENTRY_OVERHEAD_BYTES, ResponseStore, Stored
+from mmgate.sim.responses_api import ResponseWriter, check_fields, error_body, not_found, to_chat_body
 
 _EVENT_STREAM = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 # FastAPI's reading of a boolean query parameter (vLLM's ``?stream=``).

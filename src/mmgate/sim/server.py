@@ -20,7 +20,7 @@ from aiohttp.web_protocol import RequestPayloadError
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from mmgate.app_runtime import json_response, start_app
-from mmgate.sim import responses, responses_http
+from mmgate.sim import responses_http, wire
 from mmgate.sim.config import SimSettings
 from mmgate.sim.engine import Admitted, SimEngine, sleep_until
 from mmgate.sim.errors import SimError
@@ -93,7 +93,7 @@ def _with_engine(
 
 
 def _error(engine: SimEngine, exc: SimError) -> web.Response:
-    status, body = responses.error_from_exception(exc)
+    status, body = wire.error_from_exception(exc)
     engine.metrics.request(status)
     return json_response(body, status=status)
 
@@ -115,12 +115,12 @@ def _served(answer: Answer) -> Callable[[web.Request], Awaitable[web.StreamRespo
             raw = await request.read()
         except web.HTTPRequestEntityTooLarge:
             engine.metrics.request(413)
-            body = responses.error_body(413, f"Request body exceeds {engine.settings.max_body_bytes} bytes.")
+            body = wire.error_body(413, f"Request body exceeds {engine.settings.max_body_bytes} bytes.")
             return json_response(body, status=413)
         except RequestPayloadError as exc:  # a Content-Encoding that is not what it says: the client's 400
             engine.metrics.request(400)
             reason = getattr(exc.__cause__, "message", None) or str(exc) or "malformed body"
-            return json_response(responses.error_body(400, f"Request body could not be read: {reason}"), status=400)
+            return json_response(wire.error_body(400, f"Request body could not be read: {reason}"), status=400)
         tracked = engine.settings.enable_server_load_tracking
         if tracked:  # as vLLM's load_aware_call: counted once the body is parsed, until the last byte
             engine.server_load += 1
@@ -160,7 +160,7 @@ async def _complete(request: web.Request, engine: SimEngine, admitted: Admitted,
     first_token_at = engine.first_token_at(arrived, admitted.prefill_s)
     await sleep_until(first_token_at + max(0, admitted.longest - 1) * admitted.decode_s)
     request_id, created = _ids(request)
-    body = responses.completion(
+    body = wire.completion(
         request_id=request_id, created=created, model=admitted.request.model,
         choices=[(p.text, p.finish_reason) for p in admitted.plans],
         prompt_tokens=admitted.prompt_tokens, completion_tokens=n,
@@ -175,7 +175,7 @@ async def _stream(request: web.Request, engine: SimEngine, admitted: Admitted,
                   arrived: float) -> web.StreamResponse:
     first_token_at = engine.first_token_at(arrived, admitted.prefill_s)
     request_id, created = _ids(request)
-    writer = responses.ChunkWriter(
+    writer = wire.ChunkWriter(
         request_id=request_id, created=created, model=admitted.request.model,
         prompt_tokens=admitted.prompt_tokens, include_usage=admitted.request.include_usage,
         continuous_usage_stats=admitted.request.continuous_usage_stats,
@@ -199,7 +199,7 @@ async def _stream(request: web.Request, engine: SimEngine, admitted: Admitted,
         final = writer.final_usage(sent)
         if final is not None:
             await resp.write(final)
-        await resp.write(responses.SSE_DONE)
+        await resp.write(wire.SSE_DONE)
         await resp.write_eof()
     except ConnectionResetError:  # the client went away mid-stream: stop generating
         engine.disconnected(sent)

@@ -5,10 +5,10 @@ one ``message`` output item holding one ``output_text`` — whole, or as its str
 Like a vLLM launched without ``VLLM_ENABLE_RESPONSES_API_STORE``, the sim stores no response by
 default: a ``previous_response_id`` is not found (404), a background request is refused (400), and
 so are ``GET /v1/responses/{id}`` and its cancel (404). ``--responses-store-mb`` gives it vLLM's
-store (``mmgate.sim.response_store``). Tools are taken and echoed as vLLM echoes them, but the sim
-calls none: it answers text, as vLLM without a tool parser does under any ``tool_choice``; function
-calls and their outputs already in the input are read as conversation, and reasoning items are
-skipped, as vLLM skips them.
+store (``mmgate.sim.response_store``). Tools are checked as vLLM checks them
+(``mmgate.sim.request.check_tools``) and echoed as vLLM echoes them, but the sim calls none: it
+answers text, as a model that chose no tool; function calls and their outputs already in the input
+are read as conversation, and reasoning items are skipped, as vLLM skips them.
 """
 from __future__ import annotations
 
