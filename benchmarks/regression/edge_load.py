@@ -57,7 +57,10 @@ from PIL import Image
 from tests.support.nginx import nginx_in_front
 
 from benchmarks._procs import cpu_seconds, free_port, start, stop
+from benchmarks._run import parse_args
 
+# --quick: both doors, every phase, a few seconds each (make test runs it: tests/benchmarks/test_quick.py).
+QUICK = {"seconds": 1.0, "rate": 10.0, "slow": 200, "helpers": 1, "rounds": 1, "soak": 2048}
 MODEL = "mmgate-sim-vl"
 MiB = 1024 * 1024
 
@@ -620,7 +623,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="rounds of the alternating phases")
     parser.add_argument("--soak", type=int, default=256 * 1024, help="tiny images in the RSS soak (0: skip)")
     parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
-    args = parser.parse_args()
+    args = parse_args(parser, QUICK)
     args.doors = ",".join(f"{n}={Path(src).resolve()}" if src else n
                           for n, _, src in (d.partition("=") for d in args.doors.split(",")))
     out = asyncio.run(run(args))

@@ -15,8 +15,8 @@ from tests.benchmarks.test_quick import QUICK
 ROOT = Path(__file__).resolve().parents[2]
 BENCHMARKS = ROOT / "benchmarks"
 # Regression runs test_quick.py leaves out (its docstring says why), and those without --quick yet.
-NOT_QUICK_TESTED = {"fleet_faults", "sim_fidelity", "edge_load", "agent_capacity"}
-NO_QUICK_YET = {"edge_load"}
+NOT_QUICK_TESTED = {"fleet_faults", "sim_fidelity", "agent_capacity"}
+NO_QUICK_YET: set[str] = set()
 
 
 def tree(path: Path) -> ast.Module:

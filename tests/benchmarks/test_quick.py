@@ -7,7 +7,7 @@ The runs start together at the module's first test, two at a time (two cores), a
 for its own. Not here: ``fleet_faults.py`` (~30 s even quick; ``tests/fleet/test_fleet_faults.py``
 runs the same phases, from the same ``tests/fleet/faults.py``), ``sim_fidelity.py`` and
 ``agent_capacity.py`` (each starts a real vLLM replica, 60-90 s; ``agent_capacity.py --quick`` takes
-~70 s in all), and ``edge_load.py`` (no ``--quick`` yet).
+~70 s in all).
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ QUICK = {
     "decode_bombs": Quick("Pillow decode ms", frozenset({"cpu_per_pixel", "rows", "victim"})),
     "large_body": Quick("/health max ms", frozenset({"images", "body_mb", "rounds", "summary"})),
     "attacks": Quick("p99/unloaded", frozenset({"phases", "side_channel"})),
+    "edge_load": Quick("p99/unloaded", frozenset({"phases", "rounds", "soak", "ulimit_n"})),
     "reuse_sliding_window": Quick("img sent", frozenset({"args", "rows"})),
     "vllm_sliding_window": Quick("TTFT p50 of rounds", frozenset({"args", "runs"}), ("--log-dir", "logs")),
     "agent_turn_stages": Quick("plan+body µs", frozenset({"args", "rows"})),
