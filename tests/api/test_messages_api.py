@@ -240,3 +240,24 @@ async def test_a_broken_backend_stream_ends_with_an_error_event() -> None:
     out = b"".join([e async for e in events(broken())])
     assert out.startswith(b"event: message_start") and out.rstrip().split(b"\n")[-2] == b"event: error"
     assert b"late" not in out
+
+
+@pytest.mark.parametrize(("extra", "param", "stream"), [
+    ({"max_tokens": 8, "thinking": {"type": "enabled", "budget_tokens": 500}}, "thinking", False),
+    ({"output_config": {"effort": "extreme"}}, "output_config", True),
+])
+async def test_a_shape_forwarded_to_an_engine_without_messages_names_its_field(
+        extra: dict[str, Any], param: str, stream: bool) -> None:
+    """The gateway forwards what it does not map to the backend's own /v1/messages; the sim (a
+    chat-only engine) serves none, and the client learns which field and why, not a bare 404."""
+    async with running_gateway() as gw:
+        reply = await call(gw.url, "/v1/messages", turn({"type": "text", "text": "hi"}, stream=stream, **extra))
+        assert reply.status == 400 and is_anthropic_error(reply), reply.raw
+        message = reply.json["error"]["message"]
+        assert f"(param: {param})" in message and "serves no /v1/messages" in message, message
+        counted = await call(gw.url, "/v1/messages/count_tokens", {"model": MODEL, "messages": []})
+        assert counted.status == 404 and counted.json["error"]["type"] == "not_found_error", counted.raw
+        assert "serves no /v1/messages/count_tokens" in counted.json["error"]["message"]
+        plain = await call(gw.url, "/v1/messages", turn({"type": "text", "text": "hi"}, max_tokens=1100,
+                                                        thinking={"type": "enabled", "budget_tokens": 1024}))
+        assert plain.status == 200, plain.raw  # the plain shape is mapped and served

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple, TypeVar
 import orjson
 from aiohttp import web
 
-from mmgate.api.anthropic.reply import error_body, error_event, message_from_chat, relayed_error
+from mmgate.api.anthropic.reply import error_body, error_event, message_from_chat, relayed_error, unserved
 from mmgate.api.anthropic.request import (
     HeldURL,
     check_messages_body,
@@ -138,10 +138,11 @@ class MessagesService:
                 effort = await self.templates.disabled_effort(body["model"], asked)
             if inline:
                 merge = await self.templates.merges_inline_system(body["model"], asked)
-        if forward_reason(body, effort, merge) is not None:
+        if (reason := forward_reason(body, effort, merge)) is not None:
             if tenant is not None:  # vLLM salts its prefix cache with it: one partition per tenant
                 body["cache_salt"] = gateway.keys.cache_salt(tenant, client_cache_salt(body))
-            return await self._forward(request, body, tenant, held, MESSAGES_PATH, stream=bool(body.get("stream")))
+            return await self._forward(request, body, tenant, held, MESSAGES_PATH, stream=bool(body.get("stream")),
+                                       reason=reason)
         parsed = await _run(large, _mapped, body, gateway.settings, effort, bool(merge), held)
         outcome = await gateway.chat_parsed(parsed, request.headers, tenant)
         try:
@@ -167,11 +168,13 @@ class MessagesService:
 
     async def _forward(
         self, request: web.Request, body: dict[str, Any], tenant: str | None, held: HeldURL, path: str, *,
-        stream: bool,
+        stream: bool, reason: str | None = None,
     ) -> tuple[web.StreamResponse, bool]:
         """``body`` to the backend's own ``path``, its images policed and inlined first; the
         backend's answer, any status, relayed as it is (an error in Anthropic's shape:
-        ``relayed_error``), a stream in whole events (``whole_events``)."""
+        ``relayed_error``), a stream in whole events (``whole_events``). A backend that does not
+        serve ``path`` gets the client an error naming what made the gateway forward the request
+        (``reason``, from ``forward_reason``), not its bare 404 (``unserved``)."""
         gateway = self.gateway
         session_id = gateway.session_id(request.headers)
         gateway.router.candidates(body["model"])  # an unknown model is a 404 before any image is loaded
@@ -183,6 +186,8 @@ class MessagesService:
             headers = {**forwarded.headers, "x-mmgate-forwarded": "as-is"}
             reply = forwarded.reply
             if reply.stream is None:
+                if (missing := unserved(reply.status, reply.body, path, forwarded.backend.name, reason)) is not None:
+                    return error_response(missing), True
                 if reply.status >= 400 and (shaped := relayed_error(reply.status, reply.body)) is not None:
                     reply.body, reply.content_type = shaped, "application/json"
                 return await forward_deliver(request, reply, headers, gateway)

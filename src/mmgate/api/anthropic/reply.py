@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from mmgate.errors import BackendStatusError, InvalidRequestError, MmgateError
+from mmgate.errors import BackendStatusError, EndpointNotFoundError, InvalidRequestError, MmgateError
 
 # Anthropic's error types for the gateway's own errors, by status (a backend's error keeps the
 # type vLLM gave it, as vLLM's own endpoint does).
@@ -145,3 +145,33 @@ def relayed_error(status: int, body: bytes | None) -> bytes | None:
         kind = inner["type"] if isinstance(inner.get("type"), str) else kind
         text = inner["message"] if isinstance(inner.get("message"), str) else text
     return orjson.dumps({"type": "error", "error": {"type": kind, "message": text}})
+
+
+# Why a request was forwarded (``request.forward_reason``) → the field, and the shapes the gateway maps.
+_MAPPED = {
+    "thinking": ("thinking", "`thinking` is mapped onto chat as `enabled` with an integer `budget_tokens` of at "
+                 "least 1024 below `max_tokens`, as `adaptive` or as `disabled`"),
+    "output_config": ("output_config", "`output_config` is mapped onto chat with an `effort` of vLLM's list and a "
+                      "`json_schema` format"),
+    "inline system message": ("messages", "a system message inside `messages` is mapped onto chat once the "
+                              "replicas' chat template is known"),
+}
+
+
+def unserved(status: int, body: bytes | None, path: str, backend: str, reason: str | None) -> MmgateError | None:
+    """The error for a request forwarded to ``path`` on a backend that does not serve it (a 404
+    that is not JSON: a chat-only engine, such as the embedded sim), naming the field that made the
+    gateway forward it (``reason``; None: the path is always forwarded); None for any other answer."""
+    if status != 404:
+        return None
+    try:
+        if isinstance(orjson.loads(body or b""), dict):
+            return None  # the backend's own answer (vLLM's 404 names a model)
+    except orjson.JSONDecodeError:
+        pass
+    where = f"backend {backend} serves no {path} (a chat-only engine, such as the embedded sim)"
+    if reason is None:
+        return EndpointNotFoundError(f"{where}: the gateway forwards {path} to the backend", param="path")
+    param, mapped = _MAPPED.get(reason, (None, "the gateway maps a request onto chat in its plain shapes only"))
+    return InvalidRequestError(f"{mapped}; any other is judged by the backend's own /v1/messages, and {where}",
+                               param=param)
