@@ -7,7 +7,7 @@
   imports no other api module and names no route; the pipeline (``PIPELINE``) imports no HTTP
   framework and nothing of the handlers;
 * ``sim`` and ``bench`` — separate programs — import nothing from the gateway's packages;
-* nothing in ``media``, ``reuse``, ``routing``, ``fleet``, ``backends`` or ``store`` imports ``api`` or ``serve``;
+* nothing in ``media``, ``reuse``, ``routing``, ``fleet``, ``backends``, ``store`` or ``anthropic_chat`` imports ``api`` or ``serve``;
 * no private name (``_x``) imported from another package;
 * no module over 350 lines.
 
@@ -28,7 +28,7 @@ import pytest
 SRC = Path(__file__).resolve().parent.parent / "src"
 GATEWAY_PACKAGES = {"api", "media", "reuse", "routing", "fleet", "backends", "store", "serve"}
 SEPARATE_PROGRAMS = {"sim", "bench"}
-BELOW_API = {"media", "reuse", "routing", "fleet", "backends", "store"}
+BELOW_API = {"media", "reuse", "routing", "fleet", "backends", "store", "anthropic_chat"}
 MAX_LINES = 350
 # The api package's layers (docs/ARCHITECTURE.md): the HTTP layer knows no route, the pipeline no
 # HTTP framework; the handlers (every other api module) sit on both.

@@ -39,7 +39,7 @@ from PIL import Image
 from benchmarks._agent_turns import screenshots, turn_body
 from benchmarks._run import parse_args, write_results
 from benchmarks._table import Column, print_table
-from mmgate.api.anthropic.request import check_messages_body, to_chat_body
+from mmgate.anthropic_chat.request import check_messages_body, to_chat_body
 from mmgate.api.chat_request import ChatRequest, parse_chat_body, parse_chat_request_async
 from mmgate.api.openai_responses.parse import parse_responses_body
 from mmgate.config import CacheSettings, MediaSettings

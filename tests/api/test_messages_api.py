@@ -9,9 +9,11 @@ from typing import Any
 
 import pytest
 
-from mmgate.api.anthropic.request import check_messages_body, forward_reason, to_chat_body
+from mmgate.anthropic_chat.request import check_messages_body, forward_reason, to_chat_body
+from mmgate.config import BackendSpec
 from mmgate.errors import InvalidRequestError
 from tests.support.agents import call, is_anthropic_error
+from tests.support.apps import serving, vllm_like
 from tests.support.gateway import gateway_settings, running_gateway, running_sims, vllm_specs
 from tests.support.images import png_data_url
 from tests.support.recorder import recording_proxy
@@ -248,16 +250,15 @@ async def test_a_broken_backend_stream_ends_with_an_error_event() -> None:
 ])
 async def test_a_shape_forwarded_to_an_engine_without_messages_names_its_field(
         extra: dict[str, Any], param: str, stream: bool) -> None:
-    """The gateway forwards what it does not map to the backend's own /v1/messages; the sim (a
-    chat-only engine) serves none, and the client learns which field and why, not a bare 404."""
-    async with running_gateway() as gw:
+    """The gateway forwards what it does not map to the backend's own /v1/messages; a chat-only
+    engine (an OpenAI-compatible server with no Messages API: a real aiohttp app on loopback)
+    serves none, and the client learns which field and why, not the engine's bare 404."""
+    async with serving(vllm_like(MODEL, {})) as url, running_gateway(gateway_settings(
+            backends=(BackendSpec(kind="vllm", url=url, name="chat-only"),))) as gw:
         reply = await call(gw.url, "/v1/messages", turn({"type": "text", "text": "hi"}, stream=stream, **extra))
         assert reply.status == 400 and is_anthropic_error(reply), reply.raw
         message = reply.json["error"]["message"]
-        assert f"(param: {param})" in message and "serves no /v1/messages" in message, message
+        assert f"(param: {param})" in message and "chat-only serves no /v1/messages" in message, message
         counted = await call(gw.url, "/v1/messages/count_tokens", {"model": MODEL, "messages": []})
         assert counted.status == 404 and counted.json["error"]["type"] == "not_found_error", counted.raw
         assert "serves no /v1/messages/count_tokens" in counted.json["error"]["message"]
-        plain = await call(gw.url, "/v1/messages", turn({"type": "text", "text": "hi"}, max_tokens=1100,
-                                                        thinking={"type": "enabled", "budget_tokens": 1024}))
-        assert plain.status == 200, plain.raw  # the plain shape is mapped and served

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from mmgate.api.anthropic.reply import error_body, message_from_chat
+from mmgate.anthropic_chat.reply import message_from_chat
+from mmgate.api.anthropic.reply import error_body
 from mmgate.errors import InvalidRequestError
 
 

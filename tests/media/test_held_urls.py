@@ -11,7 +11,7 @@ import random
 import orjson
 import pytest
 
-from mmgate.api.anthropic.request import check_messages_body, source_url, to_chat_body
+from mmgate.anthropic_chat.request import check_messages_body, source_url, to_chat_body
 from mmgate.jsonbody import CUT_LOADS_BYTES, loads_body
 from mmgate.media.repeats import fingerprint, span_fingerprint
 from tests.media.conftest import LoaderFactory

@@ -129,6 +129,8 @@ CASES: list[Case] = [
     ("tools, an unknown named function", lambda m, t, s: _body(
         m, tools=TOOLS, tool_choice={"type": "function", "function": {"name": "scroll"}})),
     ("tool_choice without tools", lambda m, t, s: _body(m, tool_choice="required")),
+    # An Anthropic client's extended thinking, mapped: refused by an engine without --reasoning-parser.
+    ("thinking_token_budget without a reasoning parser", lambda m, t, s: _body(m, thinking_token_budget=1024)),
 ]
 
 

@@ -12,9 +12,9 @@ from typing import Any
 import orjson
 import pytest
 
-from mmgate.api.anthropic.reply import message_from_chat
-from mmgate.api.anthropic.request import check_messages_body, to_chat_body
-from mmgate.api.anthropic.stream import StreamMapper
+from mmgate.anthropic_chat.reply import message_from_chat
+from mmgate.anthropic_chat.request import check_messages_body, to_chat_body
+from mmgate.anthropic_chat.stream import StreamMapper
 from tests.support.vllm import VllmSetup, VllmUnavailable
 
 ORACLE = r'''

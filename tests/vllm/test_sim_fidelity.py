@@ -25,7 +25,7 @@ async def test_sim_matches_real_vllm_case_by_case(vllm_replicas: list[VllmReplic
     assert len(real) == len(CASES)
     differing = [(r.comparable(), f.comparable()) for r, f in zip(real, fake, strict=True)
                  if r.comparable() != f.comparable()]
-    assert differing == []
+    assert differing == [], "\n".join(map(repr, differing))
     # The corpus exercises what it claims to: hits, misses, errors, n=2, image tokens.
     statuses = {r.status for r in real}
     assert statuses == {200, 400, 404}
@@ -164,3 +164,57 @@ async def test_a_completion_is_named_by_its_x_request_id_as_vllm_names_it(vllm_r
                 assert ids == {"chatcmpl-fid-req-7"}, (engine.url, ids)
     finally:
         sim.stop()
+
+
+def _messages_cases(model: str) -> dict[str, dict[str, Any]]:
+    """Messages requests, valid and not, for the sim's ``/v1/messages`` against vLLM's: the
+    gateway's differential corpus and its bad input (tests/vllm/test_messages.py), streamed
+    variants, and the ``thinking`` shapes vLLM's request model judges."""
+    from tests.vllm.test_messages import BAD, CORPUS
+
+    cases = {name: {**body, "model": model} for name, body in CORPUS.items() if name != "unknown-model"}
+    cases |= {f"{name} (streamed)": {**cases[name], "stream": True} for name in ("text", "image", "tools-auto")}
+    cases |= {f"bad: {name}": {**body, "model": model} for name, body in BAD.items()
+              if isinstance(body, dict) and name != "unknown-model" and "url" not in name}
+    cases["unknown model"] = {**cases["text"], "model": "no-such-model"}
+    text = cases["text"]
+    for name, thinking, max_tokens in (
+            ("thinking under 1024", {"type": "enabled", "budget_tokens": 500}, 4000),
+            ("thinking not under max_tokens", {"type": "enabled", "budget_tokens": 2048}, 2048),
+            ("thinking as a string", {"type": "enabled", "budget_tokens": "2048"}, 4000),
+            ("thinking adaptive", {"type": "adaptive"}, 6),
+            ("thinking of no known type", {"type": "sometimes"}, 6)):
+        cases[name] = {**text, "thinking": thinking, "max_tokens": max_tokens}
+    return cases
+
+
+def _answer(reply: Reply) -> Any:
+    """What a client relies on: the status, and the body's shape (an error's: which of vLLM's two
+    shapes, and Anthropic's error type); a message's stop reason and input tokens."""
+    if reply.status >= 400:
+        body = reply.json
+        return reply.status, sorted(body), body["error"]["type"] if body.get("type") == "error" else None
+    if reply.events:
+        return _shapes(reply)
+    return _shapes(reply), reply.json["stop_reason"], reply.json["usage"]["input_tokens"]
+
+
+async def test_sims_messages_api_answers_as_vllms(vllm_replicas: list[VllmReplica], tmp_path: Path) -> None:
+    """The sim's ``/v1/messages`` (vLLM serves Anthropic's Messages over its chat; so does the
+    sim) answers as real vLLM's, case by case: statuses, the message's and the stream's shapes,
+    stop reasons, input tokens (images included), and each error in the shape vLLM gives it."""
+    sim = SimProcess(tmp_path / "sim.log")
+    sim.start(["--profile", "tiny-qwen2vl-cpu", "--speedup", "1000"])
+    try:
+        real = vllm_replicas[1]
+        differing, statuses = [], set()
+        for name, body in _messages_cases(real.model).items():
+            theirs = _answer(await call(real.url, "/v1/messages", body))
+            ours = _answer(await call(sim.url, "/v1/messages", body))
+            statuses.add(theirs[0] if isinstance(theirs[0], int) else 200)
+            if theirs != ours:
+                differing.append((name, theirs, ours))
+    finally:
+        sim.stop()
+    assert differing == [], "\n".join(map(repr, differing))
+    assert {200, 400, 404} <= statuses  # the corpus reaches answers and both error shapes

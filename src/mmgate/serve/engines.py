@@ -21,6 +21,9 @@ EMBEDDED_UUID_STORE_BYTES = 64 * MiB
 # --tool-call-parser hermes``): an agent's tools are taken (the sim calls none), where a bare
 # ``vllm serve`` — and ``mmgate sim`` — refuse them.
 EMBEDDED_TOOL_CALL_PARSER = "hermes"
+# ... and a reasoning parser (vLLM's --reasoning-parser), so an Anthropic client's extended
+# thinking (a thinking_token_budget) is taken; the sim does not think.
+EMBEDDED_REASONING_PARSER = "qwen3"
 # ... and with vLLM's response store (VLLM_ENABLE_RESPONSES_API_STORE=1), bounded per engine, so a
 # Responses client's previous_response_id works as on OpenAI's API (``--sim-responses-store-mb 0``: none).
 EMBEDDED_RESPONSES_STORE_BYTES = 32 * MiB
@@ -49,6 +52,8 @@ async def start_embedded_engines(
     update: dict[str, object] = {"host": "127.0.0.1", "port": 0}
     if "tool_call_parser" not in base.model_fields_set:  # engines deployed for agents: tools taken
         update.update(enable_auto_tool_choice=True, tool_call_parser=EMBEDDED_TOOL_CALL_PARSER)
+    if "reasoning_parser" not in base.model_fields_set:
+        update["reasoning_parser"] = EMBEDDED_REASONING_PARSER
     if "responses_store_bytes" not in base.model_fields_set:
         update["responses_store_bytes"] = EMBEDDED_RESPONSES_STORE_BYTES
     base = base.model_copy(update=update)

@@ -72,6 +72,11 @@ class SimSettings(Frozen):
     tool_call_parser: str | None = setting(
         None, flag="--tool-call-parser", min_length=1,
         help="a tool-call parser's name, as vLLM's flag: 'required' and named tool choices are taken")
+    # vLLM's --reasoning-parser: without it vLLM refuses a request with a thinking_token_budget (an
+    # Anthropic Messages request with thinking enabled). The sim's model does not think: text only.
+    reasoning_parser: str | None = setting(
+        None, flag="--reasoning-parser", min_length=1,
+        help="a reasoning parser's name, as vLLM's flag: thinking_token_budget is taken (the sim does not think)")
     # vLLM's VLLM_ENABLE_RESPONSES_API_STORE=1 (off by default, as there): stored responses for
     # previous_response_id, background mode, GET and cancel; bounded here, where vLLM's never forgets.
     responses_store_bytes: int = setting(

@@ -32,6 +32,7 @@ from mmgate.sim.generation import (
     plan_generation,
     prefill_seconds,
     prompt_seed,
+    stopped,
 )
 from mmgate.sim.metrics import SimMetrics
 from mmgate.sim.processor import content_hash, decode_image, process_image
@@ -265,9 +266,10 @@ class SimEngine:
         # vLLM 0.32 clips max_tokens to the context left after the prompt (no error).
         max_tokens = min(max_tokens, s.max_model_len - prompt_tokens)
         seed = prompt_seed(request.texts, (item.key for item in loaded))
+        least = min(request.min_tokens, max_tokens)
         plans = tuple(
-            plan_generation(seed + i, max_tokens=max_tokens, min_tokens=min(request.min_tokens, max_tokens),
-                            ignore_eos=request.ignore_eos)
+            stopped(plan_generation(seed + i, max_tokens=max_tokens, min_tokens=least, ignore_eos=request.ignore_eos),
+                    request.stop, least)
             for i in range(request.n)
         )
         return Admitted(

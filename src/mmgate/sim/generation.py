@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from mmgate.sim.config import SimSettings
@@ -80,7 +80,8 @@ class GenerationPlan:
     """The tokens to emit (each a piece of text) and why generation ends."""
 
     tokens: tuple[str, ...]
-    finish_reason: str  # "stop" (the modelled EOS) or "length" (max_tokens reached)
+    finish_reason: str  # "stop" (the modelled EOS, or a stop string) or "length" (max_tokens reached)
+    stop_reason: str | None = None  # the stop string that ended it, as vLLM reports it
 
     @property
     def text(self) -> str:
@@ -103,6 +104,32 @@ def plan_generation(seed: int, *, max_tokens: int, min_tokens: int, ignore_eos: 
     words = rng.choices(VOCAB, k=count)
     tokens = tuple(w if i == 0 else " " + w for i, w in enumerate(words))
     return GenerationPlan(tokens=tokens, finish_reason=reason)
+
+
+def stopped(plan: GenerationPlan, stop: Sequence[str], min_tokens: int = 0) -> GenerationPlan:
+    """``plan`` ended by the first of ``stop`` its text completes, as vLLM's detokenizer ends it
+    (``check_stop_strings``): the string that completes earliest (ties: the first listed), looked
+    for past the first ``min_tokens`` tokens; the text cut before it, ``finish_reason`` "stop", the
+    string as ``stop_reason``, and the tokens up to the one that completed it (their text past the
+    cut not sent). ``plan`` itself when none is there."""
+    text = plan.text
+    offset = len("".join(plan.tokens[:min_tokens]))
+    best: tuple[int, int, str] | None = None  # (end, start, string)
+    for string in stop:
+        start = text.find(string, max(0, offset - len(string) + 1)) if string else -1
+        if start >= 0 and (best is None or start + len(string) < best[0]):
+            best = (start + len(string), start, string)
+    if best is None:
+        return plan
+    end, start, string = best
+    kept: list[str] = []
+    position = 0
+    for token in plan.tokens:
+        if position >= end:
+            break
+        kept.append(token[:max(0, start - position)])
+        position += len(token)
+    return GenerationPlan(tuple(kept), "stop", string)
 
 
 def prefill_seconds(text_tokens: int, image_tokens: int, settings: SimSettings, *,

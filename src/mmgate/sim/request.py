@@ -51,6 +51,7 @@ class SimRequest:
     max_tokens: int | None
     min_tokens: int
     ignore_eos: bool
+    stop: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -119,6 +120,10 @@ def parse_sim_request(body: Any, settings: SimSettings) -> SimRequest:
             f"min_tokens must be less than or equal to max_tokens={max_tokens}, got {min_tokens}.",
             param="min_tokens",
         )
+    if body.get("thinking_token_budget") is not None and settings.reasoning_parser is None:
+        raise InvalidRequestError(  # vLLM 0.32's input processor, in its words
+            "thinking_token_budget is set but reasoning_config is not configured. Please set --reasoning-parser "
+            "and/or --reasoning-config to use thinking_token_budget.")
     return SimRequest(
         model=model,
         texts=tuple(texts),
@@ -133,6 +138,7 @@ def parse_sim_request(body: Any, settings: SimSettings) -> SimRequest:
         max_tokens=max_tokens,
         min_tokens=min_tokens,
         ignore_eos=_opt_bool(body, "ignore_eos"),
+        stop=_stop(body),
     )
 
 
@@ -246,6 +252,18 @@ def _parse_image(part: dict[str, Any], where: str, index: int) -> ImageRef:
         if uuid is None:
             raise InvalidRequestError(f"{where} has neither an image URL nor a uuid.", param=where)
     return ImageRef(index=index, url=url, uuid=uuid, param=where)
+
+
+def _stop(body: dict[str, Any]) -> tuple[str, ...]:
+    """``stop``: a string or a list of strings (vLLM's request model), as a tuple."""
+    stop = body.get("stop")
+    if stop is None:
+        return ()
+    if isinstance(stop, str):
+        return (stop,)
+    if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
+        raise InvalidRequestError("'stop' must be a string or a list of strings.", param="stop")
+    return tuple(stop)
 
 
 def _opt_bool(body: dict[str, Any], name: str) -> bool:

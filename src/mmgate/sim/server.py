@@ -1,7 +1,8 @@
 """HTTP front of the sim, a stand-in for vLLM's OpenAI-compatible server (not a model).
 
 Routes: ``POST /v1/chat/completions`` (SSE streaming and not), ``/v1/responses`` and its stored
-responses (the same engine behind the Responses API, ``mmgate.sim.responses_http``), ``GET /v1/models``, ``GET /health``,
+responses (the same engine behind the Responses API, ``mmgate.sim.responses_http``), ``/v1/messages``
+(Anthropic's, over the chat path as vLLM serves it: ``mmgate.sim.messages_api``), ``GET /v1/models``, ``GET /health``,
 ``GET /metrics``, ``GET /load`` (vLLM's server load: chat and Responses requests in flight, with
 ``--enable-server-load-tracking``). No module state: every app owns its engine, cache and Prometheus registry, so
 ``mmgate serve`` can run several engines in one process.
@@ -14,13 +15,14 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestPayloadError
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from mmgate.app_runtime import json_response, start_app
-from mmgate.sim import responses_http, wire
+from mmgate.sim import messages_api, responses_http, wire
 from mmgate.sim.config import SimSettings
 from mmgate.sim.engine import Admitted, SimEngine, sleep_until
 from mmgate.sim.errors import SimError
@@ -36,6 +38,7 @@ def build_app(settings: SimSettings) -> web.Application:
     app[ENGINE_KEY] = engine
     app.router.add_post("/v1/chat/completions", _served(_admitted_chat))
     app.router.add_post("/v1/responses", _served(responses_http.create))
+    app.router.add_post("/v1/messages", _served(_messages))
     app.router.add_get("/v1/responses/{response_id}", _with_engine(responses_http.retrieve))
     app.router.add_post("/v1/responses/{response_id}/cancel", _with_engine(responses_http.cancel))
     app.router.add_get("/v1/models", _models)
@@ -139,12 +142,38 @@ async def _admitted_chat(request: web.Request, engine: SimEngine, raw: bytes,
         admitted = await engine.admit(raw)
     except SimError as exc:
         return _error(engine, exc)
+    return await _answer(request, engine, admitted, arrived)
+
+
+async def _messages(request: web.Request, engine: SimEngine, raw: bytes, arrived: float) -> web.StreamResponse:
+    """``POST /v1/messages``: checked and mapped onto chat, answered by the chat path, the answer
+    mapped back (``messages_api``); errors in vLLM's shapes for this endpoint."""
+    try:
+        admitted = await engine.admit_body(messages_api.to_chat(raw))
+    except messages_api.Refused as exc:
+        engine.metrics.request(exc.status)
+        return json_response(exc.body, status=exc.status)
+    except SimError as exc:
+        engine.metrics.request(exc.status)
+        return json_response(messages_api.error_body(exc), status=exc.status)
+    return await _answer(request, engine, admitted, arrived, shape=messages_api.message,
+                         frame=messages_api.Frames())
+
+
+Shape = Callable[[dict[str, Any]], dict[str, Any]]
+Frame = Callable[[bytes], bytes]
+
+
+async def _answer(request: web.Request, engine: SimEngine, admitted: Admitted, arrived: float, *,
+                  shape: Shape | None = None, frame: Frame | None = None) -> web.StreamResponse:
+    """The admitted chat request answered, whole (its body through ``shape``) or streamed (each
+    frame through ``frame``): the Messages API's answer is the chat answer mapped."""
     engine.metrics.tokens(admitted.prompt_tokens, 0)
     engine.metrics.running(+1)
     try:
         if admitted.request.stream:
-            return await _stream(request, engine, admitted, arrived)
-        return await _complete(request, engine, admitted, arrived)
+            return await _stream(request, engine, admitted, arrived, frame or (lambda data: data))
+        return await _complete(request, engine, admitted, arrived, shape or (lambda body: body))
     finally:
         engine.metrics.running(-1)
 
@@ -155,24 +184,25 @@ def _ids(request: web.Request) -> tuple[str, int]:
     return f"chatcmpl-{request.headers.get('X-Request-Id') or uuid.uuid4().hex}", int(time.time())
 
 
-async def _complete(request: web.Request, engine: SimEngine, admitted: Admitted, arrived: float) -> web.Response:
+async def _complete(request: web.Request, engine: SimEngine, admitted: Admitted, arrived: float,
+                    shape: Shape) -> web.Response:
     n = admitted.completion_tokens
     first_token_at = engine.first_token_at(arrived, admitted.prefill_s)
     await sleep_until(first_token_at + max(0, admitted.longest - 1) * admitted.decode_s)
     request_id, created = _ids(request)
     body = wire.completion(
         request_id=request_id, created=created, model=admitted.request.model,
-        choices=[(p.text, p.finish_reason) for p in admitted.plans],
+        choices=[(p.text, p.finish_reason, p.stop_reason) for p in admitted.plans],
         prompt_tokens=admitted.prompt_tokens, completion_tokens=n,
     )
     engine.metrics.tokens(0, n)
     engine.metrics.success(admitted.plan.finish_reason)
     engine.metrics.request(200)
-    return json_response(body)
+    return json_response(shape(body))
 
 
 async def _stream(request: web.Request, engine: SimEngine, admitted: Admitted,
-                  arrived: float) -> web.StreamResponse:
+                  arrived: float, frame: Frame) -> web.StreamResponse:
     first_token_at = engine.first_token_at(arrived, admitted.prefill_s)
     request_id, created = _ids(request)
     writer = wire.ChunkWriter(
@@ -184,22 +214,27 @@ async def _stream(request: web.Request, engine: SimEngine, admitted: Admitted,
     await resp.prepare(request)
     plans = admitted.plans
     sent = 0
+
+    async def write(data: bytes) -> None:
+        if mapped := frame(data):  # a mapped stream may have nothing to send for a chunk
+            await resp.write(mapped)
+
     try:
         await sleep_until(first_token_at)
         for index in range(len(plans)):
-            await resp.write(writer.role(index))
+            await write(writer.role(index))
         for i in range(admitted.longest):
             await sleep_until(first_token_at + i * admitted.decode_s)
             for index, plan in enumerate(plans):  # the choices decode together, step by step
                 if i < len(plan.tokens):
                     last = i == len(plan.tokens) - 1
                     sent += 1
-                    await resp.write(writer.token(plan.tokens[i], sent, plan.finish_reason if last else None,
-                                                  index))
+                    await write(writer.token(plan.tokens[i], sent, plan.finish_reason if last else None, index,
+                                             plan.stop_reason if last else None))
         final = writer.final_usage(sent)
         if final is not None:
-            await resp.write(final)
-        await resp.write(wire.SSE_DONE)
+            await write(final)
+        await write(wire.SSE_DONE)
         await resp.write_eof()
     except ConnectionResetError:  # the client went away mid-stream: stop generating
         engine.disconnected(sent)

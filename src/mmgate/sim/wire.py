@@ -36,10 +36,10 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
 
 
 def completion(
-    *, request_id: str, created: int, model: str, choices: list[tuple[str, str]],
+    *, request_id: str, created: int, model: str, choices: list[tuple[str, str, str | None]],
     prompt_tokens: int, completion_tokens: int,
 ) -> dict[str, Any]:
-    """A non-streaming ``chat.completion`` object; ``choices``: (content, finish_reason) each."""
+    """A non-streaming ``chat.completion`` object; ``choices``: (content, finish_reason, stop_reason) each."""
     return {
         "id": request_id,
         "object": "chat.completion",
@@ -51,9 +51,9 @@ def completion(
                 "message": {"role": "assistant", "content": content, "tool_calls": []},
                 "logprobs": None,
                 "finish_reason": finish_reason,
-                "stop_reason": None,
+                "stop_reason": stop_reason,
             }
-            for index, (content, finish_reason) in enumerate(choices)
+            for index, (content, finish_reason, stop_reason) in enumerate(choices)
         ],
         "usage": usage(prompt_tokens, completion_tokens),
     }
@@ -87,11 +87,12 @@ class ChunkWriter:
                   "finish_reason": None}
         return self._frame([choice], 0)
 
-    def token(self, text: str, completion_tokens: int, finish_reason: str | None = None, index: int = 0) -> bytes:
+    def token(self, text: str, completion_tokens: int, finish_reason: str | None = None, index: int = 0,
+              stop_reason: str | None = None) -> bytes:
         choice: dict[str, Any] = {"index": index, "delta": {"content": text}, "logprobs": None,
                                   "finish_reason": finish_reason}
         if finish_reason is not None:
-            choice["stop_reason"] = None
+            choice["stop_reason"] = stop_reason
         return self._frame([choice], completion_tokens)
 
     def final_usage(self, completion_tokens: int) -> bytes | None:

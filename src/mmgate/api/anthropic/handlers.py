@@ -1,7 +1,7 @@
 """The Anthropic Messages API through the gateway: ``POST /v1/messages`` and
 ``POST /v1/messages/count_tokens``, answered in Anthropic's shapes (errors included).
 
-A create is mapped onto chat completions (``mmgate.api.anthropic.request``), runs the gateway's
+A create is mapped onto chat completions (``mmgate.anthropic_chat.request``), runs the gateway's
 chat pipeline — every image loaded under the URL policy and limits, given its content uuid,
 stripped to a cache-only reference on repeats, healed on a miss — and its reply is mapped back
 (``reply``, ``stream``). vLLM's own ``/v1/messages`` cannot take a reference (it builds its image
@@ -22,8 +22,8 @@ from typing import Any, NamedTuple, TypeVar
 import orjson
 from aiohttp import web
 
-from mmgate.api.anthropic.reply import error_body, error_event, message_from_chat, relayed_error, unserved
-from mmgate.api.anthropic.request import (
+from mmgate.anthropic_chat.reply import message_from_chat
+from mmgate.anthropic_chat.request import (
     HeldURL,
     check_messages_body,
     forward_reason,
@@ -33,7 +33,9 @@ from mmgate.api.anthropic.request import (
     source_url,
     to_chat_body,
 )
-from mmgate.api.anthropic.stream import StreamMapper, events, whole_events
+from mmgate.anthropic_chat.stream import StreamMapper
+from mmgate.api.anthropic.reply import error_body, error_event, relayed_error, unserved
+from mmgate.api.anthropic.stream import events, whole_events
 from mmgate.api.anthropic.template_probes import TemplateProbes
 from mmgate.api.chat_request import ChatRequest, check_depth, parse_chat_body
 from mmgate.api.edge import read_body

@@ -19,7 +19,7 @@ one of them. One probe per (question, model, replica) at a time (concurrent requ
 first one), its answer kept ``TTL_S`` and used while it is asked again; a replica that cannot
 answer (an older vLLM, a failure) answers None, and the request is then forwarded as before. A
 backend that serves no probe path at all (404: the embedded ``sim``, a chat-only engine) has no
-template to ask and no ``/v1/messages`` to forward to: its answers are a chat backend's
+template to ask: its answers are a chat backend's
 (``thinking: disabled`` as ``reasoning_effort: none``, a system message kept where it stands).
 Bounded: ``MAX_PROBES`` probes at once, ``MAX_ANSWERS`` answers kept.
 """

@@ -13,7 +13,7 @@ an integer budget of 1024 or more, ``adaptive``; an effort of vLLM's list, a JSO
 which vLLM's own validation judges. Those go to the backend's ``/v1/messages`` as they are, their
 images policed first (``mmgate.api.anthropic.handlers``).
 
-The checks before it (``check_messages_body``, re-exported here) are ``mmgate.api.anthropic.checks``.
+The checks before it (``check_messages_body``, re-exported here) are ``mmgate.anthropic_chat.checks``.
 Pure logic: no I/O.
 """
 
@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from mmgate.api.anthropic.checks import check_messages_body
+from mmgate.anthropic_chat.checks import check_messages_body
 
 __all__ = ["STREAM_OPTIONS", "HeldURL", "check_messages_body", "forward_reason", "has_inline_system", "image_sources",
            "is_disabled_thinking", "source_url", "to_chat_body"]

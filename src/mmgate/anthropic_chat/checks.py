@@ -1,6 +1,6 @@
 """An Anthropic Messages request's checks: the ones vLLM's pydantic models make
 (``vllm/entrypoints/anthropic/protocol.py``), and those that keep the mapping
-(``mmgate.api.anthropic.request``) from failing on what vLLM leaves unchecked; a bad field is a 400
+(``mmgate.anthropic_chat.request``) from failing on what vLLM leaves unchecked; a bad field is a 400
 naming it, never a 500. Pure logic: no I/O.
 """
 

@@ -1,0 +1,139 @@
+"""Anthropic's Messages API as vLLM 0.32 serves it (``/v1/messages``, pure logic): vLLM maps a
+Messages request onto its own chat completions and maps the answer back
+(``AnthropicServingMessages``), and so does the sim, with the mapping the gateway uses
+(``mmgate.anthropic_chat``, proven against vLLM's own converters by tests/vllm/test_messages_oracle.py).
+The sim is a chat engine without a chat template: ``thinking: disabled`` is ``reasoning_effort:
+none`` and a system message inside ``messages`` stays where it stands, as the gateway assumes of a
+backend that has no template to probe.
+
+Errors take vLLM's two shapes: a request its pydantic model refuses is a 400 in the OpenAI shape of
+vLLM's FastAPI handler (``Refused``); an error of the chat path (an unknown model, tools without a
+parser, an image that does not load) is in Anthropic's, with the chat error's type. ``count_tokens``
+is not served.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from mmgate.anthropic_chat.checks import check_messages_body
+from mmgate.anthropic_chat.reply import message_from_chat
+from mmgate.anthropic_chat.request import forward_reason, to_chat_body
+from mmgate.anthropic_chat.stream import StreamMapper
+from mmgate.errors import InvalidRequestError as BadMessagesRequest
+from mmgate.sim.errors import SimError
+
+__all__ = ["Frames", "Refused", "error_body", "message", "to_chat"]
+
+# pydantic's lax reading of the scalars vLLM's request model declares: "5" and true are integers,
+# "yes" and 1 booleans, "0.5" a number.
+_INTEGERS, _NUMBERS, _BOOLEANS = ("max_tokens", "top_k"), ("temperature", "top_p"), ("stream",)
+_TRUE, _FALSE = frozenset({"1", "on", "t", "true", "y", "yes"}), frozenset({"0", "off", "f", "false", "n", "no"})
+
+
+class Refused(Exception):
+    """A request vLLM's request model refuses: a 400 in the shape of vLLM's validation handler
+    (``param``: the field as pydantic names it, ``body.messages.0.role``)."""
+
+    status = 400
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        where = None if param is None else ".".join(["body", *filter(None, param.replace("[", ".").replace("]", "")
+                                                                      .split("."))])
+        self.body = {"error": {"message": message, "type": "Bad Request", "param": where, "code": 400}}
+
+
+def to_chat(raw: bytes) -> dict[str, Any]:
+    """The chat request the engine answers for the Messages request ``raw``; raises ``Refused``."""
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise Refused(f"JSON decode error: {exc}") from exc
+    if isinstance(body, dict):
+        _lax(body)
+    try:
+        check_messages_body(body)
+    except BadMessagesRequest as exc:
+        raise Refused(exc.message, exc.param) from exc
+    _coerce(body)
+    reason = forward_reason(body, "none", False)
+    if reason is not None:
+        raise Refused(f"{reason}: not a shape vLLM's request model takes", reason)
+    return to_chat_body(body, "none", False)[0]
+
+
+def _lax(body: dict[str, Any]) -> None:
+    """``body``'s scalars read as pydantic reads them in lax mode, and every image source that is
+    not a URL taken as base64 (vLLM's ``_convert_image_source_to_url``: a file source is a data
+    URL of nothing, an image that does not load)."""
+    for name in _INTEGERS:
+        value = body.get(name)
+        if isinstance(value, bool | float | str) and (
+                not isinstance(value, float) or value.is_integer()) and (
+                not isinstance(value, str) or value.strip().lstrip("+-").isdigit()):
+            body[name] = int(value)
+    for name in _NUMBERS:
+        value = body.get(name)
+        if isinstance(value, str):
+            try:
+                body[name] = float(value)
+            except ValueError:
+                pass
+    for name in _BOOLEANS:
+        value = body.get(name)
+        text = str(value).lower() if isinstance(value, str | int) and not isinstance(value, bool) else None
+        if text in _TRUE or text in _FALSE:
+            body[name] = text in _TRUE
+    for message in body.get("messages") or []:
+        content = message.get("content") if isinstance(message, dict) else None
+        for block in content if isinstance(content, list) else []:
+            source = block.get("source") if isinstance(block, dict) and block.get("type") == "image" else None
+            if isinstance(source, dict) and source.get("type") not in ("url", "base64"):
+                source["type"] = "base64"
+
+
+def _coerce(body: dict[str, Any]) -> None:
+    """What vLLM's pydantic model does to ``thinking`` beyond the shapes the mapping takes: an
+    integral budget given as a number or a string becomes an int, and one under 1024 or not under
+    ``max_tokens`` is refused."""
+    thinking = body.get("thinking")
+    if not isinstance(thinking, dict) or thinking.get("type") != "enabled":
+        return
+    budget = thinking.get("budget_tokens")
+    if (isinstance(budget, str) and budget.strip().lstrip("-").isdigit()) or (isinstance(budget, float) and budget.is_integer()):
+        budget = int(budget)
+    if type(budget) is not int:
+        raise Refused("Input should be a valid integer", "thinking.enabled.budget_tokens")
+    if budget < 1024:
+        raise Refused("Input should be greater than or equal to 1024", "thinking.enabled.budget_tokens")
+    if budget >= body["max_tokens"]:
+        raise Refused("Value error, thinking.budget_tokens must be less than max_tokens", "")
+    thinking["budget_tokens"] = budget
+
+
+def error_body(exc: SimError) -> dict[str, Any]:
+    """An error of the chat path in Anthropic's shape (vLLM's ``translate_error_response``)."""
+    kind = "NotFoundError" if exc.status == 404 else "BadRequestError" if exc.status < 500 else "InternalServerError"
+    return {"type": "error", "error": {"type": kind, "message": exc.message}}
+
+
+def message(chat: dict[str, Any]) -> dict[str, Any]:
+    """The Anthropic message for the engine's chat completion."""
+    return message_from_chat(chat)
+
+
+class Frames:
+    """Maps the engine's chat SSE frames, one at a time, to Anthropic's events (one per stream)."""
+
+    def __init__(self) -> None:
+        self._mapper = StreamMapper()
+
+    def __call__(self, frame: bytes) -> bytes:
+        out = b""
+        for line in frame.split(b"\n"):
+            if line.startswith(b"data: "):
+                out += self._mapper.feed(line[6:].decode())
+        return out
