@@ -1,4 +1,4 @@
-"""Fuzz the sim's response store and tool checks with garbage, sent for real over loopback: mutated
+"""Fuzz the sim's response store, tool checks and Messages API with garbage, sent for real over loopback: mutated
 Responses requests (continuations, background, streams, request ids, tools), mutated chat requests
 with tools, and junk ids and query strings on ``GET``/``cancel``. Every answer is a 2xx or a 4xx —
 never a 5xx, never a crash — the store stays within its budget, and afterwards the engine still
@@ -6,11 +6,13 @@ stores and continues a conversation."""
 
 from __future__ import annotations
 
+import json
 import random
 from typing import Any
 from urllib.parse import quote
 
 import aiohttp
+import orjson
 
 from mmgate._settings import MiB
 from tests.support.fuzz import JUNK, mutate
@@ -63,3 +65,41 @@ async def test_the_store_and_the_tool_checks_survive_garbage(make_sim: Any) -> N
         async with http.post(sim.url + "/v1/responses", json={"model": MODEL, "input": "more",
                                                                 "previous_response_id": "resp_seed"}) as r:
             assert r.status == 200, await r.text()
+
+
+def messages_request() -> dict[str, Any]:
+    png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+    return {"model": MODEL, "max_tokens": 1100, "system": [{"type": "text", "text": "be brief"}], "stream": False,
+            "stop_sequences": ["\n"], "temperature": 0.5, "top_k": 3,
+            "thinking": {"type": "enabled", "budget_tokens": 1024},
+            "tools": [{"name": "click", "input_schema": {"type": "object", "properties": {}}}],
+            "tool_choice": {"type": "none"}, "messages": [
+                {"role": "user", "content": [{"type": "text", "text": "look"},
+                                             {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                                                          "data": png}}]},
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "click", "input": {}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]}]}
+
+
+async def test_the_messages_api_survives_garbage(make_sim: Any) -> None:
+    """Mutated Messages requests (and what pydantic's lax reading must not trip on: digits past
+    Python's limit, digits that are not decimal) get a 2xx or a 4xx in one of vLLM's two shapes."""
+    rng = random.Random(SEED + 1)
+    sim = await make_sim(reasoning_parser="qwen3")
+    sends = [mutate(rng, messages_request()) for _ in range(500)]
+    for odd in ("9" * 5000, "²", "+-1", 7, 2**70, 1e300):
+        for where in ("max_tokens", "stream", "temperature"):
+            sends.append(json.dumps({**messages_request(), where: odd}).encode())
+        sends.append(json.dumps({**messages_request(), "max_tokens": 2048,
+                                 "thinking": {"type": "enabled", "budget_tokens": odd}}).encode())
+    statuses: dict[int, int] = {}
+    async with aiohttp.ClientSession() as http:
+        for raw in sends:
+            async with http.post(sim.url + "/v1/messages", data=raw, headers={"Content-Type": "application/json"}) as r:
+                text = await r.read()
+                statuses[r.status] = statuses.get(r.status, 0) + 1
+                assert r.status < 500, (r.status, raw[:300], text[:300])
+                if r.status >= 400:
+                    body = orjson.loads(text)
+                    assert (body["error"]["type"] if body.get("type") == "error" else body["error"]["message"]), body
+    assert statuses.get(400, 0) > 100 and statuses.get(200, 0) > 50, statuses

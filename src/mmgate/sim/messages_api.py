@@ -70,11 +70,8 @@ def _lax(body: dict[str, Any]) -> None:
     not a URL taken as base64 (vLLM's ``_convert_image_source_to_url``: a file source is a data
     URL of nothing, an image that does not load)."""
     for name in _INTEGERS:
-        value = body.get(name)
-        if isinstance(value, bool | float | str) and (
-                not isinstance(value, float) or value.is_integer()) and (
-                not isinstance(value, str) or value.strip().lstrip("+-").isdigit()):
-            body[name] = int(value)
+        if (number := _integer(body.get(name))) is not None:
+            body[name] = number
     for name in _NUMBERS:
         value = body.get(name)
         if isinstance(value, str):
@@ -87,7 +84,8 @@ def _lax(body: dict[str, Any]) -> None:
         text = str(value).lower() if isinstance(value, str | int) and not isinstance(value, bool) else None
         if text in _TRUE or text in _FALSE:
             body[name] = text in _TRUE
-    for message in body.get("messages") or []:
+    messages = body.get("messages")
+    for message in messages if isinstance(messages, list) else []:
         content = message.get("content") if isinstance(message, dict) else None
         for block in content if isinstance(content, list) else []:
             source = block.get("source") if isinstance(block, dict) and block.get("type") == "image" else None
@@ -102,16 +100,31 @@ def _coerce(body: dict[str, Any]) -> None:
     thinking = body.get("thinking")
     if not isinstance(thinking, dict) or thinking.get("type") != "enabled":
         return
-    budget = thinking.get("budget_tokens")
-    if (isinstance(budget, str) and budget.strip().lstrip("-").isdigit()) or (isinstance(budget, float) and budget.is_integer()):
-        budget = int(budget)
-    if type(budget) is not int:
+    budget = _integer(thinking.get("budget_tokens"), booleans=False)
+    if budget is None:
         raise Refused("Input should be a valid integer", "thinking.enabled.budget_tokens")
     if budget < 1024:
         raise Refused("Input should be greater than or equal to 1024", "thinking.enabled.budget_tokens")
     if budget >= body["max_tokens"]:
         raise Refused("Value error, thinking.budget_tokens must be less than max_tokens", "")
     thinking["budget_tokens"] = budget
+
+
+def _integer(value: Any, *, booleans: bool = True) -> int | None:
+    """``value`` as pydantic's lax mode reads an integer (an int, an integral float, a string of
+    decimal digits; a boolean where ``booleans``), or None."""
+    if isinstance(value, bool):
+        return int(value) if booleans else None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().lstrip("+-").isdecimal():
+        try:
+            return int(value)
+        except ValueError:  # past Python's digit limit
+            return None
+    return None
 
 
 def error_body(exc: SimError) -> dict[str, Any]:
