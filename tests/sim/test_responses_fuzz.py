@@ -33,13 +33,15 @@ def responses_request(previous: str) -> dict[str, Any]:
 
 def chat_request() -> dict[str, Any]:
     return {"model": MODEL, "max_tokens": 2, "messages": [{"role": "user", "content": "look"}],
+            "stop": ["\n", "e"], "min_tokens": 1, "thinking_token_budget": 1024,
             "tools": [{"type": "function", "function": {"name": "click", "parameters": {}}}],
             "tool_choice": {"type": "function", "function": {"name": "click"}}}
 
 
 async def test_the_store_and_the_tool_checks_survive_garbage(make_sim: Any) -> None:
     rng = random.Random(SEED)
-    sim = await make_sim(responses_store_bytes=MiB, enable_auto_tool_choice=True, tool_call_parser="hermes")
+    sim = await make_sim(responses_store_bytes=MiB, enable_auto_tool_choice=True, tool_call_parser="hermes",
+                         reasoning_parser="qwen3")
     statuses: dict[int, int] = {}
     async with aiohttp.ClientSession() as http:
         async with http.post(sim.url + "/v1/responses", json={"model": MODEL, "input": "seed",
