@@ -211,24 +211,31 @@ async def test_an_answer_out_of_date_is_used_while_it_is_asked_again() -> None:
 
 
 async def test_a_chat_backend_with_no_probe_paths_is_answered_as_one() -> None:
-    """A backend that serves neither ``/tokenize`` nor count_tokens (404, as the embedded sim) has
-    no template to ask and no ``/v1/messages`` to forward to; a 404 that is vLLM's error object
-    (a model it does not serve) is no answer."""
+    """A backend that serves neither ``/tokenize`` nor count_tokens (404: a chat-only engine) has
+    no template to ask, nor one that counts Messages but has no ``/tokenize`` (the embedded sim:
+    Messages over its chat); a 404 that is vLLM's error object (a model it does not serve) is no answer."""
     async def unknown_model(_: web.Request) -> web.Response:
         return web.json_response({"error": {"message": "The model `m` does not exist.", "type": "NotFoundError",
                                             "code": 404}}, status=404)
 
+    async def count(_: web.Request) -> web.Response:
+        return web.json_response({"input_tokens": 9})
+
     refusing = web.Application()
     for path in ("/tokenize", "/v1/messages/count_tokens"):
         refusing.router.add_post(path, unknown_model)
-    async with serving(web.Application()) as bare, serving(refusing) as vllm:
+    counting = web.Application()
+    counting.router.add_post("/v1/messages/count_tokens", count)
+    async with serving(web.Application()) as bare, serving(refusing) as vllm, serving(counting) as sim:
         backends = [HTTPBackend(name, "vllm", url + "/", connect_timeout_s=1.0, read_timeout_s=2.0)
-                    for name, url in (("bare", bare), ("vllm", vllm))]
+                    for name, url in (("bare", bare), ("vllm", vllm), ("sim", sim))]
         try:
             assert await TemplateProbes().disabled_effort("m", backends[:1]) == "none"
             assert await TemplateProbes().merges_inline_system("m", backends[:1]) is False
-            assert await TemplateProbes().disabled_effort("m", backends[1:]) is None
-            assert await TemplateProbes().merges_inline_system("m", backends[1:]) is None
+            assert await TemplateProbes().disabled_effort("m", backends[1:2]) is None
+            assert await TemplateProbes().merges_inline_system("m", backends[1:2]) is None
+            assert await TemplateProbes().disabled_effort("m", backends[2:]) == "none"
+            assert await TemplateProbes().merges_inline_system("m", backends[2:]) is False
         finally:
             for backend in backends:
                 await backend.close()
@@ -236,7 +243,7 @@ async def test_a_chat_backend_with_no_probe_paths_is_answered_as_one() -> None:
 
 async def test_the_embedded_sims_take_what_a_claude_code_like_agent_sends() -> None:
     """``make run``'s default: a gateway with embedded sims maps inline system messages and
-    ``thinking: disabled`` onto chat (the sim has no ``/v1/messages``: forwarded, they were 404s)."""
+    ``thinking: disabled`` onto chat, so their images are reused (forwarded, they would not be)."""
     async with running_gateway() as gw, aiohttp.ClientSession() as client:
         async with client.get(gw.url + "/v1/models") as resp:
             model = (await resp.json())["data"][0]["id"]

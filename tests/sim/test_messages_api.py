@@ -121,3 +121,25 @@ def test_the_stop_string_completed_first_wins_past_min_tokens() -> None:
     assert stopped(plan, ["bcd"]) == GenerationPlan(("a", ""), "stop", "bcd")  # across tokens: both counted
     assert stopped(plan, ["zz", ""]) is plan
     assert stopped(plan, ["b", "e"], min_tokens=2) == GenerationPlan(("ab", "cd", ""), "stop", "e")
+
+
+async def test_count_tokens_counts_the_prompt_a_message_would_have(make_sim: Any) -> None:
+    """vLLM renders a count request as it would the message, images included, without generating:
+    no ``max_tokens``, and a thinking budget is no reason to refuse it."""
+    sim = await make_sim()
+    body = ask({"type": "text", "text": "What is this?"}, image(), system="Be terse.")
+    message = await call(sim.url, "/v1/messages", body)
+    count = await call(sim.url, "/v1/messages/count_tokens", {k: v for k, v in body.items() if k != "max_tokens"})
+    assert count.status == 200, count.json
+    assert count.json == {"input_tokens": message.json["usage"]["input_tokens"],
+                          "context_management": {"original_input_tokens": message.json["usage"]["input_tokens"]}}
+    thinking = await call(sim.url, "/v1/messages/count_tokens", {
+        "model": MODEL, "messages": [{"role": "user", "content": "hi"}],
+        "thinking": {"type": "enabled", "budget_tokens": 2048}})
+    assert thinking.status == 200 and thinking.json["input_tokens"] > 0, thinking.json
+    unknown = await call(sim.url, "/v1/messages/count_tokens", {"model": "nope", "messages": []})
+    assert unknown.status == 404 and is_anthropic_error(unknown)
+    async with running_gateway() as gw:
+        through = await call(gw.url, "/v1/messages/count_tokens", {"model": MODEL, "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "hi"}, image()]}]})
+        assert through.status == 200 and through.json["input_tokens"] > 0, through.json

@@ -84,8 +84,9 @@ def messages_request() -> dict[str, Any]:
 
 
 async def test_the_messages_api_survives_garbage(make_sim: Any) -> None:
-    """Mutated Messages requests (and what pydantic's lax reading must not trip on: digits past
-    Python's limit, digits that are not decimal) get a 2xx or a 4xx in one of vLLM's two shapes."""
+    """Mutated Messages requests, to be answered and counted (and what pydantic's lax reading must
+    not trip on: digits past Python's limit, digits that are not decimal), get a 2xx or a 4xx in one
+    of vLLM's two shapes."""
     rng = random.Random(SEED + 1)
     sim = await make_sim(reasoning_parser="qwen3")
     sends = [mutate(rng, messages_request()) for _ in range(500)]
@@ -96,11 +97,11 @@ async def test_the_messages_api_survives_garbage(make_sim: Any) -> None:
                                  "thinking": {"type": "enabled", "budget_tokens": odd}}).encode())
     statuses: dict[int, int] = {}
     async with aiohttp.ClientSession() as http:
-        for raw in sends:
-            async with http.post(sim.url + "/v1/messages", data=raw, headers={"Content-Type": "application/json"}) as r:
+        for raw, path in ((raw, path) for raw in sends for path in ("/v1/messages", "/v1/messages/count_tokens")):
+            async with http.post(sim.url + path, data=raw, headers={"Content-Type": "application/json"}) as r:
                 text = await r.read()
                 statuses[r.status] = statuses.get(r.status, 0) + 1
-                assert r.status < 500, (r.status, raw[:300], text[:300])
+                assert r.status < 500, (path, r.status, raw[:300], text[:300])
                 if r.status >= 400:
                     body = orjson.loads(text)
                     assert (body["error"]["type"] if body.get("type") == "error" else body["error"]["message"]), body

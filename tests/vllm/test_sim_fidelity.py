@@ -190,31 +190,37 @@ def _messages_cases(model: str) -> dict[str, dict[str, Any]]:
 
 def _answer(reply: Reply) -> Any:
     """What a client relies on: the status, and the body's shape (an error's: which of vLLM's two
-    shapes, and Anthropic's error type); a message's stop reason and input tokens."""
+    shapes, and Anthropic's error type); a message's stop reason and input tokens; a count's."""
     if reply.status >= 400:
         body = reply.json
         return reply.status, sorted(body), body["error"]["type"] if body.get("type") == "error" else None
     if reply.events:
         return _shapes(reply)
+    if "input_tokens" in reply.json:  # count_tokens
+        return reply.json
     return _shapes(reply), reply.json["stop_reason"], reply.json["usage"]["input_tokens"]
 
 
 async def test_sims_messages_api_answers_as_vllms(vllm_replicas: list[VllmReplica], tmp_path: Path) -> None:
-    """The sim's ``/v1/messages`` (vLLM serves Anthropic's Messages over its chat; so does the
-    sim) answers as real vLLM's, case by case: statuses, the message's and the stream's shapes,
-    stop reasons, input tokens (images included), and each error in the shape vLLM gives it."""
+    """The sim's ``/v1/messages`` and its ``count_tokens`` (vLLM serves Anthropic's Messages over
+    its chat; so does the sim) answer as real vLLM's, case by case: statuses, the message's and the
+    stream's shapes, stop reasons, input tokens and counts (images included), and each error in the
+    shape vLLM gives it."""
     sim = SimProcess(tmp_path / "sim.log")
     sim.start(["--profile", "tiny-qwen2vl-cpu", "--speedup", "1000"])
     try:
         real = vllm_replicas[1]
-        differing, statuses = [], set()
+        differing, statuses, counts = [], set(), 0
         for name, body in _messages_cases(real.model).items():
-            theirs = _answer(await call(real.url, "/v1/messages", body))
-            ours = _answer(await call(sim.url, "/v1/messages", body))
-            statuses.add(theirs[0] if isinstance(theirs[0], int) else 200)
-            if theirs != ours:
-                differing.append((name, theirs, ours))
+            for path in ("/v1/messages", "/v1/messages/count_tokens"):
+                theirs = _answer(await call(real.url, path, body))
+                ours = _answer(await call(sim.url, path, body))
+                statuses.add(theirs[0] if isinstance(theirs, tuple) and isinstance(theirs[0], int) else 200)
+                counts += isinstance(theirs, dict)
+                if theirs != ours:
+                    differing.append((path, name, theirs, ours))
     finally:
         sim.stop()
     assert differing == [], "\n".join(map(repr, differing))
     assert {200, 400, 404} <= statuses  # the corpus reaches answers and both error shapes
+    assert counts >= 10, counts  # and counts

@@ -8,8 +8,9 @@ backend that has no template to probe.
 
 Errors take vLLM's two shapes: a request its pydantic model refuses is a 400 in the OpenAI shape of
 vLLM's FastAPI handler (``Refused``); an error of the chat path (an unknown model, tools without a
-parser, an image that does not load) is in Anthropic's, with the chat error's type. ``count_tokens``
-is not served.
+parser, an image that does not load) is in Anthropic's, with the chat error's type.
+``count_tokens`` maps the request the same way and counts its prompt, images included, as vLLM
+renders it: no ``max_tokens``, and nothing the engine would check before generating.
 """
 
 from __future__ import annotations
@@ -25,11 +26,13 @@ from mmgate.anthropic_chat.stream import StreamMapper
 from mmgate.errors import InvalidRequestError as BadMessagesRequest
 from mmgate.sim.errors import SimError
 
-__all__ = ["Frames", "Refused", "error_body", "message", "to_chat"]
+__all__ = ["Frames", "Refused", "counted", "error_body", "message", "to_chat"]
 
 # pydantic's lax reading of the scalars vLLM's request model declares: "5" and true are integers,
 # "yes" and 1 booleans, "0.5" a number.
 _INTEGERS, _NUMBERS, _BOOLEANS = ("max_tokens", "top_k"), ("temperature", "top_p"), ("stream",)
+# A count request's stand-in for max_tokens: above any thinking budget.
+UNBOUNDED = 2**62
 _TRUE, _FALSE = frozenset({"1", "on", "t", "true", "y", "yes"}), frozenset({"0", "off", "f", "false", "n", "no"})
 
 
@@ -46,8 +49,9 @@ class Refused(Exception):
         self.body = {"error": {"message": message, "type": "Bad Request", "param": where, "code": 400}}
 
 
-def to_chat(raw: bytes) -> dict[str, Any]:
-    """The chat request the engine answers for the Messages request ``raw``; raises ``Refused``."""
+def to_chat(raw: bytes, *, count_tokens: bool = False) -> dict[str, Any]:
+    """The chat request the engine answers for the Messages request ``raw`` (``count_tokens``: for
+    a count, which has no ``max_tokens`` and is not generated); raises ``Refused``."""
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -55,14 +59,25 @@ def to_chat(raw: bytes) -> dict[str, Any]:
     if isinstance(body, dict):
         _lax(body)
     try:
-        check_messages_body(body)
+        check_messages_body(body, count_tokens=count_tokens)
     except BadMessagesRequest as exc:
         raise Refused(exc.message, exc.param) from exc
+    if count_tokens:  # the mapping wants one; vLLM's count request model has none to check it against
+        body = {**body, "max_tokens": UNBOUNDED, "stream": False}
     _coerce(body)
     reason = forward_reason(body, "none", False)
     if reason is not None:
         raise Refused(f"{reason}: not a shape vLLM's request model takes", reason)
-    return to_chat_body(body, "none", False)[0]
+    chat = to_chat_body(body, "none", False)[0]
+    if count_tokens:  # rendered, not generated: what the engine checks first does not apply
+        for name in ("max_tokens", "max_completion_tokens", "thinking_token_budget"):
+            chat.pop(name, None)
+    return chat
+
+
+def counted(prompt_tokens: int) -> dict[str, Any]:
+    """vLLM's count_tokens answer."""
+    return {"input_tokens": prompt_tokens, "context_management": {"original_input_tokens": prompt_tokens}}
 
 
 def _lax(body: dict[str, Any]) -> None:

@@ -39,6 +39,7 @@ def build_app(settings: SimSettings) -> web.Application:
     app.router.add_post("/v1/chat/completions", _served(_admitted_chat))
     app.router.add_post("/v1/responses", _served(responses_http.create))
     app.router.add_post("/v1/messages", _served(_messages))
+    app.router.add_post("/v1/messages/count_tokens", _served(_count_tokens))
     app.router.add_get("/v1/responses/{response_id}", _with_engine(responses_http.retrieve))
     app.router.add_post("/v1/responses/{response_id}/cancel", _with_engine(responses_http.cancel))
     app.router.add_get("/v1/models", _models)
@@ -148,16 +149,32 @@ async def _admitted_chat(request: web.Request, engine: SimEngine, raw: bytes,
 async def _messages(request: web.Request, engine: SimEngine, raw: bytes, arrived: float) -> web.StreamResponse:
     """``POST /v1/messages``: checked and mapped onto chat, answered by the chat path, the answer
     mapped back (``messages_api``); errors in vLLM's shapes for this endpoint."""
+    admitted = await _admitted_messages(engine, raw, count_tokens=False)
+    if isinstance(admitted, web.Response):
+        return admitted
+    return await _answer(request, engine, admitted, arrived, shape=messages_api.message,
+                         frame=messages_api.Frames())
+
+
+async def _count_tokens(request: web.Request, engine: SimEngine, raw: bytes, arrived: float) -> web.StreamResponse:
+    """``POST /v1/messages/count_tokens``: the mapped request's prompt tokens, images processed."""
+    admitted = await _admitted_messages(engine, raw, count_tokens=True)
+    if isinstance(admitted, web.Response):
+        return admitted
+    engine.metrics.request(200)
+    return json_response(messages_api.counted(admitted.prompt_tokens))
+
+
+async def _admitted_messages(engine: SimEngine, raw: bytes, *, count_tokens: bool) -> Admitted | web.Response:
+    """A Messages request mapped and admitted, or the error answer in vLLM's shape for it."""
     try:
-        admitted = await engine.admit_body(messages_api.to_chat(raw))
+        return await engine.admit_body(messages_api.to_chat(raw, count_tokens=count_tokens))
     except messages_api.Refused as exc:
         engine.metrics.request(exc.status)
         return json_response(exc.body, status=exc.status)
     except SimError as exc:
         engine.metrics.request(exc.status)
         return json_response(messages_api.error_body(exc), status=exc.status)
-    return await _answer(request, engine, admitted, arrived, shape=messages_api.message,
-                         frame=messages_api.Frames())
 
 
 Shape = Callable[[dict[str, Any]], dict[str, Any]]

@@ -157,8 +157,8 @@ _MERGED = [{"role": "system", "content": "b"}, {"role": "user", "content": "a"},
 
 async def _probe_merge(model: str, backend: Backend) -> bool | None:
     """True (merged) or False (kept in place) when vLLM's count of the probe conversation is the
-    count of exactly one of the two mappings; None otherwise; False from a chat backend (neither
-    path served)."""
+    count of exactly one of the two mappings; None otherwise; False from a chat backend (no
+    ``/tokenize``: the embedded sim counts Messages over its chat, and has no template)."""
     try:
         theirs = await _post(backend, COUNT_TOKENS_PATH, {"model": model, "messages": _PROBE_TURNS})
     except _NotServed:
@@ -168,9 +168,12 @@ async def _probe_merge(model: str, backend: Backend) -> bool | None:
             return False
         return None  # a renderer, but no count of vLLM's to compare with
     counts = []
-    for messages in (_MERGED, _PROBE_TURNS):
-        answer = await _post(backend, TOKENIZE_PATH, {"model": model, "messages": messages})
-        counts.append(answer.get("count") if answer is not None else None)
+    try:
+        for messages in (_MERGED, _PROBE_TURNS):
+            answer = await _post(backend, TOKENIZE_PATH, {"model": model, "messages": messages})
+            counts.append(answer.get("count") if answer is not None else None)
+    except _NotServed:
+        return False  # a count but no renderer (vLLM serves both): a chat engine's Messages, as the sim's
     count = theirs.get("input_tokens") if theirs is not None else None
     if not isinstance(count, int) or counts.count(count) != 1:
         return None
