@@ -73,7 +73,7 @@ async def test_what_vllms_request_model_refuses_is_its_validation_400(make_sim: 
     ({**ask(), "model": "nope"}, 404, "NotFoundError"),
     (ask(image("aGVsbG8=")), 400, "BadRequestError"),  # not an image
     (ask({"type": "image", "source": {"type": "file", "file_id": "f1"}}), 400, "BadRequestError"),  # base64 of nothing
-    (ask(max_tokens="4", stream="yes", messages=None) | {"messages": []}, 400, "BadRequestError"),  # coerced
+    ({**ask(max_tokens="4", stream="yes"), "messages": []}, 400, "BadRequestError"),  # coerced, then empty
     (ask(thinking={"type": "enabled", "budget_tokens": "2048"}, max_tokens=4000), 400, "BadRequestError"),
 ])
 async def test_what_the_chat_path_refuses_is_in_anthropics_shape(make_sim: Any, body: dict[str, Any], status: int,

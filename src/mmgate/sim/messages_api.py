@@ -26,7 +26,7 @@ from mmgate.anthropic_chat.stream import StreamMapper
 from mmgate.errors import InvalidRequestError as BadMessagesRequest
 from mmgate.sim.errors import SimError
 
-__all__ = ["Frames", "Refused", "counted", "error_body", "message", "to_chat"]
+__all__ = ["Frames", "Refused", "counted", "error_body", "message_from_chat", "to_chat"]
 
 # pydantic's lax reading of the scalars vLLM's request model declares: "5" and true are integers,
 # "yes" and 1 booleans, "0.5" a number.
@@ -146,11 +146,6 @@ def error_body(exc: SimError) -> dict[str, Any]:
     """An error of the chat path in Anthropic's shape (vLLM's ``translate_error_response``)."""
     kind = "NotFoundError" if exc.status == 404 else "BadRequestError" if exc.status < 500 else "InternalServerError"
     return {"type": "error", "error": {"type": kind, "message": exc.message}}
-
-
-def message(chat: dict[str, Any]) -> dict[str, Any]:
-    """The Anthropic message for the engine's chat completion."""
-    return message_from_chat(chat)
 
 
 class Frames:

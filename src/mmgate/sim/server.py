@@ -152,7 +152,7 @@ async def _messages(request: web.Request, engine: SimEngine, raw: bytes, arrived
     admitted = await _admitted_messages(engine, raw, count_tokens=False)
     if isinstance(admitted, web.Response):
         return admitted
-    return await _answer(request, engine, admitted, arrived, shape=messages_api.message,
+    return await _answer(request, engine, admitted, arrived, shape=messages_api.message_from_chat,
                          frame=messages_api.Frames())
 
 

@@ -67,17 +67,24 @@ _MAPPED = {
 }
 
 
+def path_not_served(status: int, answer: Any) -> bool:
+    """Whether a backend's answer (its body, parsed) says it serves no such path: a 404 that is not
+    an error object of its own (vLLM's 404 names a model it does not serve)."""
+    return status == 404 and not (isinstance(answer, dict) and "error" in answer)
+
+
 def unserved(status: int, body: bytes | None, path: str, backend: str, reason: str | None) -> MmgateError | None:
-    """The error for a request forwarded to ``path`` on a backend that does not serve it (a 404
-    that is not JSON: a chat-only engine), naming the field that made the
-    gateway forward it (``reason``; None: the path is always forwarded); None for any other answer."""
+    """The error for a request forwarded to ``path`` on a backend that does not serve it
+    (``path_not_served``: a chat-only engine), naming the field that made the gateway forward it
+    (``reason``; None: the path is always forwarded); None for any other answer."""
     if status != 404:
         return None
     try:
-        if isinstance(orjson.loads(body or b""), dict):
-            return None  # the backend's own answer (vLLM's 404 names a model)
+        answer = orjson.loads(body or b"")
     except orjson.JSONDecodeError:
-        pass
+        answer = None
+    if not path_not_served(status, answer):
+        return None
     where = f"backend {backend} serves no {path} (a chat-only engine)"
     if reason is None:
         return EndpointNotFoundError(f"{where}: the gateway forwards {path} to the backend", param="path")

@@ -34,6 +34,7 @@ from typing import Any
 
 import orjson
 
+from mmgate.api.anthropic.reply import path_not_served
 from mmgate.backends import Backend
 from mmgate.errors import MmgateError
 
@@ -190,6 +191,6 @@ async def _post(backend: Backend, path: str, body: dict[str, Any]) -> dict[str, 
         answer = None
     finally:
         reply.release()
-    if reply.status == 404 and not (isinstance(answer, dict) and "error" in answer):
-        raise _NotServed(path)  # no such path (a model vLLM does not serve: 404 with its error object)
+    if path_not_served(reply.status, answer):
+        raise _NotServed(path)
     return answer if reply.status == 200 and isinstance(answer, dict) else None
